@@ -1,0 +1,65 @@
+"""Command-line entry point.
+
+`agent-sandbox run …` sits on the path of every agent tool call at some sites,
+so the common launch shapes are parsed here by hand and go straight to the
+launcher; typer (which costs more to import than a whole launch) builds the
+full CLI for everything else: --help, errors, the other subcommands. Both
+paths call the same launcher functions; a test keeps them in agreement.
+"""
+from __future__ import annotations
+
+import sys
+
+
+def _fast_run(args: list[str]) -> dict | None:
+    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--] CMD…`.
+    Returns None for anything unusual (help, unknown options, missing
+    values), which then goes to typer for a proper message."""
+    options: dict = {"project_dir": None, "backend": None, "dry_run": False}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if arg == "--":
+            i += 1
+            break
+        if not arg.startswith("-"):
+            break
+        name, eq, value = arg.partition("=")
+        if name in ("--project-dir", "--backend"):
+            if not eq:
+                if i + 1 >= len(args):
+                    return None
+                value = args[i + 1]
+                i += 1
+            options[name[2:].replace("-", "_")] = value
+        elif arg == "--dry-run":
+            options["dry_run"] = True
+        else:
+            return None
+        i += 1
+    command = args[i:]
+    if not command:
+        return None
+    options["command"] = command
+    return options
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if args and args[0] == "run":
+        parsed = _fast_run(args[1:])
+        if parsed is not None:
+            from .launcher import run
+
+            return run(parsed.pop("command"), **parsed)
+    elif args and args[0] == "bash" and "--help" not in args[1:2]:
+        from .launcher import run
+
+        return run(["bash", *args[1:]])
+    from .cli_app import app
+
+    try:
+        app(args=args, prog_name="agent-sandbox", standalone_mode=True)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0

@@ -1,0 +1,199 @@
+"""The validated configuration: one pydantic model with a field per sandbox.conf key.
+
+The parser (confsyntax) yields strings and tuples of strings; the layer merge
+(confload) decides which value wins; this module turns the winning raw values
+into typed, checked values. Errors name the key, the value and what is allowed.
+
+Importing pydantic costs tens of milliseconds, so this module is only imported
+when the configuration changed since the last launch (confload caches the
+validated result); nothing on the hot path imports it directly.
+"""
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+
+Backend = Literal["bwrap", "firejail", "landlock"]
+
+GUARANTEES = (
+    "fs.hidden", "fs.write_confined", "env.scrubbed", "seccomp", "pid.isolated",
+    "ipc.isolated", "passwd.filtered", "slurm.boundary", "abstract_unix.scoped",
+    "signals.scoped", "self.protected", "tty.safe",
+)
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SYSCALL = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+class SandboxConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
+
+    SANDBOX_BACKEND: Literal["auto", "bwrap", "firejail", "landlock"] = "auto"
+    ALLOWED_BACKENDS: tuple[Backend, ...] = ("bwrap", "firejail", "landlock")
+    REQUIRE: tuple[str, ...] = ()
+
+    ALLOWED_PROJECT_PARENTS: tuple[str, ...] = ()
+
+    HOME_ACCESS: Literal["tmpwrite", "restricted", "read", "write"] = "tmpwrite"
+    HOME_READONLY: tuple[str, ...] = ()
+    HOME_WRITABLE: tuple[str, ...] = ()
+    HOME_SEEDED_FILES: tuple[str, ...] = ()
+
+    BLOCKED_FILES: tuple[str, ...] = ()
+    EXTRA_BLOCKED_PATHS: tuple[str, ...] = ()
+    EXTRA_WRITABLE_PATHS: tuple[str, ...] = ()
+    DENIED_WRITABLE_PATHS: tuple[str, ...] = ()
+    PROTECTED_PATHS: tuple[str, ...] = ()
+
+    READONLY_MOUNTS: tuple[str, ...] = ()
+
+    PRIVATE_TMP: bool = True
+    PRIVATE_IPC: bool = True
+    FILTER_PASSWD: bool = True
+    NETWORK_MODE: Literal["open", "isolated"] = "open"
+
+    DEVICES: tuple[str, ...] = ()
+    DEVICES_BLACKLIST: tuple[str, ...] = ()
+
+    BLOCKED_ENV_VARS: tuple[str, ...] = ()
+    BLOCKED_ENV_PATTERNS: tuple[str, ...] = ()
+    ALLOWED_ENV_VARS: tuple[str, ...] = ()
+    SANDBOX_ENV: tuple[str, ...] = ()
+
+    SECCOMP: bool = True
+    SECCOMP_EXTRA_DENY: tuple[str, ...] = ()
+
+    SLURM_SCOPE: Literal["session", "project", "user", "none"] = "project"
+    CHAPERON: bool = True
+    CHAPERON_LOG_LEVEL: Literal["debug", "info", "warning", "error"] = "info"
+    CHAPERON_LOG_RETAIN_DAYS: int = 7
+    SLURM_ALLOWED_PARTITIONS: tuple[str, ...] = ()
+    SLURM_MAX_JOBS: int = 0
+
+    ENABLED_AGENTS: tuple[str, ...] = ()
+    SANDBOX_QUIET: bool = False
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _shape(cls, value: Any, info) -> Any:
+        """A list key given a scalar becomes a one-element list (as in bash);
+        a scalar key given a list is an error; booleans accept true/false."""
+        field = cls.model_fields[info.field_name]
+        is_list = getattr(field.annotation, "__origin__", None) is tuple or str(
+            field.annotation).startswith("tuple")
+        if is_list:
+            if isinstance(value, str):
+                return () if value == "" else (value,)
+            return value
+        if isinstance(value, (tuple, list)):
+            raise ValueError("a single value is expected here, not a list (…)")
+        if field.annotation is bool and isinstance(value, str):
+            lowered = value.lower()
+            if lowered in _TRUE:
+                return True
+            if lowered in _FALSE:
+                return False
+            raise ValueError("expected true or false")
+        return value
+
+    @field_validator("REQUIRE")
+    @classmethod
+    def _known_guarantees(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        unknown = [v for v in value if v not in GUARANTEES]
+        if unknown:
+            raise ValueError(f"unknown guarantee {unknown[0]!r}; known: {' '.join(GUARANTEES)}")
+        return value
+
+    @field_validator("ALLOWED_PROJECT_PARENTS", "EXTRA_BLOCKED_PATHS", "EXTRA_WRITABLE_PATHS",
+                     "DENIED_WRITABLE_PATHS", "READONLY_MOUNTS")
+    @classmethod
+    def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if not path.startswith("/"):
+                raise ValueError(f"{path!r} is not an absolute path")
+        return tuple(os.path.normpath(p) for p in value)
+
+    @field_validator("HOME_READONLY", "HOME_WRITABLE", "HOME_SEEDED_FILES", "BLOCKED_FILES")
+    @classmethod
+    def _home_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in value:
+            if not entry or ".." in entry.split("/"):
+                raise ValueError(f"{entry!r}: home entries are paths relative to $HOME "
+                                 "(or absolute paths under it) without '..'")
+        return value
+
+    @field_validator("DEVICES", "DEVICES_BLACKLIST")
+    @classmethod
+    def _device_globs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for glob in value:
+            if not glob.startswith("/dev/"):
+                raise ValueError(f"{glob!r}: device globs must start with /dev/")
+        return value
+
+    @field_validator("BLOCKED_ENV_VARS", "ALLOWED_ENV_VARS")
+    @classmethod
+    def _env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"{name!r} is not an environment variable name")
+        return value
+
+    @field_validator("BLOCKED_ENV_PATTERNS")
+    @classmethod
+    def _env_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            body = pattern[:-2] if pattern.endswith("/i") else pattern
+            if not body or "/" in body:
+                raise ValueError(f"{pattern!r}: a shell glob, optionally with a /i suffix")
+            fnmatch.translate(body)
+        return value
+
+    @field_validator("SANDBOX_ENV")
+    @classmethod
+    def _assignments(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for item in value:
+            name, sep, _ = item.partition("=")
+            if not sep or not _ENV_NAME.match(name):
+                raise ValueError(f"{item!r}: expected NAME=value")
+        return value
+
+    @field_validator("SECCOMP_EXTRA_DENY")
+    @classmethod
+    def _syscall_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for name in value:
+            if not _SYSCALL.match(name):
+                raise ValueError(f"{name!r} is not a syscall name")
+        return value
+
+    @field_validator("CHAPERON_LOG_RETAIN_DAYS", "SLURM_MAX_JOBS")
+    @classmethod
+    def _non_negative(cls, value: int) -> int:
+        if value < 0:
+            raise ValueError("must be 0 or more")
+        return value
+
+
+KNOWN_KEYS = frozenset(SandboxConfig.model_fields)
+
+
+def validate(raw: dict[str, Any], origins: dict[str, str]) -> dict[str, Any]:
+    """Validate merged raw values; return plain Python values (tuples, bools,
+    ints, strings) for every key. Raise ConfigError naming key, value, origin."""
+    from .errors import ConfigError
+
+    try:
+        model = SandboxConfig(**raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        key = str(first["loc"][0]) if first["loc"] else "?"
+        where = origins.get(key, "default")
+        value = raw.get(key)
+        shown = " ".join(value) if isinstance(value, tuple) else value
+        message = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{where}: {key}={shown!r} is invalid — {message}") from None
+    return {key: getattr(model, key) for key in SandboxConfig.model_fields}

@@ -1,0 +1,407 @@
+"""The thin shell: from a command line to a running sandbox.
+
+Everything that decides *what* the sandbox is happens in pure code (confload →
+policy → backend plan). This module does the few things that touch the
+system: reads the identity and host files the plan needs, creates the
+placeholder mount points for missing protected paths, turns payloads into
+file descriptors, starts the backend, forwards signals to the command, and
+turns the outcome into an exit code.
+
+Exit codes: the command's own; 125 when the sandbox could not be set up (no
+backend, bad config, refused policy, backend failure); 126/127 as the shell
+uses them. Nothing here ever falls back to running the command unsandboxed.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import signal
+import sys
+
+from . import __version__
+from .errors import SETUP_FAILED, BackendUnavailable, PolicyError, SandboxError
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
+RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP,
+                                     signal.SIGTTIN, signal.SIGTTOU)
+KNOWN_BACKENDS = ("bwrap", "firejail", "landlock")
+IMPLEMENTED_BACKENDS = ("bwrap",)
+
+
+def say(message: str) -> None:
+    sys.stderr.write(f"agent-sandbox: {message}\n")
+
+
+# ---------------------------------------------------------------- nesting
+def inside_sandbox(environ) -> bool:
+    """True only with both pieces of evidence: the AGENT_SANDBOX=1 marker and
+    the session's marker file on a read-only mount, which only a sandbox has
+    (outside, /run/agent-sandbox would need root to create). A stray
+    AGENT_SANDBOX=1 in a login shell is not enough."""
+    from .policy import MARKER_PATH
+
+    if environ.get("AGENT_SANDBOX") != "1":
+        return False
+    try:
+        flags = os.statvfs(MARKER_PATH).f_flag
+        info = os.lstat(MARKER_PATH)
+    except OSError:
+        return False
+    import stat
+
+    return bool(flags & os.ST_RDONLY) and stat.S_ISREG(info.st_mode)
+
+
+def exec_nested(command: list[str], environ) -> int:
+    if environ.get("SANDBOX_QUIET", "").lower() not in ("1", "true", "yes"):
+        say("already inside a sandbox — running the command under the current policy "
+            "without re-wrapping")
+    try:
+        os.execvp(command[0], command)
+    except FileNotFoundError:
+        say(f"{command[0]}: command not found")
+        return 127
+    except PermissionError:
+        say(f"{command[0]}: permission denied")
+        return 126
+
+
+# ---------------------------------------------------------------- context
+def _install_paths() -> tuple[str, ...]:
+    package = os.path.dirname(os.path.abspath(__file__))
+    paths = [os.path.dirname(package)]           # site-packages or the source tree
+    if sys.prefix != sys.base_prefix:
+        paths.append(sys.prefix)                 # the virtual environment
+    return tuple(paths)
+
+
+def launch_context(project_dir: str | None, environ):
+    from .policy import LaunchContext
+
+    entry = pwd.getpwuid(os.getuid())
+    return LaunchContext(
+        uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
+        environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
+        install_paths=_install_paths(), session_id=os.urandom(6).hex())
+
+
+def choose_backend(settings, requested: str | None) -> str:
+    name = requested or settings.SANDBOX_BACKEND
+    if name not in ("auto",) + KNOWN_BACKENDS:
+        raise BackendUnavailable(f"unknown backend {name!r} — choose one of auto, "
+                                 f"{', '.join(KNOWN_BACKENDS)}.")
+    allowed = settings.ALLOWED_BACKENDS
+    if name == "auto":
+        for candidate in IMPLEMENTED_BACKENDS:
+            if candidate in allowed:
+                return candidate
+        raise BackendUnavailable(
+            f"no usable backend — ALLOWED_BACKENDS is ({' '.join(allowed)}) and this version "
+            "implements only bwrap. Ask your site admin to allow bwrap.")
+    if name not in allowed:
+        raise BackendUnavailable(f"backend {name} is not allowed here — ALLOWED_BACKENDS is "
+                                 f"({' '.join(allowed)}). Use one of those with --backend.")
+    if name not in IMPLEMENTED_BACKENDS:
+        raise BackendUnavailable(f"backend {name} is not available in this version — only "
+                                 "bwrap is implemented so far. Use --backend bwrap.")
+    return name
+
+
+# ---------------------------------------------------------------- payloads
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def identity_payloads(policy) -> dict:
+    from .backends.base import Payload
+    from .passwd import filter_group, filter_nsswitch, filter_passwd, sys_id_max
+
+    sys_uid_max, sys_gid_max = sys_id_max(_read_text("/etc/login.defs"))
+    entry = pwd.getpwuid(policy.uid)
+    user_entry = ":".join([entry.pw_name, "x", str(entry.pw_uid), str(entry.pw_gid),
+                           entry.pw_gecos, entry.pw_dir, entry.pw_shell])
+    gids = os.getgrouplist(policy.user, policy.gid)
+    extra = []
+    import grp
+
+    for gid in gids:
+        try:
+            extra.append(f"{grp.getgrgid(gid).gr_name}:x:{gid}:")
+        except KeyError:
+            pass
+    return {
+        "etc-passwd": Payload(data=filter_passwd(
+            _read_text("/etc/passwd"), uid=policy.uid, sys_uid_max=sys_uid_max,
+            user_entry=user_entry).encode()),
+        "etc-group": Payload(data=filter_group(
+            _read_text("/etc/group"), user=policy.user, gids=gids, sys_gid_max=sys_gid_max,
+            extra_entries=extra).encode()),
+        "etc-nsswitch.conf": Payload(data=filter_nsswitch(
+            _read_text("/etc/nsswitch.conf")).encode()),
+    }
+
+
+def seccomp_payload(policy, home: str):
+    """The BPF program for the policy's deny list, cached in the hidden state
+    directory (generating it loads libseccomp, which costs more than a launch)."""
+    from .backends.base import Payload
+    from .confload import state_dir
+    from .seccomp import compile_filter, deny_list
+
+    denied = deny_list(policy.seccomp_extra, no_pid_namespace=policy.backend == "landlock")
+    import hashlib
+
+    key = hashlib.sha256(repr((__version__, os.uname().machine, denied)).encode()).hexdigest()
+    path = os.path.join(state_dir(home), "cache", f"seccomp-{key[:32]}.bpf")
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+        if data and len(data) % 8 == 0:
+            return Payload(data=data), denied
+    except OSError:
+        pass
+    data = compile_filter(denied)
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        temp = f"{path}.{os.getpid()}"
+        with open(temp, "wb") as handle:
+            handle.write(data)
+        os.replace(temp, path)
+    except OSError:
+        pass
+    return Payload(data=data), denied
+
+
+def marker_payload(policy):
+    from .backends.base import Payload
+
+    text = (f"session={policy.session_id}\nbackend={policy.backend}\n"
+            f"project={policy.project_dir}\n")
+    return Payload(data=text.encode())
+
+
+# ---------------------------------------------------------------- building
+def build(command: list[str], *, project_dir: str | None, backend: str | None,
+          environ) -> tuple:
+    """Everything up to the plan; returns (settings, policy, plan, denied syscalls)."""
+    from .confload import load_settings
+    from .policy import resolve_policy
+
+    ctx = launch_context(project_dir, environ)
+    flags = {"SANDBOX_BACKEND": backend} if backend else {}
+    settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags)
+    name = choose_backend(settings, None)
+    policy = resolve_policy(settings, ctx, backend=name)
+    payloads = {"marker": marker_payload(policy)}
+    denied: tuple[str, ...] = ()
+    if policy.seccomp:
+        payloads["seccomp"], denied = seccomp_payload(policy, ctx.home)
+    if policy.filter_passwd:
+        payloads.update(identity_payloads(policy))
+    from .backends import bwrap
+
+    plan = bwrap.plan(policy, command, payloads=payloads, bwrap_path=bwrap.find() or "bwrap")
+    missing = plan.missing(policy.require)
+    if missing:
+        reasons = dict(plan.cannot)
+        detail = "; ".join(f"{g} ({reasons.get(g, 'not provided')})" for g in missing)
+        raise PolicyError(f"the configuration requires {detail}, which the {plan.backend} "
+                          "backend cannot give with this configuration. Change the setting "
+                          "named above or remove the entry from REQUIRE.",
+                          reason="requirement_unmet")
+    return settings, policy, plan, denied
+
+
+# ---------------------------------------------------------------- running
+def _payload_fd(name: str, payload) -> int:
+    """An inheritable descriptor the backend reads the payload from."""
+    if payload.path is not None:
+        fd = os.open(payload.path, os.O_RDONLY | os.O_NOFOLLOW)
+    else:
+        fd = os.memfd_create(name, 0)
+        os.write(fd, payload.data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def create_placeholders(policy) -> list:
+    from .fsview import placeholders
+
+    created = []
+    for item in placeholders(policy):
+        try:
+            parent = os.path.dirname(item.path)
+            missing_parents = []
+            while not os.path.lexists(parent):
+                missing_parents.append(parent)
+                parent = os.path.dirname(parent)
+            for directory in reversed(missing_parents):
+                os.mkdir(directory, 0o755)
+                created.append((directory, True, b""))
+            if item.is_dir:
+                os.mkdir(item.path, 0o755)
+            else:
+                fd = os.open(item.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o644)
+                os.write(fd, item.placeholder)
+                os.close(fd)
+            created.append((item.path, item.is_dir, item.placeholder))
+        except OSError as exc:
+            raise PolicyError(f"cannot create the read-only placeholder {item.path} — {exc}. "
+                              "Create it yourself or remove it from PROTECTED_PATHS.",
+                              reason="placeholder_failed") from None
+    return created
+
+
+def remove_placeholders(created: list) -> None:
+    """Remove what create_placeholders made, newest first, only while it is
+    still exactly what we wrote (an empty dir, the placeholder bytes)."""
+    for path, is_dir, content in reversed(created):
+        try:
+            if is_dir:
+                os.rmdir(path)   # fails when not empty: then it stays
+            else:
+                with open(path, "rb") as handle:
+                    if handle.read() != content:
+                        continue
+                os.unlink(path)
+        except OSError:
+            pass
+
+
+def run_plan(plan) -> int:
+    """Start the backend with the plan's payloads and environment, forward
+    signals to the command, return its exit code (125 for setup failures)."""
+    fds: dict[str, int] = {}
+    read_status = None
+    if plan.status_fd:
+        read_status, write_status = os.pipe()
+        os.set_inheritable(write_status, True)
+        fds[plan.status_fd] = write_status
+    for name, payload in plan.payloads.items():
+        fds[name] = _payload_fd(name, payload)
+    argv = plan.render(fds)
+    launcher = _pdeathsig_wrapper() + argv
+    try:
+        pid = os.posix_spawn(launcher[0], launcher, plan.env, setpgroup=0,
+                             setsigdef=RESET_SIGNALS)
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot start {argv[0]} — {exc.strerror}. Install "
+                                 "bubblewrap (apt-get install bubblewrap) or choose "
+                                 "another backend.") from None
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+    status_text = []
+
+    def forward(signum, _frame):
+        child = _sandbox_init_pid(read_status, status_text)
+        try:
+            os.killpg(child or pid, signum)
+        except OSError:
+            pass
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    _drain(read_status, status_text)
+    os.close(read_status)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return 128 - code                    # the backend itself was killed
+    if code != 0 and '"exit-code"' not in "".join(status_text):
+        say(_setup_failure_hint("".join(status_text)))
+        return SETUP_FAILED
+    return code
+
+
+def _pdeathsig_wrapper() -> list[str]:
+    """bwrap's --die-with-parent ties the command to bwrap; setpriv ties bwrap
+    to us, so a SIGKILLed launcher leaves no sandbox behind."""
+    for path in ("/usr/bin/setpriv", "/bin/setpriv"):
+        if os.access(path, os.X_OK):
+            return [path, "--pdeathsig", "KILL", "--"]
+    return []
+
+
+def _drain(fd: int, sink: list) -> None:
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not chunk:
+            return
+        sink.append(chunk.decode("utf-8", "replace"))
+
+
+def _sandbox_init_pid(fd, sink: list) -> int | None:
+    """The host pid of the sandbox's init, which leads the command's process
+    group (bwrap reports it as child-pid on the status fd)."""
+    if fd is None:
+        return None
+    _drain(fd, sink)
+    import json
+
+    for line in "".join(sink).splitlines():
+        if '"child-pid"' in line:
+            try:
+                return int(json.loads(line)["child-pid"])
+            except (ValueError, KeyError):
+                return None
+    return None
+
+
+def _setup_failure_hint(status: str) -> str:
+    if '"child-pid"' not in status:
+        return ("bwrap could not create the sandbox's namespaces (its message is above) — "
+                "unprivileged user namespaces are probably disabled on this host. Ask your "
+                "admin to enable them (sysctl user.max_user_namespaces > 0, "
+                "kernel.unprivileged_userns_clone=1, no AppArmor userns restriction for bwrap) "
+                "or use another backend; the command was not run.")
+    return ("bwrap could not set up the sandbox's filesystem (its message is above) — a path "
+            "in the plan changed while starting. Run again; if it persists, check "
+            "`agent-sandbox run --dry-run -- true`. The command was not run.")
+
+
+def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
+        dry_run: bool = False, environ=None) -> int:
+    environ = os.environ if environ is None else environ
+    if not command:
+        say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
+        return 2
+    if inside_sandbox(environ) and not dry_run:
+        return exec_nested(command, environ)
+    try:
+        settings, policy, plan, denied = build(command, project_dir=project_dir,
+                                               backend=backend, environ=environ)
+        if dry_run:
+            from .report import dry_run_report
+
+            sys.stdout.write(dry_run_report(policy, plan, denied))
+            return 0
+        for warning in policy.warnings:
+            say(f"warning: {warning}")
+        if not policy.quiet:
+            from .report import banner
+
+            sys.stderr.write(banner(policy, plan))
+        created = create_placeholders(policy)
+        try:
+            return run_plan(plan)
+        finally:
+            remove_placeholders(created)
+    except SandboxError as exc:
+        say(str(exc))
+        return SETUP_FAILED

@@ -1,0 +1,285 @@
+"""Settings + facts about this launch → one immutable Policy.
+
+The policy says *what* the sandbox is (which paths are hidden, read-only,
+writable, which variables survive, which syscalls are denied); the backends
+say *how* (bwrap mounts, firejail options, Landlock rules). Everything here is
+a function of its inputs: the Settings, a LaunchContext (uid, home, caller
+environment, …) and the state of the filesystem it inspects (existence,
+symlinks, real paths). It never changes anything.
+
+Rules that protect the user live here, in one place, so that every backend
+inherits them: credential paths are always hidden, a hidden path can never be
+made visible or writable again (also not through a symlink or a parent), the
+project dir may not be $HOME, / or contain a hidden path, and every writable
+entry is checked against the admin's DENIED_WRITABLE_PATHS.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .envfilter import scrub
+from .errors import PolicyError
+
+# Always hidden, in every HOME_ACCESS mode; not configurable away (SPEC §4).
+CREDENTIAL_DIRS = (
+    ".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud",
+    ".password-store", ".local/state/agent-sandbox", ".local/share/keyrings",
+)
+# /run is a tmpfs; only what DNS needs comes back (never munge or D-Bus).
+RUN_DNS_PATHS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager/resolv.conf")
+RUN_NSCD = "/run/nscd"
+MARKER_PATH = "/run/agent-sandbox/session"
+# slurm.boundary: the real Slurm config and binaries are unusable inside (the
+# chaperon's stubs take their place on PATH); the munge socket lives in /run.
+SLURM_CONFIG_DIRS = ("/etc/slurm", "/etc/slurm-llnl", "/etc/munge")
+SLURM_COMMANDS = (
+    "sbatch", "srun", "squeue", "scancel", "scontrol", "sacct", "sacctmgr", "sinfo",
+    "sstat", "sprio", "sshare", "sdiag", "salloc", "sattach", "sbcast", "scrontab",
+    "scrun", "strigger", "sreport", "sview", "smap",
+)
+SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/slurm/bin")
+# Written for a missing protected path and removed at exit when unchanged.
+PLACEHOLDER_CONTENT = {".mcp.json": b'{"mcpServers": {}}\n'}
+
+
+@dataclass(frozen=True)
+class LaunchContext:
+    uid: int
+    gid: int
+    user: str
+    home: str                      # from the password database
+    environ: Mapping[str, str]     # the caller's environment
+    cwd: str
+    project_dir: str | None        # --project-dir, else cwd
+    install_paths: tuple[str, ...] # the package and the interpreter prefix
+    session_id: str
+
+
+@dataclass(frozen=True)
+class Protected:
+    path: str
+    is_dir: bool
+    exists: bool
+    placeholder: bytes = b""
+
+
+@dataclass(frozen=True)
+class Policy:
+    session_id: str
+    backend: str
+    project_dir: str
+    workdir: str
+    uid: int
+    gid: int
+    user: str
+    home: str
+    home_access: str
+    system_readonly: tuple[str, ...]
+    home_readonly: tuple[str, ...]
+    home_writable: tuple[str, ...]
+    home_seeded: tuple[str, ...]
+    extra_writable: tuple[str, ...]
+    hidden: tuple[str, ...]
+    protected: tuple[Protected, ...]
+    readonly_overlays: tuple[str, ...]   # install dir, user config tree
+    run_binds: tuple[str, ...]
+    slurm_masks: tuple[str, ...]
+    slurm_binaries: tuple[str, ...]
+    devices: tuple[str, ...]
+    private_tmp: bool
+    private_ipc: bool
+    filter_passwd: bool
+    network_isolated: bool
+    seccomp: bool
+    seccomp_extra: tuple[str, ...]
+    env: Mapping[str, str] = field(repr=False)
+    env_removed: tuple[str, ...] = ()
+    require: tuple[str, ...] = ()
+    quiet: bool = False
+    warnings: tuple[str, ...] = ()
+
+    def is_hidden(self, path: str) -> bool:
+        return any(_is_within(path, h) for h in self.hidden)
+
+
+def _is_within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def _home_path(home: str, entry: str) -> str:
+    return os.path.normpath(entry if entry.startswith("/") else os.path.join(home, entry))
+
+
+def _hidden_paths(settings, home: str) -> tuple[str, ...]:
+    """Hidden paths in both their literal and their resolved form, so that
+    ~/.ssh → /nfs/keys hides /nfs/keys as well."""
+    paths = [_home_path(home, e) for e in CREDENTIAL_DIRS + tuple(settings.BLOCKED_FILES)]
+    paths += [os.path.normpath(p) for p in settings.EXTRA_BLOCKED_PATHS]
+    resolved = {os.path.realpath(p) for p in paths if os.path.lexists(p)}
+    return tuple(sorted(set(paths) | resolved))
+
+
+def resolve_project(settings, ctx: LaunchContext, hidden: tuple[str, ...]) -> str:
+    requested = ctx.project_dir or ctx.cwd
+    project = os.path.realpath(requested)
+    if not os.path.isdir(project):
+        raise PolicyError(f"the project directory {requested} does not exist or is not a "
+                          "directory. Pass an existing directory with --project-dir.",
+                          reason="bad_project_dir")
+    home = os.path.realpath(ctx.home)
+    why = None
+    if project == "/":
+        why = "it is / (everything would be writable)"
+    elif project == home:
+        why = "it is your home directory itself (your dotfiles and credentials would be writable)"
+    else:
+        inside = next((h for h in hidden if _is_within(project, h)), None)
+        contains = next((h for h in hidden if _is_within(h, project) and h != project), None)
+        if inside:
+            why = f"it lies inside the hidden path {inside}"
+        elif contains:
+            why = f"it contains the hidden path {contains}"
+    if why is None:
+        parents = [os.path.realpath(p) for p in settings.ALLOWED_PROJECT_PARENTS]
+        if not any(_is_within(project, p) and project != p for p in parents):
+            why = ("it is not under an allowed project parent "
+                   f"({' '.join(settings.ALLOWED_PROJECT_PARENTS) or 'none configured'})")
+    if why:
+        raise PolicyError(f"refusing project directory {project} — {why}. Start the sandbox "
+                          "from a project directory below your home (or an "
+                          "ALLOWED_PROJECT_PARENTS entry) or pass --project-dir.",
+                          reason="bad_project_dir")
+    return project
+
+
+def _existing(paths) -> tuple[str, ...]:
+    return tuple(p for p in paths if os.path.lexists(p))
+
+
+def _writable_entries(candidates, *, hidden, denied, warnings, key) -> tuple[str, ...]:
+    """Drop writable entries that are symlinks, lie under (or contain) a hidden
+    path or lie under a denied path — each with a warning naming the key."""
+    kept = []
+    for path in candidates:
+        if not os.path.lexists(path):
+            continue
+        real = os.path.realpath(path)
+        reason = None
+        if os.path.islink(path):
+            reason = "it is a symlink (it would make its target writable)"
+        elif any(_is_within(path, h) or _is_within(real, h) for h in hidden):
+            reason = "it lies under a hidden path"
+        elif any(_is_within(real, d) for d in denied):
+            reason = "it lies under a DENIED_WRITABLE_PATHS entry"
+        if reason:
+            warnings.append(f"{key}: dropped {path} — {reason}")
+        else:
+            kept.append(path)
+    return tuple(kept)
+
+
+def _protected(settings, project: str, home: str) -> tuple[Protected, ...]:
+    result = []
+    for entry in settings.PROTECTED_PATHS:
+        is_dir = entry.endswith("/")
+        base = home if entry.startswith("/") else project
+        path = os.path.normpath(entry if entry.startswith("/") else os.path.join(base, entry))
+        exists = os.path.lexists(path)
+        result.append(Protected(path, is_dir, exists,
+                                PLACEHOLDER_CONTENT.get(os.path.basename(path), b"")))
+    return tuple(result)
+
+
+def _devices(settings) -> tuple[str, ...]:
+    if not settings.DEVICES:
+        return ()
+    import glob
+    from fnmatch import fnmatch
+
+    found = sorted({p for g in settings.DEVICES for p in glob.glob(g)})
+    return tuple(p for p in found
+                 if not any(fnmatch(p, b) for b in settings.DEVICES_BLACKLIST))
+
+
+def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def visible(path: str) -> bool:
+        return any(_is_within(path, root) for root in system)
+
+    masks = tuple(p for p in SLURM_CONFIG_DIRS if os.path.isdir(p) and visible(p))
+    dirs = SLURM_BIN_DIRS + tuple(environ.get("PATH", "").split(":"))
+    binaries = set()
+    for directory in dict.fromkeys(d for d in dirs if d.startswith("/")):
+        for name in SLURM_COMMANDS:
+            real = os.path.realpath(os.path.join(directory, name))
+            if os.path.isfile(real) and visible(real):
+                binaries.add(real)
+    return masks, tuple(sorted(binaries))
+
+
+def resolve_policy(settings, ctx: LaunchContext, *, backend: str) -> Policy:
+    warnings: list[str] = []
+    home = ctx.home
+    hidden = _hidden_paths(settings, home)
+    project = resolve_project(settings, ctx, hidden)
+    cwd_real = os.path.realpath(ctx.cwd)
+    workdir = cwd_real if _is_within(cwd_real, project) else project
+    denied = tuple(os.path.realpath(p) for p in settings.DENIED_WRITABLE_PATHS)
+
+    home_writable = _writable_entries(
+        (_home_path(home, e) for e in settings.HOME_WRITABLE),
+        hidden=hidden, denied=denied, warnings=warnings, key="HOME_WRITABLE")
+    extra_writable = _writable_entries(
+        settings.EXTRA_WRITABLE_PATHS, hidden=hidden, denied=denied, warnings=warnings,
+        key="EXTRA_WRITABLE_PATHS")
+    if any(_is_within(project, d) for d in denied):
+        raise PolicyError(f"refusing project directory {project} — it lies under a path the "
+                          "site admin made never-writable (DENIED_WRITABLE_PATHS). Use a "
+                          "project directory elsewhere.", reason="bad_project_dir")
+    home_readonly = tuple(
+        p for p in _existing(_home_path(home, e) for e in settings.HOME_READONLY)
+        if not any(_is_within(p, h) or _is_within(os.path.realpath(p), h) for h in hidden))
+    home_seeded = tuple(
+        p for p in _existing(_home_path(home, e) for e in settings.HOME_SEEDED_FILES)
+        if os.path.isfile(p) and not any(_is_within(os.path.realpath(p), h) for h in hidden))
+
+    run_binds = list(RUN_DNS_PATHS)
+    if not settings.FILTER_PASSWD:
+        run_binds.append(RUN_NSCD)   # nscd would answer name lookups for any user
+
+    config_tree = os.path.join(home, ".config", "agent-sandbox")
+    overlays = tuple(p for p in dict.fromkeys(ctx.install_paths + (config_tree,))
+                     if os.path.exists(p))
+
+    env, removed = scrub(
+        ctx.environ, blocked=settings.BLOCKED_ENV_VARS, patterns=settings.BLOCKED_ENV_PATTERNS,
+        allowed=settings.ALLOWED_ENV_VARS, extra=settings.SANDBOX_ENV,
+        forced={"HOME": home, "USER": ctx.user, "LOGNAME": ctx.user, "AGENT_SANDBOX": "1",
+                "SANDBOX_BACKEND": backend, "SANDBOX_PROJECT_DIR": project,
+                "AGENT_SANDBOX_SESSION": ctx.session_id, "PWD": workdir})
+    if settings.PRIVATE_TMP and "TMPDIR" in env and not _is_within(env["TMPDIR"], project):
+        env["TMPDIR"] = "/tmp"   # the caller's TMPDIR is not visible inside
+
+    system = _existing(settings.READONLY_MOUNTS)
+    slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ)
+    for item in _protected(settings, project, home):
+        if item.exists and os.path.islink(item.path):
+            warnings.append(f"PROTECTED_PATHS: {item.path} is a symlink and cannot be kept "
+                            "read-only; replace it with a regular file or directory")
+    return Policy(
+        session_id=ctx.session_id, backend=backend, project_dir=project, workdir=workdir,
+        uid=ctx.uid, gid=ctx.gid, user=ctx.user, home=home,
+        home_access=settings.HOME_ACCESS,
+        system_readonly=system,
+        home_readonly=home_readonly, home_writable=home_writable, home_seeded=home_seeded,
+        extra_writable=extra_writable, hidden=hidden,
+        protected=_protected(settings, project, home), readonly_overlays=overlays,
+        run_binds=_existing(run_binds), slurm_masks=slurm_masks,
+        slurm_binaries=slurm_binaries, devices=_devices(settings),
+        private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,
+        filter_passwd=settings.FILTER_PASSWD,
+        network_isolated=settings.NETWORK_MODE == "isolated",
+        seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
+        env=env, env_removed=removed, require=tuple(settings.REQUIRE),
+        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings))

@@ -1,0 +1,67 @@
+"""What a person sees: the --dry-run report and the startup banner.
+
+Both are plain functions of the policy and the plan. Variable *values* are
+never printed (they may be API keys); names are.
+"""
+from __future__ import annotations
+
+import shlex
+
+from .backends.base import GUARANTEE_TEXT
+
+
+def _mount_line(op) -> str:
+    kind = op[0]
+    if kind in ("ro-bind", "bind", "dev-bind"):
+        return f"{kind:<10} {op[2]}" + ("" if op[1] == op[2] else f"  (from {op[1]})")
+    if kind == "tmpfs":
+        return f"{'tmpfs':<10} {op[1]}  (mode {op[2]:04o})"
+    if kind == "symlink":
+        return f"{'symlink':<10} {op[2]} -> {op[1]}"
+    if kind in ("ro-data", "file"):
+        return f"{kind:<10} {op[2]}  (from {op[1]})"
+    return f"{kind:<10} {op[1]}"
+
+
+def guarantee_lines(plan) -> list[str]:
+    lines = [f"  yes  {g:<22} {GUARANTEE_TEXT[g]}" for g in plan.provides]
+    lines += [f"  no   {g:<22} {why}" for g, why in plan.cannot]
+    return lines
+
+
+def dry_run_report(policy, plan, denied) -> str:
+    kept = sorted(plan.env)
+    out = [
+        "agent-sandbox: dry run — nothing was started",
+        f"backend:   {plan.backend}",
+        f"project:   {policy.project_dir} (writable; working directory {policy.workdir})",
+        f"home:      {policy.home} ({policy.home_access})",
+        f"network:   {'isolated' if policy.network_isolated else 'open'}",
+        "guarantees:",
+        *guarantee_lines(plan),
+        f"hidden ({len(policy.hidden)}):",
+        *(f"  {p}" for p in policy.hidden),
+        f"mounts in order ({len(plan.mounts)}):",
+        *(f"  {_mount_line(op)}" for op in plan.mounts),
+        f"environment: {len(kept)} kept, {len(policy.env_removed)} removed",
+        f"  kept:    {' '.join(kept)}",
+        f"  removed: {' '.join(policy.env_removed) or '(none)'}",
+        f"seccomp:   {'EPERM for ' + ' '.join(denied) if policy.seccomp else 'off'}",
+    ]
+    if policy.seccomp:
+        out.append("           (personality except the query value; ioctl TIOCSTI/TIOCLINUX)")
+    if policy.warnings:
+        out.append("warnings:")
+        out += [f"  {w}" for w in policy.warnings]
+    out.append("argv:")
+    out.append("  " + shlex.join(str(a) for a in plan.argv))
+    return "\n".join(out) + "\n"
+
+
+def banner(policy, plan) -> str:
+    missing = ", ".join(g for g, _ in plan.cannot)
+    text = (f"agent-sandbox: {plan.backend} sandbox — project {policy.project_dir}, "
+            f"home {policy.home_access}, {len(policy.env_removed)} variables removed")
+    if missing:
+        text += f"; not enforced: {missing}"
+    return text + "\n"

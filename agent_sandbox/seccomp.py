@@ -1,0 +1,232 @@
+"""Seccomp deny-list for the sandbox (SPEC §7).
+
+Strategy
+--------
+* **Deny-list, default allow.**  The sandbox must run arbitrary agents,
+  compilers, interpreters and HPC tools, so an allow-list would break
+  ordinary programs.  Instead a short list of syscalls is refused: the ones
+  that widen kernel attack surface (io_uring, userfaultfd, bpf, kexec), that
+  could rearrange the filesystem view (mount, the new mount API, pivot_root),
+  that touch the whole machine (reboot, swap, acct, quotactl), that probe
+  other processes (kcmp; ptrace and process_vm_* when there is no PID
+  namespace), and the terminal-injection ioctls TIOCSTI/TIOCLINUX.
+* **EPERM, not kill.**  A denied call fails with ``EPERM`` instead of killing
+  the process, so well-written programs fall back (e.g. an event loop
+  that tries io_uring then uses epoll; a tool that probes ``personality``).
+* **Compat ABIs.**  A 64-bit kernel also accepts the syscalls of its 32-bit
+  ABI (x86_64: ``int 0x80``/i386 and x32; aarch64: arm).  Seccomp sees those
+  with a different ``AUDIT_ARCH`` and different syscall numbers, so a filter
+  for the native ABI alone could be bypassed by a 32-bit syscall.  The filter
+  therefore carries one section per ABI; every denied name is added to each
+  ABI on which it exists (numbers are translated by libseccomp; names missing
+  on an ABI are skipped for that ABI only).  Any other architecture token
+  hits libseccomp's bad-arch action (kill), i.e. fails closed.
+* **Conditional rules.**  Two names are not denied outright:
+
+  - ``personality`` is denied except for the query value ``0xffffffff``
+    (glibc and some runtimes ask for the current persona).  The comparison
+    is on the full 64-bit argument, so only the exact query value passes.
+  - ``ioctl`` is denied only when the request (arg1) is ``TIOCSTI`` or
+    ``TIOCLINUX``.  The kernel truncates the request to 32 bits, so the
+    comparison masks the low 32 bits: setting high bits cannot smuggle the
+    request past the filter.  Putting ``ioctl`` into ``SECCOMP_EXTRA_DENY``
+    does not deny every ioctl (that would break every program); it stays this
+    conditional rule.
+
+The pure part (:data:`DEFAULT_DENY`, :func:`deny_list`) imports nothing
+heavy; :func:`compile_filter` imports pyseccomp (libseccomp via ctypes)
+lazily, because this module sits on the launch path.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+from typing import Iterable, Sequence
+
+__all__ = [
+    "DEFAULT_DENY",
+    "LANDLOCK_EXTRA_DENY",
+    "CONDITIONAL",
+    "TIOCSTI",
+    "TIOCLINUX",
+    "PERSONALITY_QUERY",
+    "deny_list",
+    "compile_filter",
+]
+
+#: ioctl requests that push input into (or reprogram) a terminal.
+TIOCSTI = 0x5412
+TIOCLINUX = 0x541C
+#: ``personality(0xffffffff)`` only returns the current persona.
+PERSONALITY_QUERY = 0xFFFFFFFF
+
+DEFAULT_DENY: tuple[str, ...] = (
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "userfaultfd",
+    "kexec_load",
+    "kexec_file_load",
+    "bpf",
+    "mount",
+    "umount2",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "move_mount",
+    "open_tree",
+    "mount_setattr",
+    "pivot_root",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "personality",  # conditional, see CONDITIONAL
+    "acct",
+    "quotactl",
+    "kcmp",
+    "ioctl",  # conditional, see CONDITIONAL
+)
+
+#: Added when the backend has no PID namespace (landlock).
+LANDLOCK_EXTRA_DENY: tuple[str, ...] = ("ptrace", "process_vm_readv", "process_vm_writev")
+
+#: Names whose rule is conditional, with a human description (for --dry-run).
+CONDITIONAL: dict[str, str] = {
+    "personality": "denied unless arg0 == 0xffffffff (query)",
+    "ioctl": "denied only for request TIOCSTI (0x5412) or TIOCLINUX (0x541c), low 32 bits",
+}
+
+_NAME_RE = re.compile(r"[a-z_][a-z0-9_]*\Z")
+_NR_SCMP_ERROR = -1  # libseccomp: name unknown on every architecture
+
+
+def _check_names(names: Iterable[str]) -> None:
+    """Raise ValueError for a name libseccomp does not know on any arch."""
+    import pyseccomp  # lazy: libseccomp is only needed when validating extras
+
+    for name in names:
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ValueError(f"invalid syscall name {name!r}")
+        # The native resolver returns a (negative) pseudo number for names that
+        # exist on some other architecture, and __NR_SCMP_ERROR for unknown ones.
+        if pyseccomp.resolve_syscall(pyseccomp.Arch.NATIVE, name) == _NR_SCMP_ERROR:
+            raise ValueError(f"unknown syscall name {name!r}")
+
+
+def deny_list(extra: Iterable[str] = (), *, no_pid_namespace: bool = False) -> tuple[str, ...]:
+    """The sorted, de-duplicated set of denied syscall names.
+
+    ``extra`` is ``SECCOMP_EXTRA_DENY``; every name must be a syscall known to
+    libseccomp (on at least one architecture), else ``ValueError`` names it.
+    ``no_pid_namespace`` adds :data:`LANDLOCK_EXTRA_DENY`.
+    """
+    if isinstance(extra, (str, bytes)):
+        raise TypeError("extra must be an iterable of syscall names, not a single string")
+    extra = tuple(extra)
+    if extra:
+        _check_names(extra)
+    names = set(DEFAULT_DENY)
+    names.update(extra)
+    if no_pid_namespace:
+        names.update(LANDLOCK_EXTRA_DENY)
+    return tuple(sorted(names))
+
+
+def _arches(pyseccomp) -> list[tuple[int, bool]]:
+    """Compat ABIs to cover besides the native one: (arch token, required)."""
+    A = pyseccomp.Arch
+    native = pyseccomp.system_arch()
+    compat = {
+        A.X86_64: [(A.X86, True), (A.X32, True)],
+        A.AARCH64: [(A.ARM, False)],
+        A.S390X: [(A.S390, False)],
+    }
+    return compat.get(native, [])
+
+
+def _arch_filter(pyseccomp, arch: int, names: Sequence[str]):
+    """A filter with exactly one ABI (``arch``) and the rules that exist there."""
+    A = pyseccomp.Arch
+    deny = pyseccomp.ERRNO(errno.EPERM)
+    f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+    try:  # binary-tree syscall dispatch: fewer comparisons for allowed calls
+        f.set_attr(pyseccomp.Attr.CTL_OPTIMIZE, 2)
+    except (OSError, AttributeError):
+        pass
+    if arch != A.NATIVE:
+        f.add_arch(arch)
+        f.remove_arch(A.NATIVE)
+    for name in names:
+        if pyseccomp.resolve_syscall(arch, name) < 0:
+            continue  # does not exist on this ABI
+        # add_rule takes the name (resolved to the native number or pseudo
+        # number) and libseccomp translates it to this ABI's number.
+        if name == "personality":
+            f.add_rule(deny, name, pyseccomp.Arg(0, pyseccomp.NE, PERSONALITY_QUERY))
+        elif name == "ioctl":
+            for req in (TIOCSTI, TIOCLINUX):
+                f.add_rule(deny, name, pyseccomp.Arg(1, pyseccomp.MASKED_EQ, 0xFFFFFFFF, req))
+        else:
+            f.add_rule(deny, name)
+    return f
+
+
+class _Fd:
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def fileno(self) -> int:
+        return self._fd
+
+
+def _export(f) -> bytes:
+    if hasattr(os, "memfd_create"):
+        fd = os.memfd_create("agent-sandbox-seccomp", os.MFD_CLOEXEC)
+    else:  # pragma: no cover - Linux always has memfd_create on supported kernels
+        import tempfile
+
+        fd = os.dup(tempfile.TemporaryFile().fileno())
+    try:
+        f.export_bpf(_Fd(fd))
+        os.lseek(fd, 0, os.SEEK_SET)
+        chunks = []
+        while True:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def compile_filter(denied: Sequence[str]) -> bytes:
+    """Compile ``denied`` (names, e.g. from :func:`deny_list`) to raw BPF.
+
+    Default action ALLOW; each denied syscall returns EPERM (``personality``
+    and ``ioctl`` conditionally, see module docstring), on the native ABI and
+    the compat ABIs.  The result is a ``struct sock_filter`` array (8 bytes per
+    instruction), as bwrap ``--seccomp FD`` and ``SECCOMP_SET_MODE_FILTER``
+    expect.  Deterministic: the same set of names gives the same bytes.
+    """
+    if isinstance(denied, (str, bytes)):
+        raise TypeError("denied must be a sequence of syscall names, not a single string")
+    import pyseccomp
+
+    names = tuple(sorted(set(denied)))
+    _check_names(names)
+
+    f = _arch_filter(pyseccomp, pyseccomp.Arch.NATIVE, names)
+    for arch, required in _arches(pyseccomp):
+        try:
+            f.merge(_arch_filter(pyseccomp, arch, names))
+        except OSError:
+            if required:
+                raise
+    bpf = _export(f)
+    if not bpf or len(bpf) % 8:
+        raise RuntimeError(f"libseccomp produced an invalid BPF program ({len(bpf)} bytes)")
+    return bpf

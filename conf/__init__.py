@@ -1,0 +1,1 @@
+"""Shipped configuration files (installed as package data agent_sandbox.conf)."""
