@@ -232,10 +232,14 @@ class _Scanner:
         text, end = self.text, self.end
         nul = text.find("\0")
         if nul >= 0:
-            raise self.error(nul, "NUL byte — sandbox.conf must be a text file. Remove the NUL byte")
+            raise self.error(
+                nul, "NUL byte — sandbox.conf must be a text file. Remove the NUL byte"
+            )
         if text.startswith("\ufeff"):
             raise self.error(
-                0, "byte-order mark at the start of the file — save sandbox.conf as UTF-8 without BOM"
+                0,
+                "byte-order mark at the start of the file — "
+                "save sandbox.conf as UTF-8 without BOM",
             )
         found: list[Assignment] = []
         i = 0
@@ -259,8 +263,10 @@ class _Scanner:
         newline = self.text.find("\n", i)
         return self.end if newline < 0 else newline + 1
 
-    def assignment(self, i: int, found: list[Assignment], known_keys: frozenset[str] | None) -> int:
-        """Read the statement at ``i``, which must be KEY=… or KEY+=…; return where the next starts."""
+    def assignment(
+        self, i: int, found: list[Assignment], known_keys: frozenset[str] | None
+    ) -> int:
+        """Read the statement at ``i``, which must be KEY=… or KEY+=…; return the next offset."""
         text, end = self.text, self.end
         j = i
         while j < end and text[j] in _NAME_CHARS:
@@ -321,7 +327,7 @@ class _Scanner:
         j = i
         while j < end and text[j] in _NAME_CHARS:
             j += 1
-        if j > i and text[i] in _NAME_START and (text.startswith("=", j) or text.startswith("+=", j)):
+        if _is_name(text[i:j]) and (text.startswith("=", j) or text.startswith("+=", j)):
             raise self.error(
                 i,
                 f"two assignments on one line — put {text[i:j]} on a line of its own",
@@ -380,7 +386,7 @@ class _Scanner:
     # --- values -------------------------------------------------------------
 
     def array(self, start: int) -> tuple[tuple[str, ...], int]:
-        """Read ``( word … )`` from the `(` at ``start``; blank lines and comments may be inside."""
+        """Read ``( word … )`` from the `(` at ``start``; may hold blank lines and comments."""
         text, end = self.text, self.end
         self.array_start = start
         items: list[str] = []
@@ -453,9 +459,11 @@ class _Scanner:
                     raise self.error(
                         i, "backslash at the end of the file escapes nothing — remove it"
                     )
-                if text[i + 1] != "\n":  # backslash-newline joins lines, as in the shell
+                if text[i + 1] != "\n":
                     parts.append(text[i + 1])
-                i += 2
+                    i += 2
+                else:
+                    i = self.continuation(i, in_array)
             elif c == "$":
                 i = self.dollar(i, parts, quoted=False)
             elif c == ":":
@@ -472,10 +480,26 @@ class _Scanner:
                 raise self.operator(i)
         return "".join(parts), i
 
+    def continuation(self, i: int, in_array: bool) -> int:
+        """Skip the backslash-newline(s) at ``i`` when they end the word; refuse them inside it.
+
+        Between words a continuation is only a blank.  Inside a word the shell
+        joins the lines before it looks for ``$``, ``~`` or a name, so accepting
+        it there would mean re-doing every look-ahead across line breaks.
+        """
+        text = self.text
+        j = i
+        while text.startswith("\\\n", j):
+            j += 2
+        after = text[j : j + 1]
+        if after and after not in " \t\n" and not (in_array and after == ")"):
+            raise self.error(i, _CONTINUATION)
+        return j
+
     def nested_array(self, i: int, parts: list[str]) -> ConfigSyntaxError:
         so_far = "".join(parts)
         name = so_far.removesuffix("=").removesuffix("+")
-        if so_far.endswith("=") and name and name[0] in _NAME_START and _NAME_CHARS.issuperset(name):
+        if so_far.endswith("=") and _is_name(name):
             line, _ = self.locate(i)  # KEY2=( inside an array: the earlier `)` is missing
             return self.error(
                 self.array_start,
@@ -496,12 +520,18 @@ class _Scanner:
             parts.append(self.variable("HOME", i))
             return i + 1
         j = i + 1
-        while j < self.end and text[j] not in _WORD_END and text[j] not in "/:":
+        while j < self.end and (text[j] in _NAME_CHARS or text[j] in "+-."):
             j += 1
+        if j > i + 1:  # ~user, ~+, ~-: another user's home or a directory-stack entry
+            raise self.error(
+                i,
+                f"`{text[i:j]}` is not expanded — only ~ and ~/… (your own home) are. "
+                "Write the path itself",
+            )
         raise self.error(
             i,
-            f"`{text[i:j]}` is not expanded — only ~ and ~/… (your own home) are. "
-            "Write the path itself",
+            f"a leading ~ followed by `{after}` is not expanded — only ~ and ~/… (your own "
+            "home) are. Write the path itself, or quote a literal tilde: '~'",
         )
 
     def double_quoted(self, i: int, parts: list[str]) -> int:
@@ -525,7 +555,7 @@ class _Scanner:
                     parts.append(nxt)
                     j = k + 2
                 elif nxt == "\n":
-                    j = k + 2
+                    raise self.error(k, _CONTINUATION)
                 else:
                     parts.append("\\")
                     j = k + 1
@@ -544,7 +574,7 @@ class _Scanner:
                 j += 1
             name = text[i + 1 : j]
             if name not in _EXPANDABLE:
-                raise self.error(i, _not_expanded(f"${name}"))
+                raise self.error(i, _not_expanded(f"${name}", name))
             parts.append(self.variable(name, i))
             return j
         if nxt == "{":
@@ -582,7 +612,8 @@ class _Scanner:
             )
         if nxt == "[":
             raise self.error(
-                i, f"arithmetic expansion $[…] is not allowed — {_NEVER}. Write the number itself"
+                i,
+                f"arithmetic expansion $[…] is not allowed — {_NEVER}. Write the number itself",
             )
         if nxt and nxt in _SPECIAL_PARAMETERS:
             raise self.error(i, _not_expanded(f"${nxt}"))
@@ -600,15 +631,23 @@ class _Scanner:
         return value
 
 
+_CONTINUATION = (
+    "backslash-newline inside a value is not allowed — it would join two lines into one word. "
+    "Keep the word on one line (quoted text may span lines without a backslash)"
+)
+
+
 def _is_name(word: str) -> bool:
     return bool(word) and word[0] in _NAME_START and _NAME_CHARS.issuperset(word)
 
 
-def _not_expanded(what: str) -> str:
-    return (
-        f"{what} is not expanded — only $HOME and $USER (or ${{HOME}}, ${{USER}}) are. "
-        "Write the value itself (\\$ or '$' for a literal dollar sign)"
-    )
+def _not_expanded(what: str, name: str = "") -> str:
+    message = f"{what} is not expanded — only $HOME and $USER (or ${{HOME}}, ${{USER}}) are. "
+    for known in ("HOME", "USER"):
+        if name.startswith(known):  # $HOMEDIR meant as $HOME then DIR
+            rest = name[len(known) :]
+            return message + f"Write ${{{known}}}{rest} for ${known} followed by {rest}"
+    return message + "Write the value itself (\\$ or '$' for a literal dollar sign)"
 
 
 def _unknown_key(key: str, known_keys: frozenset[str]) -> str:

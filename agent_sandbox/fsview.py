@@ -174,6 +174,9 @@ class ViewBuilder:
         self.writable()
         self.overlays()
         self.ops.extend(("remount-ro", path) for path in self.remounts)
+        # The root itself is a tmpfs bwrap made; without this, /planted or
+        # /var/x would be writable (if discarded) instead of failing.
+        self.ops.append(("remount-ro", "/"))
         return self.ops
 
 

@@ -206,6 +206,7 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
     from .backends import bwrap
 
     plan = bwrap.plan(policy, command, payloads=payloads, bwrap_path=bwrap.find() or "bwrap")
+
     missing = plan.missing(policy.require)
     if missing:
         reasons = dict(plan.cannot)
@@ -391,6 +392,11 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
 
             sys.stdout.write(dry_run_report(policy, plan, denied))
             return 0
+        if not plan.argv[0].startswith("/"):
+            raise BackendUnavailable(
+                "bwrap is not installed (not found on PATH) — the sandbox cannot be built. "
+                "Install bubblewrap (apt-get install bubblewrap) or ask your admin; the "
+                "command was not run.")
         for warning in policy.warnings:
             say(f"warning: {warning}")
         if not policy.quiet:

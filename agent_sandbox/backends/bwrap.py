@@ -113,8 +113,8 @@ def probe_argv() -> list[str]:
 
 
 def find() -> str | None:
-    for directory in os.environ.get("PATH", "/usr/bin:/bin").split(":") + ["/usr/bin"]:
-        candidate = os.path.join(directory or ".", BWRAP)
-        if os.access(candidate, os.X_OK):
+    for directory in os.environ.get("PATH", "/usr/bin:/bin").split(":"):
+        candidate = os.path.join(directory, BWRAP)
+        if directory.startswith("/") and os.access(candidate, os.X_OK):
             return candidate
     return None

@@ -57,8 +57,9 @@ def error_of(text: str, **kwargs) -> ConfigSyntaxError:
         pytest.param('KEY="a\\nb\\tc"', "a\\nb\\tc", id="double-quote-other-backslash"),
         pytest.param("KEY='a\\b$c`d\"e'", 'a\\b$c`d"e', id="single-quote-literal"),
         pytest.param("KEY=a\\ b\\;c\\$d\\(e\\)", "a b;c$d(e)", id="unquoted-backslash"),
-        pytest.param("KEY=a\\\nb", "ab", id="line-continuation"),
-        pytest.param('KEY="a\\\nb"', "ab", id="continuation-in-double-quotes"),
+        pytest.param("KEY=a\\\n", "a", id="continuation-ends-value"),
+        pytest.param("KEY=a \\\n  # c", "a", id="continuation-then-comment"),
+        pytest.param("\\\nKEY=a", "a", id="continuation-before-key"),
         pytest.param("KEY='line 1\nline 2'", "line 1\nline 2", id="multi-line-single"),
         pytest.param('KEY="line 1\nline 2"', "line 1\nline 2", id="multi-line-double"),
         pytest.param("KEY=a#b", "a#b", id="hash-inside-word"),
@@ -84,6 +85,7 @@ def error_of(text: str, **kwargs) -> ConfigSyntaxError:
         pytest.param("KEY=(a#b #c\n)", ("a#b",), id="array-hash"),
         pytest.param("KEY=(a=b OMP_NUM_THREADS=4)", ("a=b", "OMP_NUM_THREADS=4"), id="array-env"),
         pytest.param("KEY=(a \\\n b)", ("a", "b"), id="array-continuation"),
+        pytest.param("KEY=(a\\\n b\\\n\\\n)", ("a", "b"), id="array-continuation-ends-word"),
         pytest.param("KEY=(a)  # done", ("a",), id="array-trailing-comment"),
         pytest.param("KEY=(a)#done", ("a",), id="array-comment-no-blank"),
         pytest.param("KEY=('a)' \"(b\")", ("a)", "(b"), id="array-quoted-parens"),
@@ -243,7 +245,7 @@ REFUSED = [
     # other parameters
     ("other-variable", "A=$PATH", 1, 3, "$PATH is not expanded — only $HOME and $USER"),
     ("other-variable-quoted", 'A="x$PATH"', 1, 5, "$PATH is not expanded"),
-    ("longer-name", "A=$HOMEDIR", 1, 3, "$HOMEDIR is not expanded"),
+    ("longer-name", "A=$HOMEDIR", 1, 3, "Write ${HOME}DIR for $HOME followed by DIR"),
     ("lowercase-name", "A=$home", 1, 3, "$home is not expanded"),
     ("braced-other", "A=${PATH}", 1, 3, "${PATH} is not expanded"),
     ("default-operator", "A=${HOME:-x}", 1, 3, "parameter expansion ${HOME:-x} is not allowed"),
@@ -341,6 +343,7 @@ REFUSED = [
     ("tilde-user-path", "A=~bob/x", 1, 3, "`~bob` is not expanded"),
     ("tilde-user-array", "A=(x ~bob/y)", 1, 6, "`~bob` is not expanded"),
     ("tilde-plus", "A=~+", 1, 3, "`~+` is not expanded"),
+    ("tilde-then-quote", 'A=~"x"', 1, 3, "a leading ~ followed by `\"` is not expanded"),
     ("tilde-user-after-colon", "A=x:~bob", 1, 5, "`~bob` is not expanded"),
     # nested arrays
     ("nested-array", "A=((a))", 1, 4, "nested arrays are not allowed"),
@@ -352,6 +355,13 @@ REFUSED = [
     ("nul", "A=1\nB='x\0y'", 2, 5, "NUL byte"),
     ("bom", "\ufeffA=1", 1, 1, "byte-order mark"),
     ("backslash-at-eof", "A=x\\", 1, 4, "backslash at the end of the file"),
+    # backslash-newline is a blank between words, never part of one
+    ("continuation-in-word", "KEY=a\\\nb", 1, 6, "backslash-newline inside a value"),
+    ("continuation-in-double-quotes", 'KEY="a\\\nb"', 1, 7, "backslash-newline inside"),
+    ("continuation-before-tilde", "A=\\\n\\\n~/", 1, 3, "backslash-newline inside"),
+    ("continuation-in-array-word", "A=(a\\\nb)", 1, 5, "backslash-newline inside"),
+    ("continuation-after-dollar", "A=$\\\nHOME", 1, 4, "backslash-newline inside"),
+    ("continuation-in-key", "HOME_\\\nACCESS=x", 1, 1, "`HOME_\\` is not an assignment"),
     # columns count characters, not bytes
     ("column-after-unicode", "A=é;", 1, 4, "`;` is not allowed"),
 ]
@@ -490,7 +500,7 @@ for key; do
     declare -n ref="$key"
     if [[ "$(declare -p "$key")" == "declare -a"* ]]; then
         printf 'A\0%s\0' "${#ref[@]}"
-        printf '%s\0' "${ref[@]}"
+        (( ${#ref[@]} )) && printf '%s\0' "${ref[@]}"
     else
         printf 'S\0%s\0' "$ref"
     fi
@@ -506,10 +516,11 @@ BASH_AGREES = [
     "A=a#b # comment\nB=(c#d #e\n)\nC=#x",
     "A=/dev/nvidia*\nB=(/dev/nvidia* {a,b} [ab])\nC=a{b,c}",
     "A=a$\nB=\"a$\"\nC=$/x\nD=(a$ \"$\")\nE=\"$'x\"",
-    "A=x\\\ny\nB=(a \\\n b)\nC=\"p\\\nq\"\nD='multi\nline'\nE=\"multi\nline\"",
+    "A=x\\\n\nB=(a \\\n b c\\\n d)\nC=y \\\n # c\nD='multi\nline'\nE=\"multi\nline\"",
     "  A=1\t# c\n\tB=( x )  # c\nC=true\nD=false",
     "A='a\rb'\nB=(ünï 'cødé')",
     "A=a=b\nB=(OMP_NUM_THREADS=4 K=\"v w\")",
+    "A=()\nB=( # nothing\n)\nB+=()",
 ]
 
 

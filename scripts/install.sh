@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Install agent-sandbox the way a site would (run as root):
+#   - the Debian packages it needs (bubblewrap, firejail, libseccomp, util-linux, python3-venv)
+#   - a virtual environment built from Debian's /usr/bin/python3 in a world-readable
+#     prefix (default /opt/agent-sandbox), holding agent-sandbox and its dependencies
+#   - /usr/local/bin/agent-sandbox on every user's PATH
+# Environment: AGENT_SANDBOX_PREFIX (install prefix), AGENT_SANDBOX_EXTRAS (e.g. "test").
+set -euo pipefail
+
+prefix=${AGENT_SANDBOX_PREFIX:-/opt/agent-sandbox}
+extras=${AGENT_SANDBOX_EXTRAS:-}
+repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+if [ "$(id -u)" -ne 0 ]; then
+    echo "install.sh: run as root (it installs Debian packages and writes $prefix)" >&2
+    exit 1
+fi
+
+packages=(bubblewrap firejail libseccomp2 util-linux passwd python3 python3-venv)
+missing=()
+for package in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+        || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "install.sh: installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+umask 022
+if [ ! -x "$prefix/venv/bin/python" ]; then
+    /usr/bin/python3 -m venv "$prefix/venv"
+fi
+spec="$repo"
+[ -n "$extras" ] && spec="$repo[$extras]"
+# Build from a copy so that a source tree only root can read still installs.
+"$prefix/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-warn-script-location --upgrade --force-reinstall --no-deps "$repo"
+"$prefix/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    --no-warn-script-location "$spec"
+chmod -R a+rX "$prefix"
+ln -sf "$prefix/venv/bin/agent-sandbox" /usr/local/bin/agent-sandbox
+echo "install.sh: agent-sandbox $("$prefix/venv/bin/agent-sandbox" version) installed in $prefix"

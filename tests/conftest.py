@@ -1,0 +1,154 @@
+"""Shared fixtures: an unprivileged user with secrets, and a way to run the
+installed agent-sandbox as that user.
+
+The integration tests must prove the jail works for an ordinary user, so they
+run the installed console script (scripts/install.sh puts it in
+/opt/agent-sandbox) as a user created here, never as root. A missing piece of
+the system makes the test fail with a message naming it; nothing is skipped.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+INSTALLED = "/opt/agent-sandbox/venv/bin/agent-sandbox"
+TEST_USER = "astest"
+OTHER_USER = "asother"
+SECRET_ENV = {
+    "GH_TOKEN": "ghp_secret_token_value",
+    "AWS_SECRET_ACCESS_KEY": "aws-secret-value",
+    "SSH_AUTH_SOCK": "/tmp/ssh-agent.sock",
+    "VAULT_TOKEN": "vault-secret",
+    "ANTHROPIC_API_KEY": "sk-ant-kept-value",
+}
+SECRET_FILES = {
+    ".ssh/id_rsa": "PRIVATE KEY",
+    ".ssh/config": "Host *",
+    ".aws/credentials": "[default]\naws_secret_access_key=x\n",
+    ".gnupg/secring.gpg": "gpg",
+    ".netrc": "machine example.org password hunter2\n",
+    ".config/gh/hosts.yml": "oauth_token: gho_x\n",
+    ".docker/config.json": "{}",
+    ".kube/config": "apiVersion: v1",
+}
+HIDDEN = [".ssh", ".ssh/id_rsa", ".aws", ".aws/credentials", ".gnupg", ".netrc",
+          ".config/gh", ".config/gh/hosts.yml", ".docker/config.json", ".kube",
+          ".local/state/agent-sandbox"]
+
+
+def _ensure_user(name: str) -> pwd.struct_passwd:
+    try:
+        return pwd.getpwnam(name)
+    except KeyError:
+        if os.geteuid() != 0:
+            pytest.fail(f"the tests must run as root to create the test user {name} "
+                        "(run scripts/test.sh as root)")
+        subprocess.run(["useradd", "--create-home", "--shell", "/bin/bash", name], check=True)
+        return pwd.getpwnam(name)
+
+
+@dataclass
+class SandboxUser:
+    name: str
+    uid: int
+    gid: int
+    home: Path
+
+    @property
+    def project(self) -> Path:
+        return self.home / "proj"
+
+    def env(self, **extra: str) -> dict[str, str]:
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(self.home),
+               "USER": self.name, "LOGNAME": self.name, "LANG": "C.UTF-8",
+               "SANDBOX_QUIET": "1", **SECRET_ENV}
+        env.update(extra)
+        return {k: v for k, v in env.items() if v is not None}
+
+    def run(self, argv, *, env=None, cwd=None, input=None, timeout=60, check_setup=True,
+            **kwargs) -> subprocess.CompletedProcess:
+        result = subprocess.run(
+            [str(a) for a in argv], user=self.uid, group=self.gid, extra_groups=[],
+            env=env if env is not None else self.env(), cwd=str(cwd or self.project),
+            input=input, capture_output=True, text=True, timeout=timeout, **kwargs)
+        return result
+
+    def sandbox(self, *command, options=(), **kwargs) -> subprocess.CompletedProcess:
+        """`agent-sandbox run OPTIONS -- COMMAND` as this user."""
+        return self.run([INSTALLED, "run", *options, "--", *command], **kwargs)
+
+    def write(self, relative: str, content: str, mode: int = 0o644) -> Path:
+        path = self.home / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+        path.chmod(mode)
+        for parent in [path, *path.parents]:
+            if parent == self.home.parent:
+                break
+            os.chown(parent, self.uid, self.gid)
+        return path
+
+    def set_config(self, text: str) -> None:
+        self.write(".config/agent-sandbox/sandbox.conf", text)
+
+
+@pytest.fixture(scope="session")
+def installed() -> str:
+    if not os.access(INSTALLED, os.X_OK):
+        pytest.fail(f"{INSTALLED} is missing — run scripts/install.sh (or scripts/test.sh) "
+                    "as root first")
+    if shutil.which("bwrap") is None:
+        pytest.fail("bwrap is not installed — apt-get install bubblewrap (scripts/install.sh)")
+    return INSTALLED
+
+
+@pytest.fixture(scope="session")
+def other_user() -> pwd.struct_passwd:
+    return _ensure_user(OTHER_USER)
+
+
+@pytest.fixture(scope="session")
+def user(installed, other_user) -> SandboxUser:
+    entry = _ensure_user(TEST_USER)
+    sandbox_user = SandboxUser(entry.pw_name, entry.pw_uid, entry.pw_gid, Path(entry.pw_dir))
+    home = sandbox_user.home
+    for relative in (".config/agent-sandbox", ".local/state/agent-sandbox"):
+        shutil.rmtree(home / relative, ignore_errors=True)
+    for relative, content in SECRET_FILES.items():
+        sandbox_user.write(relative, content, 0o600)
+    sandbox_user.write(".bashrc", "# test user's bashrc\n")
+    sandbox_user.write(".gitconfig", "[user]\n\tname = Test User\n")
+    sandbox_user.write(".config/other/settings.txt", "visible when .config is granted\n")
+    shutil.rmtree(sandbox_user.project, ignore_errors=True)
+    sandbox_user.project.mkdir()
+    os.chown(sandbox_user.project, sandbox_user.uid, sandbox_user.gid)
+    (home / ".ssh").chmod(0o700)
+    return sandbox_user
+
+
+@pytest.fixture
+def project(user) -> Path:
+    """A fresh, empty project directory below the user's home."""
+    import uuid
+
+    path = user.project / f"p{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    os.chown(path, user.uid, user.gid)
+    yield path
+    user.set_config("")
+
+
+@pytest.fixture
+def probes(user, project) -> Path:
+    """tests/probes copied into the project, where the sandboxed user can read them."""
+    target = project / "probes"
+    shutil.copytree(Path(__file__).parent / "probes", target)
+    for path in [target, *target.iterdir()]:
+        os.chown(path, user.uid, user.gid)
+    return target
