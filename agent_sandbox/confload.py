@@ -7,16 +7,16 @@ what the earlier layers set. The merged raw values are validated by the
 pydantic model in confmodel.
 
 Validation imports pydantic, which costs more than the whole rest of a launch,
-so the validated result is cached in the user's hidden state directory, keyed
-by a hash of every input (file contents, overrides, $HOME, $USER, version).
-A changed byte anywhere means a new key and a fresh validation. The cache lives
+so the validated result is cached in the user's hidden state directory
+together with every input it was computed from (file contents, overrides,
+$HOME, $USER, version); it is used only when all inputs are equal, so a
+changed byte anywhere means a fresh validation. The cache lives
 under ~/.local/state/agent-sandbox/, which is hidden inside every sandbox, so
 an agent cannot plant a weaker configuration for the next launch.
 """
 from __future__ import annotations
 
-import hashlib
-import json
+import marshal
 import os
 import stat
 
@@ -159,41 +159,41 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
                   cache: bool = True) -> Settings:
     layers = gather_layers(home=home, user=user, admin_path=admin_path)
     overrides = env_overrides(environ) + [("flag", k, v) for k, v in (flags or {}).items()]
-    digest = hashlib.sha256(json.dumps(
-        [__version__, home, user, layers, overrides]).encode()).hexdigest()
-    cache_file = os.path.join(state_dir(home), "cache", f"config-{digest[:32]}.json")
+    inputs = (__version__, home, user, tuple(layers), tuple(overrides))
+    cache_file = os.path.join(state_dir(home), "cache", "config.marshal")
     files = tuple(path for path, _ in layers)
     if cache:
-        cached = _load_cache(cache_file)
+        cached = load_cache(cache_file, inputs)
         if cached is not None:
-            return Settings(cached["values"], cached["origins"], files)
+            return Settings(cached[0], cached[1], files)
     raw, origins = merge(layers, home=home, user=user, overrides=overrides)
     from .confmodel import validate  # pydantic: only on a cache miss
 
     values = validate(raw, origins)
     if cache:
-        _store_cache(cache_file, {"values": values, "origins": origins})
+        store_cache(cache_file, inputs, (values, origins))
     return Settings(values, origins, files)
 
 
-def _load_cache(path: str) -> dict | None:
+def load_cache(path: str, inputs):
+    """The cached result for exactly these inputs, else None. marshal is the
+    fastest reader Python has; an unreadable or foreign file is a miss."""
     try:
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-    except (OSError, ValueError):
+        with open(path, "rb") as handle:
+            stored_inputs, result = marshal.load(handle)
+    except (OSError, EOFError, ValueError, TypeError):
         return None
-    values = {k: tuple(v) if isinstance(v, list) else v for k, v in data["values"].items()}
-    return {"values": values, "origins": data["origins"]}
+    return result if stored_inputs == inputs else None
 
 
-def _store_cache(path: str, data: dict) -> None:
+def store_cache(path: str, inputs, result) -> None:
     """Best effort: a launch never fails because the cache cannot be written."""
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         temp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle)
+        with os.fdopen(fd, "wb") as handle:
+            marshal.dump((inputs, result), handle)
         os.replace(temp, path)
-    except OSError:
+    except (OSError, ValueError):
         pass

@@ -26,6 +26,7 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUI
 RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP,
                                      signal.SIGTTIN, signal.SIGTTOU)
 KNOWN_BACKENDS = ("bwrap", "firejail", "landlock")
+MARKER_PATH = "/run/agent-sandbox/session"   # policy.MARKER_PATH, kept import-free here
 IMPLEMENTED_BACKENDS = ("bwrap",)
 
 
@@ -39,8 +40,6 @@ def inside_sandbox(environ) -> bool:
     the session's marker file on a read-only mount, which only a sandbox has
     (outside, /run/agent-sandbox would need root to create). A stray
     AGENT_SANDBOX=1 in a login shell is not enough."""
-    from .policy import MARKER_PATH
-
     if environ.get("AGENT_SANDBOX") != "1":
         return False
     try:
@@ -150,30 +149,16 @@ def seccomp_payload(policy, home: str):
     """The BPF program for the policy's deny list, cached in the hidden state
     directory (generating it loads libseccomp, which costs more than a launch)."""
     from .backends.base import Payload
-    from .confload import state_dir
+    from .confload import load_cache, state_dir, store_cache
     from .seccomp import compile_filter, deny_list
 
     denied = deny_list(policy.seccomp_extra, no_pid_namespace=policy.backend == "landlock")
-    import hashlib
-
-    key = hashlib.sha256(repr((__version__, os.uname().machine, denied)).encode()).hexdigest()
-    path = os.path.join(state_dir(home), "cache", f"seccomp-{key[:32]}.bpf")
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-        if data and len(data) % 8 == 0:
-            return Payload(data=data), denied
-    except OSError:
-        pass
-    data = compile_filter(denied)
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        temp = f"{path}.{os.getpid()}"
-        with open(temp, "wb") as handle:
-            handle.write(data)
-        os.replace(temp, path)
-    except OSError:
-        pass
+    inputs = (__version__, os.uname().machine, denied)
+    path = os.path.join(state_dir(home), "cache", "seccomp.marshal")
+    data = load_cache(path, inputs)
+    if not isinstance(data, bytes) or not data or len(data) % 8:
+        data = compile_filter(denied)
+        store_cache(path, inputs, data)
     return Payload(data=data), denied
 
 

@@ -16,8 +16,7 @@ entry is checked against the admin's DENIED_WRITABLE_PATHS.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from typing import Mapping
+from typing import NamedTuple
 
 from .envfilter import scrub
 from .errors import PolicyError
@@ -44,29 +43,26 @@ SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/slurm/bin")
 PLACEHOLDER_CONTENT = {".mcp.json": b'{"mcpServers": {}}\n'}
 
 
-@dataclass(frozen=True)
-class LaunchContext:
+class LaunchContext(NamedTuple):
     uid: int
     gid: int
     user: str
     home: str                      # from the password database
-    environ: Mapping[str, str]     # the caller's environment
+    environ: dict                  # the caller's environment
     cwd: str
     project_dir: str | None        # --project-dir, else cwd
     install_paths: tuple[str, ...] # the package and the interpreter prefix
     session_id: str
 
 
-@dataclass(frozen=True)
-class Protected:
+class Protected(NamedTuple):
     path: str
     is_dir: bool
     exists: bool
     placeholder: bytes = b""
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(NamedTuple):
     session_id: str
     backend: str
     project_dir: str
@@ -94,11 +90,14 @@ class Policy:
     network_isolated: bool
     seccomp: bool
     seccomp_extra: tuple[str, ...]
-    env: Mapping[str, str] = field(repr=False)
+    env: dict                            # never printed: it holds API keys
     env_removed: tuple[str, ...] = ()
     require: tuple[str, ...] = ()
     quiet: bool = False
     warnings: tuple[str, ...] = ()
+
+    def __repr__(self) -> str:
+        return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
 
     def is_hidden(self, path: str) -> bool:
         return any(_is_within(path, h) for h in self.hidden)
@@ -212,9 +211,11 @@ def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], 
     binaries = set()
     for directory in dict.fromkeys(d for d in dirs if d.startswith("/")):
         for name in SLURM_COMMANDS:
-            real = os.path.realpath(os.path.join(directory, name))
-            if os.path.isfile(real) and visible(real):
-                binaries.add(real)
+            candidate = os.path.join(directory, name)
+            if os.path.isfile(candidate):
+                real = os.path.realpath(candidate)
+                if visible(real):
+                    binaries.add(real)
     return masks, tuple(sorted(binaries))
 
 

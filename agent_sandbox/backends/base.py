@@ -8,8 +8,7 @@ it with the placeholder names.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Mapping
+from typing import NamedTuple
 
 # SPEC §5: guarantee → one line a person can read.
 GUARANTEE_TEXT = {
@@ -28,8 +27,7 @@ GUARANTEE_TEXT = {
 }
 
 
-@dataclass(frozen=True)
-class FdRef:
+class FdRef(NamedTuple):
     """Where a payload's file descriptor number goes in the argv."""
     name: str
 
@@ -37,26 +35,27 @@ class FdRef:
         return f"<fd:{self.name}>"
 
 
-@dataclass(frozen=True)
-class Payload:
+class Payload(NamedTuple):
     """Bytes handed to the backend through a file descriptor: literal data, or
     the contents of a host file the launcher opens (seeded home files)."""
     data: bytes | None = None
     path: str | None = None
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(NamedTuple):
     backend: str
     argv: tuple                     # str | FdRef
-    payloads: Mapping[str, Payload]
-    env: Mapping[str, str] = field(repr=False)
+    payloads: dict                  # name → Payload
+    env: dict                       # never printed: it holds API keys
     provides: tuple[str, ...]
     cannot: tuple[tuple[str, str], ...]   # (guarantee, why not)
     mounts: tuple = ()              # the ordered view, for --dry-run
     status_fd: str | None = None    # payload-less fd the backend reports status on
 
-    def render(self, fds: Mapping[str, int]) -> list[str]:
+    def __repr__(self) -> str:
+        return f"Plan(backend={self.backend!r}, argv={self.argv!r})"
+
+    def render(self, fds: dict) -> list[str]:
         return [str(fds[a.name]) if isinstance(a, FdRef) else a for a in self.argv]
 
     def missing(self, required) -> tuple[str, ...]:

@@ -480,9 +480,10 @@ def test_config_syntax_error():
 def test_import_stays_light():
     """The parser runs on every launch: importing it must not pull re, dataclasses, difflib."""
     code = (
-        "import sys; sys.path.insert(0, sys.argv[1]); import agent_sandbox.confsyntax; "
+        "import sys; sys.path.insert(0, sys.argv[1]); import agent_sandbox; "
+        "before = set(sys.modules); import agent_sandbox.confsyntax; "
         "print(sorted(m for m in ('re', 'dataclasses', 'difflib', 'typing', 'inspect') "
-        "if m in sys.modules))"
+        "if m in sys.modules and m not in before))"
     )
     out = subprocess.run(
         [sys.executable, "-S", "-c", code, str(REPO)], capture_output=True, text=True, check=True
