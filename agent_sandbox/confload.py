@@ -156,7 +156,7 @@ def env_overrides(environ: dict[str, str]) -> list[tuple[str, str, str]]:
 
 def load_settings(*, home: str, user: str, environ: dict[str, str],
                   flags: dict[str, str] | None = None, admin_path: str = ADMIN_CONFIG,
-                  cache: bool = True) -> Settings:
+                  project_dir: str | None = None, cache: bool = True) -> Settings:
     layers = gather_layers(home=home, user=user, admin_path=admin_path)
     overrides = env_overrides(environ) + [("flag", k, v) for k, v in (flags or {}).items()]
     inputs = (__version__, home, user, tuple(layers), tuple(overrides))

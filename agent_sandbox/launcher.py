@@ -179,7 +179,8 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
 
     ctx = launch_context(project_dir, environ)
     flags = {"SANDBOX_BACKEND": backend} if backend else {}
-    settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags)
+    settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags,
+                             project_dir=ctx.project_dir or ctx.cwd)
     name = choose_backend(settings, None)
     policy = resolve_policy(settings, ctx, backend=name)
     payloads = {"marker": marker_payload(policy)}
