@@ -49,3 +49,67 @@ def bash(ctx: typer.Context) -> None:
 def version() -> None:
     """Print the version."""
     typer.echo(f"agent-sandbox {__version__}")
+
+
+config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+def _settings(project_dir: Optional[str]):
+    import os
+
+    from .confload import load_settings
+    from .launcher import launch_context
+
+    ctx = launch_context(project_dir, os.environ)
+    return load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ,
+                         project_dir=ctx.project_dir or ctx.cwd)
+
+
+def _fail(exc) -> None:
+    import sys
+
+    sys.stderr.write(f"agent-sandbox: {exc}\n")
+    raise typer.Exit(125)
+
+
+@config_app.command("show")
+def config_show(
+    origin: bool = typer.Option(False, "--origin", help="Name the file:line (or default, "
+                                "env, flag) of every value and the admin lock holding it."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    project_dir: Optional[str] = typer.Option(None, "--project-dir",
+                                              help="Apply conf.d files matching this project."),
+) -> None:
+    """Print every effective configuration value (as sandbox.conf syntax)."""
+    from .errors import SandboxError
+    from .introspect import config_show as show
+
+    try:
+        settings = _settings(project_dir)
+    except SandboxError as exc:
+        _fail(exc)
+    typer.echo(show(settings, origin=origin, as_json=as_json), nl=False)
+    for warning in settings.warnings:
+        typer.echo(f"agent-sandbox: warning: {warning}", err=True)
+
+
+@app.command()
+def explain(
+    target: str = typer.Argument(..., help="A path (hidden / read-only / writable / absent?) "
+                                 "or an environment variable name (kept / removed?)."),
+    project_dir: Optional[str] = typer.Option(None, "--project-dir"),
+) -> None:
+    """Say what the sandbox does with PATH or ENV_NAME, and which rule of which layer decided."""
+    import os
+
+    from .errors import SandboxError
+    from .introspect import explain as explain_target
+    from .launcher import build
+
+    try:
+        settings, policy, plan, _ = build(["true"], project_dir=project_dir, backend=None,
+                                          environ=os.environ)
+    except SandboxError as exc:
+        _fail(exc)
+    typer.echo(explain_target(target, settings, policy, plan.mounts), nl=False)

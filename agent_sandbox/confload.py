@@ -47,14 +47,18 @@ def state_dir(home: str) -> str:
 
 
 class Settings:
-    """The effective configuration: validated values plus where each came from."""
+    """The effective configuration: validated values, where each came from,
+    which keys an admin lock holds, and the weakenings that were dropped."""
 
-    __slots__ = ("values", "origins", "files")
+    __slots__ = ("values", "origins", "files", "locks", "warnings")
 
-    def __init__(self, values: dict, origins: dict[str, str], files: tuple[str, ...]):
+    def __init__(self, values: dict, origins: dict[str, str], files: tuple[str, ...],
+                 locks: dict[str, str] | None = None, warnings: tuple[str, ...] = ()):
         self.values = values
         self.origins = origins
         self.files = files
+        self.locks = locks or {}
+        self.warnings = warnings
 
     def __getattr__(self, key: str):
         try:
@@ -65,7 +69,7 @@ class Settings:
     def replace(self, **changes) -> "Settings":
         values = dict(self.values)
         values.update(changes)
-        return Settings(values, self.origins, self.files)
+        return Settings(values, self.origins, self.files, self.locks, self.warnings)
 
 
 def _read(path: str) -> str | None:
@@ -102,52 +106,117 @@ def _read_admin(path: str) -> str | None:
 
 
 def gather_layers(*, home: str, user: str, admin_path: str = ADMIN_CONFIG
-                  ) -> list[tuple[str, str]]:
-    """(path, text) of every config file that applies, in layer order."""
+                  ) -> list[tuple[str, str, str]]:
+    """(kind, path, text) of every config file that may apply, in layer order;
+    kind is default, admin, user or conf.d (applied only on PROJECT_MATCH)."""
     defaults = defaults_path()
     text = _read(defaults)
     if text is None:
         raise ConfigError(f"the shipped defaults {defaults} are missing — the installation "
                           "is broken. Reinstall agent-sandbox.")
-    layers = [(defaults, text)]
+    layers = [("default", defaults, text)]
     admin = _read_admin(admin_path)
     if admin is not None:
-        layers.append((admin_path, admin))
-    user_file = os.path.join(user_config_dir(home), "sandbox.conf")
-    user_text = _read(user_file)
+        layers.append(("admin", admin_path, admin))
+    config_dir = user_config_dir(home)
+    user_text = _read(os.path.join(config_dir, "sandbox.conf"))
     if user_text is not None:
-        layers.append((user_file, user_text))
+        layers.append(("user", os.path.join(config_dir, "sandbox.conf"), user_text))
+    conf_d = os.path.join(config_dir, "conf.d")
+    try:
+        names = sorted(n for n in os.listdir(conf_d) if n.endswith(".conf"))
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(conf_d, name)
+        layer_text = _read(path)
+        if layer_text is not None:
+            layers.append(("conf.d", path, layer_text))
     return layers
 
 
-def merge(layers: list[tuple[str, str]], *, home: str, user: str,
-          overrides: list[tuple[str, str, str]]) -> tuple[dict, dict[str, str]]:
-    """Parse and merge layers; `overrides` are (origin, key, value) applied last.
-    Returns raw values and the origin ("file:line", "env", "flag") of each key."""
+class Merged:
+    """The result of merging layers, before validation."""
+
+    def __init__(self):
+        self.raw: dict = {}
+        self.origins: dict[str, str] = {}
+        self.locks: dict[str, str] = {}      # key → admin file:line holding it
+        self.admin: dict = {}                # key → the admin's value
+        self.warnings: list[str] = []
+        self.files: list[str] = []           # the files that applied, in order
+
+    def assign(self, kind: str, key: str, value, origin: str) -> None:
+        from . import locks
+
+        if kind == "admin":
+            self.admin[key] = value
+            if key in locks.LOCKABLE or key == "BLOCKED_ENV_VARS":
+                self.locks[key] = origin
+        elif key in self.locks:
+            value, warning = locks.enforce(key, self.admin[key], value,
+                                           admin_origin=self.locks[key], origin=origin)
+            if warning:
+                self.warnings.append(warning)
+                if key not in locks.KEEP and key not in locks.NARROW:
+                    return   # a dropped scalar: the earlier (at least as strict) value stays
+        if key == "ALLOWED_ENV_VARS" and kind != "admin" and "BLOCKED_ENV_VARS" in self.locks:
+            value, warning = locks.drop_allowed_blocked(
+                value, self.admin["BLOCKED_ENV_VARS"],
+                admin_origin=self.locks["BLOCKED_ENV_VARS"], origin=origin)
+            if warning:
+                self.warnings.append(warning)
+        self.raw[key] = value
+        self.origins[key] = origin
+
+
+def _project_matches(patterns, project_dir: str | None) -> bool:
+    if not project_dir:
+        return False
+    from fnmatch import fnmatchcase
+
+    candidates = {os.path.normpath(project_dir), os.path.realpath(project_dir)}
+    return any(fnmatchcase(c, os.path.normpath(p)) for c in candidates for p in patterns)
+
+
+def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
+          overrides: list[tuple[str, str, str]], project_dir: str | None = None) -> Merged:
+    """Parse and merge layers; `overrides` are (origin, key, value) applied last
+    (environment, then flags). Admin values act as floors (locks.py)."""
     variables = {"HOME": home, "USER": user}
     known = None   # the shipped defaults assign every key, so they are the key list
-    raw: dict = {}
-    origins: dict[str, str] = {}
-    for path, text in layers:
+    merged = Merged()
+    for kind, path, text in layers:
+        keys = known | {"PROJECT_MATCH"} if kind == "conf.d" else known
         try:
-            assignments = parse_config(text, file=path, variables=variables, known_keys=known)
-            if known is None:
-                known = frozenset(a.key for a in assignments)
+            assignments = parse_config(text, file=path, variables=variables, known_keys=keys)
         except ConfigSyntaxError as exc:
             raise ConfigError(f"{exc}", reason="bad_config_syntax") from None
+        if known is None:
+            known = frozenset(a.key for a in assignments)
+        if kind == "conf.d":
+            patterns = [p for a in assignments if a.key == "PROJECT_MATCH"
+                        for p in (a.value if isinstance(a.value, tuple) else (a.value,))]
+            if not patterns:
+                merged.warnings.append(f"{path}: no PROJECT_MATCH=(…) — this conf.d file "
+                                       "applies to no project and was ignored")
+                continue
+            if not _project_matches(patterns, project_dir):
+                continue
+        merged.files.append(path)
         for item in assignments:
+            if item.key == "PROJECT_MATCH":
+                continue
             value = item.value
             if item.append:
-                previous = raw.get(item.key, ())
+                previous = merged.raw.get(item.key, ())
                 if isinstance(previous, str):
                     previous = (previous,) if previous else ()
                 value = tuple(previous) + tuple(value)
-            raw[item.key] = value
-            origins[item.key] = f"{path}:{item.line}"
+            merged.assign(kind, item.key, value, f"{path}:{item.line}")
     for origin, key, value in overrides:
-        raw[key] = value
-        origins[key] = origin
-    return raw, origins
+        merged.assign(origin, key, value, origin)
+    return merged
 
 
 def env_overrides(environ: dict[str, str]) -> list[tuple[str, str, str]]:
@@ -159,20 +228,21 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
                   project_dir: str | None = None, cache: bool = True) -> Settings:
     layers = gather_layers(home=home, user=user, admin_path=admin_path)
     overrides = env_overrides(environ) + [("flag", k, v) for k, v in (flags or {}).items()]
-    inputs = (__version__, home, user, tuple(layers), tuple(overrides))
+    inputs = (__version__, home, user, tuple(layers), tuple(overrides), project_dir)
     cache_file = os.path.join(state_dir(home), "cache", "config.marshal")
-    files = tuple(path for path, _ in layers)
     if cache:
         cached = load_cache(cache_file, inputs)
         if cached is not None:
-            return Settings(cached[0], cached[1], files)
-    raw, origins = merge(layers, home=home, user=user, overrides=overrides)
+            return Settings(*cached)
+    merged = merge(layers, home=home, user=user, overrides=overrides, project_dir=project_dir)
     from .confmodel import validate  # pydantic: only on a cache miss
 
-    values = validate(raw, origins)
+    values = validate(merged.raw, merged.origins)
+    result = (values, merged.origins, tuple(merged.files), merged.locks,
+              tuple(merged.warnings))
     if cache:
-        store_cache(cache_file, inputs, (values, origins))
-    return Settings(values, origins, files)
+        store_cache(cache_file, inputs, result)
+    return Settings(*result)
 
 
 def load_cache(path: str, inputs):

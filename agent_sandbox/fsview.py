@@ -44,18 +44,21 @@ class ViewBuilder:
         self.hidden = policy.hidden
         self.ops: list[Op] = []
         self.remounts: list[str] = []
+        self.seeded = policy.home_seeded if policy.home_access != "write" else ()
 
     def _hidden(self, path: str) -> bool:
         return any(_is_within(path, h) for h in self.hidden)
 
-    def _contains_hidden(self, path: str) -> bool:
-        return any(_is_within(h, path) and h != path for h in self.hidden)
+    def _contains(self, path: str, paths) -> bool:
+        return any(_is_within(h, path) and h != path for h in paths)
 
     def grant(self, dest: str, mode: str, src: str | None = None) -> None:
         """Make `dest` show the host's `src` (default: dest itself) read-only
-        ("ro") or writable ("rw"), minus hidden paths."""
+        ("ro") or writable ("rw"), minus hidden paths. Both the path as named
+        and its real path are checked, so a symlinked parent cannot smuggle a
+        hidden path in. Seeded files are left out: a `file` op creates them."""
         src = src or dest
-        if self._hidden(dest) or self._hidden(src):
+        if self._hidden(dest) or self._hidden(src) or dest in self.seeded:
             return
         if os.path.islink(src):
             target = os.readlink(src)
@@ -65,20 +68,23 @@ class ViewBuilder:
             return
         if not os.path.lexists(src):
             return
-        if not (self._contains_hidden(src) or self._contains_hidden(dest)) or not os.path.isdir(src):
+        real = os.path.realpath(src)
+        if self._hidden(real):
+            return
+        needs_carving = (self._contains(src, self.hidden) or self._contains(dest, self.hidden)
+                         or self._contains(real, self.hidden) or self._contains(dest, self.seeded))
+        if not needs_carving or not os.path.isdir(src):
             self.ops.append(("ro-bind" if mode == "ro" else "bind", src, dest))
             return
         self.carve(dest, mode, src)
 
-    def carve(self, dest: str, mode: str, src: str, *, skip: frozenset[str] = frozenset()) -> None:
+    def carve(self, dest: str, mode: str, src: str) -> None:
         self.ops.append(("tmpfs", dest, _mode(src)))
         try:
             entries = sorted(os.listdir(src))
         except OSError:
             entries = []
         for name in entries:
-            if name in skip:
-                continue
             self.grant(os.path.join(dest, name), mode, os.path.join(src, name))
         if mode == "ro":
             self.remounts.append(dest)
@@ -127,17 +133,15 @@ class ViewBuilder:
         home = policy.home
         self.ops.append(("tmpfs", home, _mode(home)))
         access = policy.home_access
-        seeded = policy.home_seeded if access != "write" else ()
         if access in ("read", "write"):
-            skip = frozenset(os.path.basename(p) for p in seeded if os.path.dirname(p) == home)
             self.ops.pop()
-            self.carve(home, "ro" if access == "read" else "rw", home, skip=skip)
+            self.carve(home, "ro" if access == "read" else "rw", home)
             if access == "read":
                 self.remounts.remove(home)   # its top level stays a tmpfs for seeded files
         else:
             for path in policy.home_readonly:
                 self.grant(path, "ro")
-        for index, path in enumerate(seeded):
+        for index, path in enumerate(self.seeded):
             self.ops.append(("file", f"seed-{index}", path, 0o644))
         if access == "restricted":
             self.remounts.append(home)

@@ -271,8 +271,16 @@ def run_plan(plan) -> int:
         read_status, write_status = os.pipe()
         os.set_inheritable(write_status, True)
         fds[plan.status_fd] = write_status
-    for name, payload in plan.payloads.items():
-        fds[name] = _payload_fd(name, payload)
+    try:
+        for name, payload in plan.payloads.items():
+            fds[name] = _payload_fd(name, payload)
+    except OSError as exc:
+        for fd in fds.values():
+            os.close(fd)
+        if read_status is not None:
+            os.close(read_status)
+        raise BackendUnavailable(f"cannot prepare the sandbox's input {name} — {exc}. "
+                                 "The command was not run.") from None
     argv = plan.render(fds)
     launcher = _pdeathsig_wrapper() + argv
     try:

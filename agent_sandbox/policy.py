@@ -25,6 +25,7 @@ from .errors import PolicyError
 CREDENTIAL_DIRS = (
     ".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud",
     ".password-store", ".local/state/agent-sandbox", ".local/share/keyrings",
+    ".netrc", ".config/gh",
 )
 # /run is a tmpfs; only what DNS needs comes back (never munge or D-Bus).
 RUN_DNS_PATHS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager/resolv.conf")
@@ -157,9 +158,10 @@ def _existing(paths) -> tuple[str, ...]:
     return tuple(p for p in paths if os.path.lexists(p))
 
 
-def _writable_entries(candidates, *, hidden, denied, warnings, key) -> tuple[str, ...]:
-    """Drop writable entries that are symlinks, lie under (or contain) a hidden
-    path or lie under a denied path — each with a warning naming the key."""
+def _writable_entries(candidates, *, hidden, denied, warnings, key, denied_origin="") -> tuple[str, ...]:
+    """Drop writable entries that are symlinks, lie under a hidden path or lie
+    under a denied path — each with a warning naming the key. (An entry that
+    contains a hidden path is kept; the view carves the hidden path out.)"""
     kept = []
     for path in candidates:
         if not os.path.lexists(path):
@@ -171,7 +173,7 @@ def _writable_entries(candidates, *, hidden, denied, warnings, key) -> tuple[str
         elif any(_is_within(path, h) or _is_within(real, h) for h in hidden):
             reason = "it lies under a hidden path"
         elif any(_is_within(real, d) for d in denied):
-            reason = "it lies under a DENIED_WRITABLE_PATHS entry"
+            reason = f"it lies under a DENIED_WRITABLE_PATHS entry ({denied_origin})"
         if reason:
             warnings.append(f"{key}: dropped {path} — {reason}")
         else:
@@ -220,30 +222,40 @@ def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], 
 
 
 def resolve_policy(settings, ctx: LaunchContext, *, backend: str) -> Policy:
-    warnings: list[str] = []
+    warnings: list[str] = list(getattr(settings, "warnings", ()))
     home = ctx.home
     hidden = _hidden_paths(settings, home)
     project = resolve_project(settings, ctx, hidden)
     cwd_real = os.path.realpath(ctx.cwd)
     workdir = cwd_real if _is_within(cwd_real, project) else project
     denied = tuple(os.path.realpath(p) for p in settings.DENIED_WRITABLE_PATHS)
+    origins = getattr(settings, "origins", {})
+    denied_origin = getattr(settings, "locks", {}).get(
+        "DENIED_WRITABLE_PATHS", origins.get("DENIED_WRITABLE_PATHS", "default"))
 
+    for key in ("HOME_READONLY", "HOME_WRITABLE", "HOME_SEEDED_FILES"):
+        for entry in getattr(settings, key):
+            if entry.startswith("/") and not _is_within(os.path.normpath(entry), home):
+                warnings.append(f"{key}: dropped {entry} — home entries must lie under "
+                                f"{home}; use READONLY_MOUNTS or EXTRA_WRITABLE_PATHS")
     home_writable = _writable_entries(
-        (_home_path(home, e) for e in settings.HOME_WRITABLE),
-        hidden=hidden, denied=denied, warnings=warnings, key="HOME_WRITABLE")
+        (p for p in (_home_path(home, e) for e in settings.HOME_WRITABLE)
+         if _is_within(p, home)),
+        hidden=hidden, denied=denied, warnings=warnings, key="HOME_WRITABLE",
+        denied_origin=denied_origin)
     extra_writable = _writable_entries(
         settings.EXTRA_WRITABLE_PATHS, hidden=hidden, denied=denied, warnings=warnings,
-        key="EXTRA_WRITABLE_PATHS")
+        key="EXTRA_WRITABLE_PATHS", denied_origin=denied_origin)
     if any(_is_within(project, d) for d in denied):
         raise PolicyError(f"refusing project directory {project} — it lies under a path the "
                           "site admin made never-writable (DENIED_WRITABLE_PATHS). Use a "
                           "project directory elsewhere.", reason="bad_project_dir")
     home_readonly = tuple(
         p for p in _existing(_home_path(home, e) for e in settings.HOME_READONLY)
-        if not any(_is_within(p, h) or _is_within(os.path.realpath(p), h) for h in hidden))
+        if _is_within(p, home) and not any(_is_within(p, h) or _is_within(os.path.realpath(p), h) for h in hidden))
     home_seeded = tuple(
         p for p in _existing(_home_path(home, e) for e in settings.HOME_SEEDED_FILES)
-        if os.path.isfile(p) and not any(_is_within(os.path.realpath(p), h) for h in hidden))
+        if _is_within(p, home) and os.path.isfile(p) and not any(_is_within(os.path.realpath(p), h) for h in hidden))
 
     run_binds = list(RUN_DNS_PATHS)
     if not settings.FILTER_PASSWD:
@@ -262,6 +274,10 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str) -> Policy:
     if settings.PRIVATE_TMP and "TMPDIR" in env and not _is_within(env["TMPDIR"], project):
         env["TMPDIR"] = "/tmp"   # the caller's TMPDIR is not visible inside
 
+    # Denied paths are never writable, not even inside a writable tree; they
+    # are kept read-only by real path, so a symlinked name cannot dodge it.
+    protected = _protected(settings, project, home) + tuple(
+        Protected(r, os.path.isdir(r), True) for r in denied if os.path.exists(r))
     system = _existing(settings.READONLY_MOUNTS)
     slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ)
     for item in _protected(settings, project, home):
@@ -275,7 +291,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str) -> Policy:
         system_readonly=system,
         home_readonly=home_readonly, home_writable=home_writable, home_seeded=home_seeded,
         extra_writable=extra_writable, hidden=hidden,
-        protected=_protected(settings, project, home), readonly_overlays=overlays,
+        protected=protected, readonly_overlays=overlays,
         run_binds=_existing(run_binds), slurm_masks=slurm_masks,
         slurm_binaries=slurm_binaries, devices=_devices(settings),
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,

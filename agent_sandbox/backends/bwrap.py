@@ -78,7 +78,8 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
     ops = mount_ops(policy)
     payloads = dict(payloads)
     for index, path in enumerate(policy.home_seeded):
-        payloads[f"seed-{index}"] = Payload(path=path)
+        # dotfile managers make these symlinks; the policy checked the target
+        payloads[f"seed-{index}"] = Payload(path=os.path.realpath(path))
 
     argv: list = [bwrap_path, "--unshare-user", "--unshare-pid", "--unshare-uts",
                   "--unshare-cgroup-try"]

@@ -136,7 +136,7 @@ def test_shipped_default_patterns_cover_spec_examples():
                  "KUBECONFIG", "KUBE_CONTEXT", "SLURM_JWT", "DOCKER_HOST", "CI_JOB_TOKEN",
                  "GITLAB_TOKEN", "DATABASE_URL", "PGPASSWORD", "MYSQL_PWD", "KRB5CCNAME",
                  "SLURM_CONF", "DBUS_SESSION_BUS_ADDRESS", "GOOGLE_APPLICATION_CREDENTIALS",
-                 "npm_config__authtoken", "my_passwd"):
+                 "my_passwd"):
         assert is_removed(name, **kwargs), name
     for name in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "OPENAI_API_KEY",
                  "GEMINI_API_KEY", "PATH", "LANG", "TERM", "SLURM_JOB_ID", "HOME"):
