@@ -6,4 +6,19 @@ set -euo pipefail
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AGENT_SANDBOX_EXTRAS=test "$repo/scripts/install.sh"
 cd "$repo"
-exec /opt/agent-sandbox/venv/bin/python -m pytest -p no:cacheprovider -ra "$@" tests
+
+# A real single-node Slurm cluster for the chaperon's tests, stopped whatever the
+# tests do: the exit code is pytest's, or 1 when only the stop failed.
+stop_slurm() {
+    local rc=$?
+    trap - EXIT
+    if ! "$repo/scripts/slurm-cluster.sh" stop; then
+        echo "test.sh: scripts/slurm-cluster.sh stop failed" >&2
+        if ((rc == 0)); then rc=1; fi
+    fi
+    exit "$rc"
+}
+trap stop_slurm EXIT
+"$repo/scripts/slurm-cluster.sh" start
+
+/opt/agent-sandbox/venv/bin/python -m pytest -p no:cacheprovider -ra "$@" tests

@@ -152,3 +152,57 @@ def probes(user, project) -> Path:
     for path in [target, *target.iterdir()]:
         os.chown(path, user.uid, user.gid)
     return target
+
+
+# --- Slurm: a real single-node cluster (scripts/slurm-cluster.sh) -----------------
+
+SLURM_SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "slurm-cluster.sh"
+
+
+@dataclass(frozen=True)
+class SlurmCluster:
+    """What the tests need to know of the running cluster."""
+    node: str
+    partitions: tuple[str, ...]      # the default partition first
+    default_partition: str
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster() -> SlurmCluster:
+    """Bring the real Slurm cluster up (idempotent, quick when it already runs).
+
+    A cluster that cannot be started fails the test with the script's output; the
+    test is never skipped. scripts/test.sh stops the cluster after the run."""
+    if os.geteuid() != 0:
+        pytest.fail("the Slurm tests must run as root to start the cluster "
+                    "(run scripts/test.sh as root)")
+    try:
+        result = subprocess.run(["bash", str(SLURM_SCRIPT), "start"], capture_output=True,
+                                text=True, timeout=900, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{SLURM_SCRIPT} start did not finish within {exc.timeout}s:\n"
+                    f"{exc.stdout or ''}{exc.stderr or ''}")
+    if result.returncode != 0:
+        pytest.fail(f"{SLURM_SCRIPT} start failed (exit {result.returncode}):\n"
+                    f"{result.stdout}{result.stderr}")
+    info = subprocess.run(["sinfo", "-h", "-o", "%P %N"], capture_output=True, text=True,
+                          timeout=30)
+    if info.returncode != 0 or not info.stdout.strip():
+        pytest.fail(f"sinfo failed after the cluster started: {info.stdout}{info.stderr}")
+    partitions, nodes = [], set()
+    default = None
+    for line in info.stdout.split("\n"):
+        if not line.strip():
+            continue
+        name, nodelist = line.split()
+        if name.endswith("*"):
+            name = name[:-1]
+            default = name
+        partitions.append(name)
+        nodes.add(nodelist)
+    if default is None or len(nodes) != 1:
+        pytest.fail(f"unexpected sinfo output (want one node, a default partition):\n"
+                    f"{info.stdout}")
+    partitions.sort(key=lambda p: p != default)
+    return SlurmCluster(node=nodes.pop(), partitions=tuple(partitions),
+                        default_partition=default)
