@@ -127,6 +127,13 @@ class ViewBuilder:
         for path in self.policy.run_binds:
             self.grant(path, "ro")
         self.ops.append(("ro-data", "marker", MARKER_PATH, 0o444))
+        if self.policy.chaperon_dir:
+            from chaperon.session import SANDBOX_DIR, STUB_BIN, STUB_COMMANDS
+
+            self.ops.append(("bind", self.policy.chaperon_dir, SANDBOX_DIR))
+            self.ops.append(("ro-data", "stub", f"{STUB_BIN}/.stub", 0o755))
+            for name in STUB_COMMANDS:
+                self.ops.append(("symlink", ".stub", f"{STUB_BIN}/{name}"))
 
     def home(self) -> None:
         policy = self.policy
@@ -167,6 +174,8 @@ class ViewBuilder:
             self.ops.append(("ro-bind", item.path, item.path))
         for path in self.policy.readonly_overlays:
             self.grant(path, "ro")
+        if self.policy.staging_dir:
+            self.ops.append(("ro-bind", self.policy.staging_dir, self.policy.staging_dir))
 
     def build(self) -> list[Op]:
         self.system()

@@ -96,6 +96,8 @@ class Policy(NamedTuple):
     require: tuple[str, ...] = ()
     quiet: bool = False
     warnings: tuple[str, ...] = ()
+    chaperon_dir: str | None = None      # this session's chaperon directory (host path)
+    staging_dir: str | None = None       # job output staging, read-only inside
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -221,7 +223,9 @@ def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], 
     return masks, tuple(sorted(binaries))
 
 
-def resolve_policy(settings, ctx: LaunchContext, *, backend: str) -> Policy:
+def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
+                   chaperon: tuple[str, str] | None = None) -> Policy:
+    """`chaperon` is (session dir, staging dir) when a chaperon serves Slurm."""
     warnings: list[str] = list(getattr(settings, "warnings", ()))
     home = ctx.home
     hidden = _hidden_paths(settings, home)
@@ -271,6 +275,11 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str) -> Policy:
         forced={"HOME": home, "USER": ctx.user, "LOGNAME": ctx.user, "AGENT_SANDBOX": "1",
                 "SANDBOX_BACKEND": backend, "SANDBOX_PROJECT_DIR": project,
                 "AGENT_SANDBOX_SESSION": ctx.session_id, "PWD": workdir})
+    if chaperon:
+        from chaperon.session import ENV_SESSION_DIR, SANDBOX_DIR, STUB_BIN
+
+        env["PATH"] = f"{STUB_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
+        env[ENV_SESSION_DIR] = SANDBOX_DIR
     if settings.PRIVATE_TMP and "TMPDIR" in env and not _is_within(env["TMPDIR"], project):
         env["TMPDIR"] = "/tmp"   # the caller's TMPDIR is not visible inside
 
@@ -299,4 +308,6 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str) -> Policy:
         network_isolated=settings.NETWORK_MODE == "isolated",
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
-        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings))
+        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings),
+        chaperon_dir=chaperon[0] if chaperon else None,
+        staging_dir=chaperon[1] if chaperon else None)

@@ -1,0 +1,152 @@
+"""Starting and stopping the chaperon for one sandbox session (SPEC §9
+"Transport and lifecycle").
+
+Before the sandbox starts: a private directory (0700) with the announcement
+FIFO (0600) and the connection directory, the job-output staging directory of
+the project (it must exist before the mounts are computed, so it is never
+writable inside), and the chaperon process itself, outside the sandbox, in its
+own process group, fed its configuration through a pipe. The chaperon dies
+with the launcher (PR_SET_PDEATHSIG and parent polling); `stop` ends it and
+removes the directory in the normal exit paths.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+
+from .policy import SLURM_COMMANDS
+
+
+def wanted(settings, policy) -> bool:
+    """A chaperon runs when CHAPERON=true and this host has Slurm (sbatch)."""
+    return bool(settings.CHAPERON) and any(
+        os.path.basename(p) == "sbatch" for p in policy.slurm_binaries)
+
+
+def runtime_dir() -> str:
+    candidate = os.environ.get("XDG_RUNTIME_DIR", "")
+    try:
+        info = os.stat(candidate)
+        if candidate.startswith("/") and info.st_uid == os.getuid() and not info.st_mode & 0o077:
+            return candidate
+    except OSError:
+        pass
+    return tempfile.gettempdir()
+
+
+def staging_dir(home: str, project_dir: str) -> str:
+    from chaperon.ledger import project_hash
+
+    return os.path.join(home, ".local", "share", "agent-sandbox", "jobs",
+                        project_hash(project_dir))
+
+
+def _real_binaries(policy) -> dict[str, str]:
+    found = {}
+    for path in policy.slurm_binaries:
+        name = os.path.basename(path)
+        if name in SLURM_COMMANDS:
+            found.setdefault(name, path)
+    return found
+
+
+class ChaperonSession:
+    def __init__(self, directory: str, staging: str, pid: int):
+        self.directory = directory
+        self.staging = staging
+        self.pid = pid
+
+    @classmethod
+    def start(cls, settings, policy) -> "ChaperonSession":
+        from chaperon.session import ANNOUNCE_FIFO, CONN_DIR, SANDBOX_DIR
+
+        from .confload import state_dir
+        from .errors import SandboxError
+
+        directory = tempfile.mkdtemp(prefix=f"agent-sandbox-{policy.session_id}-",
+                                     dir=runtime_dir())
+        os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
+        os.mkdir(os.path.join(directory, CONN_DIR), 0o700)
+        staging = staging_dir(policy.home, policy.project_dir)
+        os.makedirs(staging, mode=0o700, exist_ok=True)
+        config = {
+            "session_id": policy.session_id, "session_dir": directory,
+            "visible_dir": SANDBOX_DIR if policy.backend != "landlock" else directory,
+            "project_dir": policy.project_dir, "staging_dir": staging,
+            "state_dir": state_dir(policy.home), "launcher_pid": os.getpid(),
+            "slurm_scope": settings.SLURM_SCOPE, "slurm_binaries": _real_binaries(policy),
+            "log_level": settings.CHAPERON_LOG_LEVEL,
+            "retain_days": settings.CHAPERON_LOG_RETAIN_DAYS,
+            "allowed_partitions": list(settings.SLURM_ALLOWED_PARTITIONS),
+            "max_jobs": settings.SLURM_MAX_JOBS, "backend": policy.backend,
+            "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
+            "home": policy.home, "user": policy.user,
+            "overrides": {k: policy_value for k, policy_value in _overrides(settings).items()},
+        }
+        # Opened here and inherited, so the FIFO has a reader from the first
+        # instant: a stub called while the chaperon is still starting waits
+        # for its answer instead of being told the chaperon is gone.
+        announce_fd = os.open(os.path.join(directory, ANNOUNCE_FIFO),
+                              os.O_RDWR | os.O_NONBLOCK)
+        os.set_inheritable(announce_fd, True)
+        config["announce_fd"] = announce_fd
+        read_fd, write_fd = os.pipe()
+        os.set_inheritable(read_fd, True)
+        env = {k: v for k, v in os.environ.items()
+               if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "USER", "LOGNAME")}
+        argv = [sys.executable, "-I", "-m", "chaperon.server", "--config-fd", str(read_fd)]
+        try:
+            pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0,
+                                 setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE))
+        except OSError as exc:
+            for fd in (read_fd, write_fd, announce_fd):
+                os.close(fd)
+            raise SandboxError(f"cannot start the Slurm proxy (chaperon) — {exc}. Set "
+                               "CHAPERON=false to run without Slurm.") from None
+        os.close(read_fd)
+        os.close(announce_fd)
+        with os.fdopen(write_fd, "wb") as handle:
+            handle.write(json.dumps(config).encode())
+        return cls(directory, staging, pid)
+
+    def stub_payload(self):
+        """The stub every Slurm name inside points to: the system python in
+        isolated mode, importing only our stdlib-only client code."""
+        from .backends.base import Payload
+
+        site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        script = ("#!/usr/bin/python3 -IS\n"
+                  "import sys\n"
+                  f"sys.path.insert(0, {site!r})\n"
+                  "from stubs.client import main\n"
+                  "sys.exit(main())\n")
+        return Payload(data=script.encode())
+
+    def stop(self) -> None:
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + 2.0
+        while True:
+            done, _ = os.waitpid(self.pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        if not done:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        import shutil
+
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _overrides(settings) -> dict:
+    """The values the session got from the environment or flags: a job must
+    run under the same policy, so the wrapper re-applies exactly these."""
+    return {key: settings.values[key] for key, origin in settings.origins.items()
+            if origin in ("env", "flag")}

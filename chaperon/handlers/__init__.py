@@ -1,0 +1,130 @@
+"""Handler table: one module per Slurm command, each a short declaration over
+the shared pieces here (the real-command runner, the refusal format) and in
+chaperon/options.py (the option parser and validator).
+
+A handler is `handle(ctx, request, out) -> exit code`. It writes the real
+command's bytes through `out` (stdout/stderr frames) or a refusal in the
+`agent-sandbox: <command>: <what> — <why>. <how instead>` format, exit 1.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import subprocess
+
+from ..ledger import Ledger
+
+# Stubs that exist but are refused, each with the reason and the way forward.
+BLOCKED = {
+    "salloc": ("interactive allocations are not available inside the sandbox",
+               "Use sbatch for batch work, or srun for a single step"),
+    "sattach": ("attaching to a running step would bypass the sandbox's I/O rules",
+                "Read the job's output file instead"),
+    "sbcast": ("broadcasting files to compute nodes writes outside the project",
+               "Keep inputs in the project directory; jobs see it"),
+    "scrontab": ("recurring jobs would outlive the sandbox session",
+                 "Submit individual jobs with sbatch"),
+    "scrun": ("OCI containers are not sandboxed by agent-sandbox",
+              "Run the workload with sbatch or srun"),
+    "strigger": ("triggers run programs outside any sandbox",
+                 "Poll with squeue or use sbatch --dependency"),
+    "sreport": ("reports enumerate other users and accounts",
+                "Use sacct for your own jobs"),
+}
+
+
+class Context:
+    """What every handler may use: the session's configuration, the audit
+    log, the ledger and the real Slurm binaries."""
+
+    def __init__(self, config: dict, log):
+        self.config = config
+        self.log = log
+        self.project_dir = config["project_dir"]
+        self.session_id = config["session_id"]
+        self.scope = config.get("slurm_scope", "project")
+        self.binaries: dict[str, str] = config.get("slurm_binaries", {})
+        self.ledger = Ledger(config["state_dir"], self.session_id, self.project_dir)
+
+    def binary(self, name: str) -> str | None:
+        return self.binaries.get(name)
+
+
+def refuse(ctx: Context, out, command: str, reason: str, what: str, why: str,
+           fix: str) -> int:
+    ctx.log.refusal(command, reason, f"{what} — {why}")
+    out.stderr(f"agent-sandbox: {command}: {what} — {why}. {fix}\n".encode())
+    return 1
+
+
+def run_real(out, argv: list[str], *, env: dict, cwd: str, stdin: bytes = b"",
+             capture: bool = False):
+    """Run a real Slurm command and stream its stdout/stderr as produced.
+    With capture=True stdout is collected and returned instead of streamed.
+    Returns (exit code, captured stdout)."""
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
+                            close_fds=True, start_new_session=True)
+    if stdin:
+        try:
+            proc.stdin.write(stdin)
+            proc.stdin.close()
+        except BrokenPipeError:
+            pass
+    captured: list[bytes] = []
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ, "stdout")
+    selector.register(proc.stderr, selectors.EVENT_READ, "stderr")
+    try:
+        open_streams = 2
+        while open_streams:
+            for key, _ in selector.select():
+                data = os.read(key.fileobj.fileno(), 65536)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    open_streams -= 1
+                elif key.data == "stdout":
+                    captured.append(data) if capture else out.stdout(data)
+                else:
+                    out.stderr(data)
+    except BaseException:
+        proc.kill()   # the client went away: do not leave the real command behind
+        raise
+    finally:
+        selector.close()
+        proc.stdout.close()
+        proc.stderr.close()
+    code = proc.wait()
+    return (128 - code if code < 0 else code), b"".join(captured)
+
+
+def blocked(ctx: Context, request, out) -> int:
+    what, fix = BLOCKED.get(request.command, (
+        f"{request.command} is not a Slurm command the sandbox proxies",
+        "Use sbatch, srun, squeue, scancel, scontrol, sacct, sinfo or sdiag"))
+    return refuse(ctx, out, request.command, "blocked_command",
+                  f"{request.command} is refused", what, fix)
+
+
+def _table() -> dict:
+    from . import passthrough, sbatch, squeue, srun
+
+    return {
+        "sbatch": sbatch.handle,
+        "srun": srun.handle,
+        "squeue": squeue.handle,
+        "sinfo": passthrough.handle,
+        "sdiag": passthrough.handle,
+    }
+
+
+HANDLERS: dict = {}
+
+
+def dispatch(ctx: Context, request, out) -> int:
+    if not HANDLERS:
+        HANDLERS.update(_table())
+    handler = HANDLERS.get(request.command, blocked)
+    ctx.log.request(request.command, [os.fsdecode(a) for a in request.args],
+                    os.fsdecode(request.cwd))
+    return handler(ctx, request, out)

@@ -1,0 +1,7 @@
+"""srun (placeholder until the option validator lands)."""
+from . import refuse
+
+
+def handle(ctx, request, out) -> int:
+    return refuse(ctx, out, "srun", "not_ready", "srun is refused",
+                  "job submission from the sandbox is not finished yet", "Submit from outside")

@@ -1,0 +1,54 @@
+"""The chaperon session directory: names and limits both sides agree on.
+
+Layout of a session directory (created by the launcher, mode 0700, outside
+the sandbox, bound into it at SANDBOX_DIR):
+
+    req        the announcement FIFO (0600): one short line per request
+    conn/      per-request FIFO pairs made by the stubs: NAME.req, NAME.resp
+
+Why two levels: a FIFO shared by concurrent writers interleaves any write
+larger than PIPE_BUF, and a writer that stalls mid-frame would hold everyone
+else up. So a stub writes its whole CHAPERON/1 request frame into its own
+FIFO and only announces it on the shared one with a line far below PIPE_BUF
+(atomic). A stalled, flooding or hostile client then ties up only its own
+handler thread, never another client's answer.
+
+Stdlib only, no imports beyond os: the stubs import this on every Slurm call.
+"""
+from __future__ import annotations
+
+SANDBOX_DIR = "/run/agent-sandbox/chaperon"   # where the sandbox sees the session dir
+STUB_BIN = "/run/agent-sandbox/bin"           # stubs, first on PATH inside
+ANNOUNCE_FIFO = "req"
+CONN_DIR = "conn"
+ENV_SESSION_DIR = "AGENT_SANDBOX_CHAPERON"
+# "\n" first: whatever garbage a hostile writer left without a newline, the
+# announcement still starts a line of its own.
+ANNOUNCE_PREFIX = b"\nCHAPERON/1 CONNECT "
+MAX_ANNOUNCE = 128
+NAME_CHARS = frozenset("0123456789abcdef")
+NAME_LENGTH = 32
+# Proxied commands and refused ones: every name exists inside (SPEC §9 Stubs).
+STUB_COMMANDS = ("sbatch", "srun", "squeue", "scancel", "scontrol", "sacct", "sacctmgr",
+                 "sinfo", "sstat", "sprio", "sshare", "sdiag", "salloc", "sattach", "sbcast",
+                 "scrontab", "scrun", "strigger", "sreport")
+SILENCE_TIMEOUT = 30.0     # the stub gives up after this long without a byte
+HEARTBEAT_INTERVAL = 5.0   # the chaperon sends ALIVE at least this often
+
+
+def valid_name(name: str) -> bool:
+    return len(name) == NAME_LENGTH and set(name) <= NAME_CHARS
+
+
+def announcement(name: str) -> bytes:
+    return ANNOUNCE_PREFIX + name.encode() + b"\n"
+
+
+def parse_announcement(line: bytes) -> str | None:
+    """The connection name in one announcement line (without its newline), or
+    None for anything else — garbage is ignored, never an error."""
+    prefix = ANNOUNCE_PREFIX[1:]
+    if not line.startswith(prefix) or len(line) > MAX_ANNOUNCE:
+        return None
+    name = line[len(prefix):].decode("ascii", "replace")
+    return name if valid_name(name) else None
