@@ -71,13 +71,12 @@ class SandboxUser:
         env.update(extra)
         return {k: v for k, v in env.items() if v is not None}
 
-    def run(self, argv, *, env=None, cwd=None, input=None, timeout=60, check_setup=True,
+    def run(self, argv, *, env=None, cwd=None, input=None, timeout=60, text=True,
             **kwargs) -> subprocess.CompletedProcess:
-        result = subprocess.run(
+        return subprocess.run(
             [str(a) for a in argv], user=self.uid, group=self.gid, extra_groups=[],
             env=env if env is not None else self.env(), cwd=str(cwd or self.project),
-            input=input, capture_output=True, text=True, timeout=timeout, **kwargs)
-        return result
+            input=input, capture_output=True, text=text, timeout=timeout, **kwargs)
 
     def sandbox(self, *command, options=(), **kwargs) -> subprocess.CompletedProcess:
         """`agent-sandbox run OPTIONS -- COMMAND` as this user."""

@@ -53,16 +53,19 @@ class Context:
 def refuse(ctx: Context, out, command: str, reason: str, what: str, why: str,
            fix: str) -> int:
     ctx.log.refusal(command, reason, f"{what} — {why}")
-    out.stderr(f"agent-sandbox: {command}: {what} — {why}. {fix}\n".encode())
+    end = "" if fix.endswith((".", "!", "?")) else "."
+    out.stderr(f"agent-sandbox: {command}: {what} — {why}. {fix}{end}\n".encode())
     return 1
 
 
 def run_real(out, argv: list[str], *, env: dict, cwd: str, stdin: bytes = b"",
              capture: bool = False):
     """Run a real Slurm command and stream its stdout/stderr as produced.
+    argv[0] is the binary's absolute path; the program sees its plain name as
+    argv[0], as when the user runs it, so its messages read the same.
     With capture=True stdout is collected and returned instead of streamed.
     Returns (exit code, captured stdout)."""
-    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+    proc = subprocess.Popen([os.path.basename(argv[0]), *argv[1:]], executable=argv[0], stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
                             close_fds=True, start_new_session=True)
     if stdin:

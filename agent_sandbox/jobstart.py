@@ -1,0 +1,74 @@
+"""The first step of a batch job inside its sandbox (stdlib only; run as
+`python3 -IS jobstart.py SPEC`). It links the output paths the user asked for
+to the staging files slurmstepd writes (so a symlink the agent planted at
+such a path can never redirect slurmstepd, which runs outside the sandbox),
+then execs the snapshotted job script with its arguments.
+
+SPEC is a JSON file in the chaperon's staging directory (read-only here):
+{"script": path, "args": [...], "workdir": dir, "links": [[requested, staged]]}
+where both link ends may hold Slurm's filename patterns (%j %A %a %x %u %N …).
+"""
+import json
+import os
+import socket
+import sys
+
+
+def expand(pattern: str, env) -> str:
+    """Slurm's filename patterns, as far as a batch step needs them."""
+    values = {
+        "j": env.get("SLURM_JOB_ID", ""), "J": env.get("SLURM_JOB_ID", ""),
+        "A": env.get("SLURM_ARRAY_JOB_ID", env.get("SLURM_JOB_ID", "")),
+        "a": env.get("SLURM_ARRAY_TASK_ID", "4294967294"),
+        "x": env.get("SLURM_JOB_NAME", ""), "u": env.get("USER", ""),
+        "N": socket.gethostname().split(".")[0], "n": "0", "t": "0", "s": "batch",
+    }
+    out, i = [], 0
+    while i < len(pattern):
+        char = pattern[i]
+        if char != "%":
+            out.append(char)
+            i += 1
+            continue
+        j = i + 1
+        while j < len(pattern) and pattern[j].isdigit():
+            j += 1
+        if j >= len(pattern):
+            out.append(pattern[i:])
+            break
+        key, width = pattern[j], pattern[i + 1:j]
+        if key == "%":
+            out.append("%")
+        elif key in values:
+            value = values[key]
+            out.append(value.zfill(int(width)) if width and value.isdigit() else value)
+        else:
+            out.append(pattern[i:j + 1])
+        i = j + 1
+    return "".join(out)
+
+
+def link(requested: str, staged: str, workdir: str, env) -> None:
+    target = os.path.join(workdir, expand(requested, env))
+    source = expand(staged, env)
+    try:
+        if os.path.islink(target) or os.path.isfile(target):
+            os.unlink(target)
+        os.symlink(source, target)
+    except OSError as exc:
+        sys.stderr.write(f"agent-sandbox: job output {target} could not be linked to "
+                         f"{source} — {exc.strerror}. The output is in {source}.\n")
+
+
+def main(argv) -> int:
+    with open(argv[1], encoding="utf-8") as handle:
+        spec = json.load(handle)
+    os.chdir(spec["workdir"])
+    for requested, staged in spec["links"]:
+        link(requested, staged, spec["workdir"], os.environ)
+    script = spec["script"]
+    os.execv(script, [script] + spec["args"])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,199 @@
+"""srun's options as the sandbox sees them: every option of srun 22.05 (names,
+short letters and value kinds as `srun` itself reports them), in two modes.
+
+- allocation mode (no SLURM_JOB_ID: srun creates a job): the scheduling
+  options sbatch allows plus the step options;
+- step mode (inside a job): step options only; scheduling options belong to
+  the job and are refused with that reason.
+
+Each row says where an allowed option applies (BOTH modes or ALLOCATION
+only); refused rows carry their reason. The parser is chaperon/options.py;
+the handler resolves -o/-e/-i inside the project and the working directory.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Sequence
+
+from .options import (ADMIN_ONLY, BCAST, BURST_BUFFER, CHDIR, CONTAINER, COUNT, EXPORT,
+                      EXPORT_FILE, HET_JOB, HOSTLIST, HOST_PROGRAM, IDENTITY, LOGIN_ENV, MAIL,
+                      MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
+                      PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD,
+                      CommandSpec, Denial, Parsed, allow, choice, deny, flag, other, parse as
+                      _parse, path)
+
+PTY = Denial("pty", "a pseudo-terminal would connect the task to this session outside the "
+             "sandbox's I/O rules", "Run the command without --pty; use sbatch for long work")
+JOBID = Denial("jobid", "attaching a step to a job by id could reach a job outside the "
+               "sandbox's scope", "Run srun inside that job's script, or start a new job")
+MULTI_PROG = Denial("multi_prog", "the per-task programs come from a configuration file that "
+                    "Slurm starts without the sandbox wrapper",
+                    "Start one program that dispatches on $SLURM_PROCID")
+X11 = Denial("x11", "X11 forwarding opens a channel from the compute node to this session "
+             "outside the sandbox", "Leave it out")
+SEND_LIBS = Denial("bcast", "it copies the program's libraries onto the compute nodes outside "
+                   "the project", "Leave it out; the job reads libraries where they are")
+ALLOCATION_ONLY = Denial(
+    "allocation_option", "inside a job srun starts a step of the job's allocation, and {opt} "
+    "only applies when srun creates a new allocation",
+    "Set it on the job (sbatch), or run srun outside the job")
+
+BOTH, ALLOCATION = "both", "allocation"
+
+_ROWS = [
+    (allow("accel-bind"), BOTH),
+    (allow("account", "A"), ALLOCATION),
+    (allow("acctg-freq"), BOTH),
+    (deny("bcast", None, OPT, BCAST), None),
+    (deny("bcast-exclude", None, REQ, BCAST), None),
+    (allow("begin", "b", WHEN), ALLOCATION),
+    (deny("bb", None, REQ, BURST_BUFFER), None),
+    (deny("bbf", None, REQ, BURST_BUFFER), None),
+    (deny("chdir", "D", REQ, CHDIR), None),
+    (deny("cluster", None, REQ, OTHER_CLUSTER), None),
+    (deny("cluster-constraint", None, REQ, OTHER_CLUSTER), None),
+    (deny("clusters", "M", REQ, OTHER_CLUSTER), None),
+    (allow("comment", None, TEXT), ALLOCATION),
+    (other("compress", None, OPT), None),
+    (allow("constraint", "C"), ALLOCATION),
+    (deny("container", None, REQ, CONTAINER), None),
+    (other("context"), None),
+    (flag("contiguous"), ALLOCATION),
+    (other("core-spec", "S"), None),
+    (allow("cores-per-socket", None, COUNT), BOTH),
+    (allow("cpu-bind", aliases=("cpu_bind",)), BOTH),
+    (allow("cpu-freq"), BOTH),
+    (allow("cpus-per-gpu", None, COUNT), BOTH),
+    (allow("cpus-per-task", "c", COUNT), BOTH),
+    (allow("deadline", None, WHEN), ALLOCATION),
+    (other("debugger-test", None, NONE), None),
+    (other("delay-boot"), None),
+    (allow("dependency", "d"), ALLOCATION),
+    (flag("disable-status", "X"), BOTH),
+    (allow("distribution", "m"), BOTH),
+    (deny("epilog", None, REQ, HOST_PROGRAM), None),
+    (path("error", "e", "error"), BOTH),
+    (flag("exact"), BOTH),
+    (allow("exclude", "x", HOSTLIST), BOTH),
+    (allow("exclusive", None, choice("exclusive", "oversubscribe", "user", "mcs"), arg=OPT),
+     BOTH),
+    (allow("export", None, EXPORT), BOTH),
+    (allow("extra-node-info", "B", SOCKETS), BOTH),
+    (deny("gid", None, REQ, IDENTITY), None),
+    (allow("gpu-bind"), BOTH),
+    (allow("gpu-freq"), BOTH),
+    (allow("gpus", "G"), BOTH),
+    (allow("gpus-per-node"), BOTH),
+    (allow("gpus-per-socket"), BOTH),
+    (allow("gpus-per-task"), BOTH),
+    (allow("gres"), BOTH),
+    (allow("gres-flags"), BOTH),
+    (flag("help", "h"), BOTH),
+    (deny("het-group", None, REQ, HET_JOB, aliases=("pack-group",)), None),
+    (allow("hint"), BOTH),
+    (flag("hold", "H"), ALLOCATION),
+    (allow("immediate", "I", COUNT, arg=OPT), ALLOCATION),
+    (path("input", "i", "input"), BOTH),
+    (other("interactive", None, NONE), None),
+    (deny("jobid", None, REQ, JOBID), None),
+    (allow("job-name", "J", TEXT), BOTH),
+    (allow("kill-on-bad-exit", "K", choice("0", "1"), arg=OPT), BOTH),
+    (flag("label", "l"), BOTH),
+    (allow("licenses", "L"), ALLOCATION),
+    (deny("mail-type", None, REQ, MAIL, check=MAIL_TYPE), ALLOCATION),
+    (deny("mail-user", None, REQ, MAIL, check=WORD), ALLOCATION),
+    (other("mcs-label"), None),
+    (allow("mem", None, SIZE), BOTH),
+    (allow("mem-bind"), BOTH),
+    (allow("mem-per-cpu", None, SIZE), BOTH),
+    (allow("mem-per-gpu", None, SIZE), BOTH),
+    (allow("mincpus", None, COUNT), BOTH),
+    (allow("mpi"), BOTH),
+    (allow("msg-timeout", None, COUNT), BOTH),
+    (deny("multi-prog", None, NONE, MULTI_PROG), None),
+    (deny("network", None, REQ, NETWORK), None),
+    (allow("nice", None, NICE, arg=OPT), ALLOCATION),
+    (deny("no-allocate", "Z", NONE, ADMIN_ONLY), None),
+    (allow("no-kill", "k", choice("set", "off", "no"), arg=OPT), BOTH),
+    (deny("nodefile", "F", REQ, NODEFILE), None),
+    (allow("nodelist", "w", HOSTLIST), BOTH),
+    (allow("nodes", "N", NODES), BOTH),
+    (allow("ntasks", "n", COUNT), BOTH),
+    (allow("ntasks-per-core", None, COUNT), BOTH),
+    (allow("ntasks-per-gpu", None, COUNT), BOTH),
+    (allow("ntasks-per-node", None, COUNT, aliases=("tasks-per-node",)), BOTH),
+    (allow("ntasks-per-socket", None, COUNT), BOTH),
+    (allow("ntasks-per-tres", None, COUNT), BOTH),
+    (allow("open-mode", None, choice("append", "truncate", "a", "t")), BOTH),
+    (path("output", "o", "output"), BOTH),
+    (flag("overcommit", "O"), BOTH),
+    (allow("overlap", None, WORD, arg=OPT), BOTH),
+    (flag("oversubscribe", "s"), BOTH),
+    (allow("partition", "p"), ALLOCATION),
+    (deny("power", None, REQ, ADMIN_ONLY), None),
+    (allow("prefer"), ALLOCATION),
+    (flag("preserve-env", "E"), BOTH),
+    (deny("priority", None, REQ, ADMIN_ONLY), None),
+    (other("profile"), None),
+    (deny("prolog", None, REQ, HOST_PROGRAM), None),
+    (deny("propagate", None, OPT, PROPAGATE), None),
+    (deny("pty", None, NONE, PTY), None),
+    (allow("qos", "q"), ALLOCATION),
+    (flag("quiet", "Q"), BOTH),
+    (flag("quit-on-interrupt"), BOTH),
+    (deny("reboot", None, NONE, ADMIN_ONLY), None),
+    (allow("relative", "r", COUNT), BOTH),
+    (allow("reservation"), ALLOCATION),
+    (allow("resv-ports", None, COUNT, arg=OPT), BOTH),
+    (deny("send-libs", None, OPT, SEND_LIBS), None),
+    (allow("signal", None, SIGNAL), BOTH),
+    (deny("slurmd-debug", None, REQ, ADMIN_ONLY), None),
+    (allow("sockets-per-node", None, COUNT), BOTH),
+    (flag("spread-job"), ALLOCATION),
+    (allow("switches"), ALLOCATION),
+    (deny("task-epilog", None, REQ, HOST_PROGRAM), None),
+    (deny("task-prolog", None, REQ, HOST_PROGRAM), None),
+    (flag("test-only"), ALLOCATION),
+    (other("thread-spec"), None),
+    (allow("threads", "T", COUNT), BOTH),
+    (allow("threads-per-core", None, COUNT), BOTH),
+    (allow("time", "t", TIME), BOTH),
+    (allow("time-min", None, TIME), ALLOCATION),
+    (allow("tmp", None, SIZE), ALLOCATION),
+    (deny("uid", None, REQ, IDENTITY), None),
+    (flag("unbuffered", "u"), BOTH),
+    (flag("usage"), BOTH),
+    (flag("use-min-nodes"), ALLOCATION),
+    (flag("verbose", "v"), BOTH),
+    (flag("version", "V"), BOTH),
+    (allow("wait", "W", COUNT), BOTH),
+    (allow("wckey"), ALLOCATION),
+    (flag("whole"), BOTH),
+    (deny("x11", None, OPT, X11), None),
+]
+
+_FOREIGN = [
+    # sbatch/salloc options that people try on srun: refused by exact name.
+    deny("get-user-env", None, OPT, LOGIN_ENV),
+    deny("export-file", None, REQ, EXPORT_FILE),
+]
+
+
+def _spec(step: bool) -> CommandSpec:
+    options = []
+    for option, where in _ROWS:
+        if step and where == ALLOCATION:
+            option = replace(option, denial=ALLOCATION_ONLY)
+        options.append(option)
+    return CommandSpec("srun", options, foreign=_FOREIGN, het_colon="anywhere")
+
+
+SRUN_ALLOCATION = _spec(step=False)
+SRUN_STEP = _spec(step=True)
+
+
+def parse(argv: Sequence[str], *, step: bool, allow_mail: bool = False) -> Parsed:
+    """srun's command line: options, then the command and its arguments.
+    `step` is True inside a job (SLURM_JOB_ID set): step options only."""
+    return _parse(SRUN_STEP if step else SRUN_ALLOCATION, argv,
+                  unlock=("mail",) if allow_mail else ())

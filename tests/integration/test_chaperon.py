@@ -1,0 +1,151 @@
+"""The chaperon for real: stubs inside a bwrap jail as an unprivileged user,
+the chaperon outside, the real Slurm cluster behind it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import INSTALLED
+
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
+
+
+def outside(user, *argv):
+    return subprocess.run(list(argv), user=user.uid, group=user.gid, extra_groups=[],
+                          env=user.env(), capture_output=True, cwd=str(user.home))
+
+
+def audit_records(user) -> list[dict]:
+    directory = user.home / ".local/state/agent-sandbox/chaperon"
+    records = []
+    for path in sorted(directory.glob("*.log")):
+        for line in path.read_text().splitlines():
+            records.append(json.loads(line))
+    return records
+
+
+def test_allowed_command_gives_the_real_bytes_and_exit_code(user, project):
+    for argv in (["sinfo"], ["sinfo", "-h", "-o", "%P\n%a|%l"], ["sinfo", "--bogus-flag"]):
+        real = outside(user, *argv)
+        inside = user.sandbox(*argv, cwd=project, text=False)
+        assert (inside.returncode, inside.stdout) == (real.returncode, real.stdout), argv
+        assert inside.stderr == real.stderr, argv
+
+
+def test_refused_stubs_exit_1_with_a_reason(user, project):
+    for command in ("salloc", "sattach", "sbcast", "strigger", "sreport", "scrontab"):
+        result = user.sandbox(command, "--help", cwd=project)
+        assert result.returncode == 1, command
+        assert result.stderr.startswith(f"agent-sandbox: {command}: {command} is refused — ")
+        assert result.stderr.rstrip().endswith(".")
+
+
+def test_real_slurm_and_munge_are_unreachable_inside(user, project):
+    script = ("import os, json, subprocess\n"
+              "out = {}\n"
+              "out['etc_slurm'] = os.listdir('/etc/slurm') if os.path.isdir('/etc/slurm') else None\n"
+              "out['munge'] = os.path.exists('/run/munge/munge.socket.2')\n"
+              "out['sbatch_on_path'] = subprocess.run(['sh','-c','command -v sbatch'],"
+              " capture_output=True, text=True).stdout.strip()\n"
+              "try:\n    subprocess.run(['/usr/bin/sbatch', '--version'])\n    out['real'] = 'ran'\n"
+              "except OSError as e:\n    out['real'] = e.errno\n"
+              "out['slurm_conf'] = os.environ.get('SLURM_CONF')\n"
+              "print(json.dumps(out))\n")
+    result = user.sandbox("/usr/bin/python3", "-c", script, cwd=project,
+                          env=user.env(SLURM_CONF="/etc/slurm/slurm.conf"))
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["etc_slurm"] in (None, [])
+    assert seen["munge"] is False
+    assert seen["sbatch_on_path"] == "/run/agent-sandbox/bin/sbatch"
+    assert seen["real"] != "ran"
+    assert seen["slurm_conf"] is None
+
+
+def test_chaperon_ends_with_the_launcher_and_leaves_nothing(user, project):
+    result = user.sandbox("sinfo", "-h", cwd=project)
+    assert result.returncode == 0
+    time.sleep(0.5)
+    leftovers = [p for p in psutil.process_iter(["cmdline", "username", "status"])
+                 if "chaperon.server" in " ".join(p.info["cmdline"] or [])
+                 and p.info["username"] == user.name and p.info["status"] != "zombie"]
+    assert leftovers == []
+    assert not [d for d in Path("/tmp").glob("agent-sandbox-*") if d.owner() == user.name]
+
+
+def test_sigkill_of_the_launcher_leaves_no_chaperon(user, project):
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", "touch ready; sleep 300"],
+                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                            cwd=project)
+    deadline = time.monotonic() + 20
+    while not (project / "ready").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    chaperons = [c for c in children if "chaperon.server" in " ".join(c.cmdline())]
+    assert len(chaperons) == 1
+    session_dirs = [d for d in Path("/tmp").glob("agent-sandbox-*") if d.owner() == user.name]
+    assert session_dirs
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
+    assert alive == [], [p.cmdline() for p in alive]
+    deadline = time.monotonic() + 5
+    while any(d.exists() for d in session_dirs) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(d.exists() for d in session_dirs)
+
+
+HOSTILE = r'''
+import os, sys, time
+sys.path.insert(0, sys.argv[1])
+from chaperon import protocol
+from chaperon.session import announcement
+session = os.environ["AGENT_SANDBOX_CHAPERON"]
+mode = sys.argv[2]
+name = os.urandom(16).hex()
+conn = os.path.join(session, "conn")
+req = os.path.join(conn, name + ".req")
+os.mkfifo(req, 0o600)
+elsewhere = os.path.join(os.getcwd(), "elsewhere.fifo")
+os.mkfifo(elsewhere, 0o600)
+if mode == "outside":
+    resp = elsewhere
+else:
+    resp = os.path.join(conn, name + ".resp")
+    os.symlink(elsewhere, resp)
+fd = os.open(os.path.join(session, "req"), os.O_WRONLY)
+os.write(fd, announcement(name)); os.close(fd)
+frame = protocol.encode_request(protocol.Request("sinfo", [], cwd=os.getcwd(), env={},
+                                                 resp_path=resp))
+fd = os.open(req, os.O_WRONLY); os.write(fd, frame); os.close(fd)
+rfd = os.open(elsewhere, os.O_RDONLY | os.O_NONBLOCK)
+time.sleep(1.5)
+try:
+    data = os.read(rfd, 100)
+except BlockingIOError:
+    data = b""
+print("got-answer" if data else "no-answer")
+'''
+
+
+@pytest.mark.parametrize("mode,reason", [("outside", "bad_response_path"),
+                                         ("symlink", "bad_connection")])
+def test_response_fifo_outside_the_session_or_a_symlink_is_refused(user, project, mode,
+                                                                   reason):
+    site = subprocess.run(["/opt/agent-sandbox/venv/bin/python", "-I", "-c",
+                           "import chaperon, os; print(os.path.dirname(os.path.dirname("
+                           "chaperon.__file__)))"], capture_output=True, text=True).stdout.strip()
+    before = len(audit_records(user))
+    result = user.sandbox("/usr/bin/python3", "-c", HOSTILE, site, mode, cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "no-answer"
+    new = audit_records(user)[before:]
+    assert any(r.get("event") == "refusal" and r.get("reason") == reason for r in new), new
