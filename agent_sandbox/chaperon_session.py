@@ -84,6 +84,7 @@ class ChaperonSession:
             "allowed_partitions": list(settings.SLURM_ALLOWED_PARTITIONS),
             "max_jobs": settings.SLURM_MAX_JOBS, "backend": policy.backend,
             "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
+            "jobstart": os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobstart.py"),
             "home": policy.home, "user": policy.user,
             "overrides": {k: policy_value for k, policy_value in _overrides(settings).items()},
         }

@@ -59,11 +59,12 @@ def refuse(ctx: Context, out, command: str, reason: str, what: str, why: str,
 
 
 def run_real(out, argv: list[str], *, env: dict, cwd: str, stdin: bytes = b"",
-             capture: bool = False):
+             capture: bool = False, on_stdout=None):
     """Run a real Slurm command and stream its stdout/stderr as produced.
     argv[0] is the binary's absolute path; the program sees its plain name as
     argv[0], as when the user runs it, so its messages read the same.
-    With capture=True stdout is collected and returned instead of streamed.
+    With capture=True stdout is collected and returned instead of streamed;
+    `on_stdout` receives stdout chunks instead of the client.
     Returns (exit code, captured stdout)."""
     proc = subprocess.Popen([os.path.basename(argv[0]), *argv[1:]], executable=argv[0], stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd,
@@ -87,7 +88,12 @@ def run_real(out, argv: list[str], *, env: dict, cwd: str, stdin: bytes = b"",
                     selector.unregister(key.fileobj)
                     open_streams -= 1
                 elif key.data == "stdout":
-                    captured.append(data) if capture else out.stdout(data)
+                    if capture:
+                        captured.append(data)
+                    elif on_stdout:
+                        on_stdout(data)
+                    else:
+                        out.stdout(data)
                 else:
                     out.stderr(data)
     except BaseException:

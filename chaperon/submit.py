@@ -1,0 +1,105 @@
+"""What sbatch and srun share: checks on the caller's working directory and
+paths, the environment a job gets, the comment tag, and the ledger steps
+around a submission. One place, so both handlers refuse the same things.
+"""
+from __future__ import annotations
+
+import os
+from urllib.parse import quote
+
+from .environment import command_env
+from .jobwrap import STEERING
+from .options import OptionRefused
+
+TAG_PREFIX = "chaperon:"
+TAG_END = ":END"
+
+
+class Refusal(Exception):
+    """A refusal: reason code, what was refused ("… is refused"), why, and how
+    to do it instead. The handler prints it in the house format."""
+
+    def __init__(self, reason: str, what: str, why: str, fix: str):
+        super().__init__(what)
+        self.reason, self.what, self.why, self.fix = reason, what, why, fix
+
+
+def from_option(refused: OptionRefused) -> Refusal:
+    return Refusal(refused.reason, refused.what, refused.why, refused.instead)
+
+
+def within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def working_dir(ctx, request) -> str:
+    """The caller's working directory, symlinks resolved, inside the project."""
+    cwd = os.path.realpath(request.cwd_str)
+    if not within(cwd, ctx.project_dir):
+        raise Refusal("cwd_outside_project", f"the working directory {request.cwd_str} is refused",
+                      f"it is outside the project {ctx.project_dir}",
+                      "cd into the project directory and submit from there")
+    return cwd
+
+
+def project_file(ctx, cwd: str, name: str, what: str) -> str:
+    """A file the caller names, resolved (symlinks followed) inside the project."""
+    path = os.path.realpath(os.path.join(cwd, name))
+    if not within(path, ctx.project_dir):
+        raise Refusal("path_outside_project", f"{what} {name} is refused",
+                      f"it resolves to {path}, outside the project {ctx.project_dir}",
+                      "Keep it inside the project directory")
+    return path
+
+
+def output_pattern(ctx, cwd: str, pattern: str, what: str) -> str:
+    """An --output/--error request: the directory it names must resolve inside
+    the project (the file itself is a link the job makes inside the sandbox)."""
+    if "\n" in pattern or not pattern or pattern == "none":
+        raise Refusal("bad_output_path", f"{what} {pattern!r} is refused",
+                      "it is not a file name the sandbox can stage",
+                      "Name a file inside the project, e.g. logs/%j.out")
+    full = os.path.normpath(os.path.join(cwd, pattern))
+    parent = os.path.realpath(os.path.dirname(full))
+    if not within(parent, ctx.project_dir) or "%" in os.path.dirname(pattern):
+        raise Refusal("path_outside_project", f"{what} {pattern} is refused",
+                      f"its directory resolves to {parent}, outside the project "
+                      f"{ctx.project_dir} (or holds a % pattern)",
+                      "Write job output inside the project directory")
+    return full
+
+
+def job_env(ctx, request, *, keep_slurm: tuple[str, ...] = ()) -> dict[str, str]:
+    """The submission environment: the caller's, without loader hooks, Slurm
+    input variables or anything that steers the compute-side sandbox; then
+    the values that steered this session, so the job gets the same policy."""
+    env = command_env(request.env, keep_slurm=keep_slurm)
+    for name in STEERING:
+        env.pop(name, None)
+    for key, value in ctx.config.get("overrides", {}).items():
+        env[key] = " ".join(value) if isinstance(value, list) else (
+            ("true" if value else "false") if isinstance(value, bool) else str(value))
+    return env
+
+
+def comment_tag(ctx, user_comment: str | None) -> str:
+    tag = f"{TAG_PREFIX}sid={ctx.session_id},proj={ctx.ledger.project}"
+    if user_comment:
+        tag += f",user={quote(user_comment, safe='')}"
+    return tag + TAG_END
+
+
+def check_limits(ctx, partition: str | None) -> None:
+    allowed = ctx.config.get("allowed_partitions") or []
+    if allowed:
+        wanted = (partition or "").split(",") if partition else []
+        if not wanted or any(p not in allowed for p in wanted):
+            raise Refusal("partition_not_allowed",
+                          f"partition {partition or '(default)'} is refused",
+                          f"the site allows only ({' '.join(allowed)}) from a sandbox",
+                          f"Pass --partition={allowed[0]}")
+    limit = int(ctx.config.get("max_jobs") or 0)
+    if limit and len(ctx.ledger.jobs("session")) >= limit:
+        raise Refusal("too_many_jobs", "another job is refused",
+                      f"this session already submitted {limit} jobs (SLURM_MAX_JOBS)",
+                      "Wait for jobs to finish in a new session, or ask your site admin")
