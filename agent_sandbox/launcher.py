@@ -27,7 +27,6 @@ RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGT
                                      signal.SIGTTIN, signal.SIGTTOU)
 KNOWN_BACKENDS = ("bwrap", "firejail", "landlock")
 MARKER_PATH = "/run/agent-sandbox/session"   # policy.MARKER_PATH, kept import-free here
-IMPLEMENTED_BACKENDS = ("bwrap",)
 
 
 def say(message: str) -> None:
@@ -85,26 +84,165 @@ def launch_context(project_dir: str | None, environ):
         install_paths=_install_paths(), session_id=os.urandom(6).hex())
 
 
-def choose_backend(settings, requested: str | None) -> str:
+def choose_backend(settings, requested: str | None, *, home: str | None = None,
+                   environ=None):
+    """The backend to use (a backends.Selection): the requested one, or with
+    auto the first of bwrap → firejail → landlock that is allowed, installed
+    and passes a real probe (a trivial sandbox; the verdict is cached while
+    nothing it depends on changes)."""
+    from .backends import Unavailable, module, select
+
     name = requested or settings.SANDBOX_BACKEND
     if name not in ("auto",) + KNOWN_BACKENDS:
         raise BackendUnavailable(f"unknown backend {name!r} — choose one of auto, "
                                  f"{', '.join(KNOWN_BACKENDS)}.")
-    allowed = settings.ALLOWED_BACKENDS
-    if name == "auto":
-        for candidate in IMPLEMENTED_BACKENDS:
-            if candidate in allowed:
-                return candidate
-        raise BackendUnavailable(
-            f"no usable backend — ALLOWED_BACKENDS is ({' '.join(allowed)}) and this version "
-            "implements only bwrap. Ask your site admin to allow bwrap.")
-    if name not in allowed:
-        raise BackendUnavailable(f"backend {name} is not allowed here — ALLOWED_BACKENDS is "
-                                 f"({' '.join(allowed)}). Use one of those with --backend.")
-    if name not in IMPLEMENTED_BACKENDS:
-        raise BackendUnavailable(f"backend {name} is not available in this version — only "
-                                 "bwrap is implemented so far. Use --backend bwrap.")
-    return name
+    environ = os.environ if environ is None else environ
+    home = home or pwd.getpwuid(os.getuid()).pw_dir
+    path_env = environ.get("PATH", "/usr/bin:/bin")
+    origin = getattr(settings, "origins", {}).get("SANDBOX_BACKEND", "")
+    origin = {"flag": "with --backend", "env": "by SANDBOX_BACKEND in the environment"}.get(
+        origin, f"by SANDBOX_BACKEND at {origin}" if origin else "")
+    try:
+        return select(name, settings.ALLOWED_BACKENDS,
+                      find=lambda n: module(n).find(path_env),
+                      probe=lambda n, path: probe_backend(n, path, home), origin=origin)
+    except Unavailable as exc:
+        raise BackendUnavailable(str(exc)) from None
+
+
+def landlock_abi() -> int:
+    from . import landlock
+
+    return landlock.abi_version()
+
+
+def _probe_inputs(name: str, path: str) -> tuple:
+    """Everything a probe's verdict depends on. A cached verdict is reused only
+    while all of it is unchanged: a reboot, another binary, a changed sysctl or
+    running inside another sandbox (other user namespace, seccomp, no_new_privs)
+    all mean a fresh probe."""
+    def stat_of(p):
+        try:
+            st = os.stat(p)
+        except OSError:
+            return (p,)
+        return (p, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
+
+    def read(p):
+        try:
+            with open(p, "rb") as handle:
+                return handle.read(8192)
+        except OSError:
+            return b""
+
+    status = [line for line in read("/proc/self/status").splitlines()
+              if line.startswith((b"NoNewPrivs", b"Seccomp:"))]
+    try:
+        userns = os.readlink("/proc/self/ns/user")
+    except OSError:
+        userns = ""
+    extra: tuple = ()
+    if name == "firejail":
+        extra = (stat_of("/etc/firejail/firejail.config"), stat_of("/etc/firejail/firejail.users"))
+    elif name == "landlock":
+        from .backends.base import helper_path
+
+        extra = (stat_of(helper_path()), landlock_abi())
+    sysctls = tuple(read(p) for p in ("/proc/sys/user/max_user_namespaces",
+                                      "/proc/sys/kernel/unprivileged_userns_clone",
+                                      "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"))
+    return (__version__, name, stat_of(path), read("/proc/sys/kernel/random/boot_id"), userns,
+            os.getuid(), tuple(status), sysctls, extra)
+
+
+def _probe_cache(name: str, home: str) -> str:
+    from .confload import state_dir
+
+    return os.path.join(state_dir(home), "cache", f"probe-{name}.marshal")
+
+
+def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
+    """Run the backend's trivial sandbox; (passed, detail)."""
+    from .backends import module
+    from .confload import load_cache, store_cache
+
+    inputs = _probe_inputs(name, path)
+    cache = _probe_cache(name, home)
+    cached = load_cache(cache, inputs)
+    if isinstance(cached, tuple) and len(cached) == 2:
+        return cached
+    import subprocess
+
+    try:
+        result = subprocess.run(module(name).probe_argv(path), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
+                                env={"PATH": "/usr/bin:/bin"}, timeout=30)
+        lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        verdict = (result.returncode == 0,
+                   lines[-1] if lines else f"exit status {result.returncode}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        verdict = (False, str(exc))
+    store_cache(cache, inputs, verdict)
+    return verdict
+
+
+def helper_python() -> str:
+    """The interpreter the helper runs on: Debian's, else the one behind this
+    launcher (so marshal formats always agree)."""
+    from .backends.base import HELPER_PYTHON
+
+    if os.access(HELPER_PYTHON, os.X_OK):
+        return HELPER_PYTHON
+    return os.path.realpath(sys.executable)
+
+
+def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):
+    """The selected backend's plan for the policy, on a kernel with Landlock ABI `abi`."""
+    from .backends import module
+
+    mod = module(selection.name)
+    if selection.name == "bwrap":
+        plan = mod.plan(policy, command, payloads=payloads, bwrap_path=selection.path,
+                        landlock_abi=abi, python=helper_python())
+    elif selection.name == "firejail":
+        plan = mod.plan(policy, command, payloads=payloads, firejail_path=selection.path,
+                        landlock_abi=abi, python=helper_python())
+    else:
+        refusal = mod.network_refusal(policy, landlock_abi=abi)
+        if refusal:
+            raise PolicyError(f"{refusal} — running with the network open would ignore "
+                              "the setting. Use --backend bwrap or firejail, or set "
+                              "NETWORK_MODE=open.", reason="network_unavailable")
+        plan = mod.plan(policy, command, payloads=payloads, landlock_abi=abi,
+                        python=selection.path)
+    return plan._replace(chosen_because=selection.reason)
+
+
+def check_required(plan, policy, settings, abi: int) -> None:
+    """REQUIRE: every listed guarantee must be fully provided, else refuse,
+    naming the backends that would give it."""
+    from .backends import would_provide
+
+    missing = plan.missing(policy.require)
+    if not missing:
+        return
+    reasons = dict(plan.cannot + plan.partial)
+    parts, suggestion = [], None
+    for guarantee in missing:
+        others = [b for b in would_provide(guarantee, policy, landlock_abi=abi,
+                                           allowed=settings.ALLOWED_BACKENDS)
+                  if b != plan.backend]
+        if others:
+            suggestion = suggestion or others[0]
+            alternative = f"{' or '.join(others)} would give it"
+        else:
+            alternative = "no allowed backend gives it with this configuration"
+        parts.append(f"{guarantee}: {reasons.get(guarantee, 'not provided')} ({alternative})")
+    fix = (f"Run with --backend {suggestion} (or SANDBOX_BACKEND={suggestion})"
+           if suggestion else "Change the setting named above")
+    raise PolicyError(f"REQUIRE=({' '.join(policy.require)}) cannot hold on the "
+                      f"{plan.backend} backend — {'; '.join(parts)}. {fix}, or remove the "
+                      "entry from REQUIRE.", reason="requirement_unmet")
 
 
 # ---------------------------------------------------------------- payloads
@@ -181,26 +319,18 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
     flags = {"SANDBOX_BACKEND": backend} if backend else {}
     settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags,
                              project_dir=ctx.project_dir or ctx.cwd)
-    name = choose_backend(settings, None)
+    selection = choose_backend(settings, None, home=ctx.home, environ=ctx.environ)
+    name = selection.name
     policy = resolve_policy(settings, ctx, backend=name)
     payloads = {"marker": marker_payload(policy)}
     denied: tuple[str, ...] = ()
     if policy.seccomp:
         payloads["seccomp"], denied = seccomp_payload(policy, ctx.home)
-    if policy.filter_passwd:
+    if policy.filter_passwd and name == "bwrap":   # the others cannot bind files
         payloads.update(identity_payloads(policy))
-    from .backends import bwrap
-
-    plan = bwrap.plan(policy, command, payloads=payloads, bwrap_path=bwrap.find() or "bwrap")
-
-    missing = plan.missing(policy.require)
-    if missing:
-        reasons = dict(plan.cannot)
-        detail = "; ".join(f"{g} ({reasons.get(g, 'not provided')})" for g in missing)
-        raise PolicyError(f"the configuration requires {detail}, which the {plan.backend} "
-                          "backend cannot give with this configuration. Change the setting "
-                          "named above or remove the entry from REQUIRE.",
-                          reason="requirement_unmet")
+    abi = landlock_abi()
+    plan = backend_plan(selection, policy, command, payloads, abi)
+    check_required(plan, policy, settings, abi)
     return settings, policy, plan, denied
 
 
@@ -266,42 +396,59 @@ def run_plan(plan) -> int:
     """Start the backend with the plan's payloads and environment, forward
     signals to the command, return its exit code (125 for setup failures)."""
     fds: dict[str, int] = {}
+    ours: list[int] = []        # our ends of pipes, open for the sandbox's lifetime
     read_status = None
-    if plan.status_fd:
-        read_status, write_status = os.pipe()
-        os.set_inheritable(write_status, True)
-        fds[plan.status_fd] = write_status
+    scratch = _make_scratch_dirs(plan.scratch_dirs)
     try:
+        if plan.status_fd:
+            read_status, write_status = os.pipe()
+            os.set_inheritable(write_status, True)
+            fds[plan.status_fd] = write_status
+        if plan.lifeline_fd:
+            # The helper's watcher sees EOF once the launcher is gone.
+            read_life, write_life = os.pipe()
+            os.set_inheritable(read_life, True)
+            fds[plan.lifeline_fd] = read_life
+            ours.append(write_life)
+        name = ""
         for name, payload in plan.payloads.items():
             fds[name] = _payload_fd(name, payload)
     except OSError as exc:
-        for fd in fds.values():
+        for fd in list(fds.values()) + ours + ([read_status] if read_status else []):
             os.close(fd)
-        if read_status is not None:
-            os.close(read_status)
-        raise BackendUnavailable(f"cannot prepare the sandbox's input {name} — {exc}. "
-                                 "The command was not run.") from None
+        _remove_scratch_dirs(scratch)
+        raise BackendUnavailable(f"cannot prepare the sandbox's input {name or 'pipes'} — "
+                                 f"{exc}. The command was not run.") from None
     argv = plan.render(fds)
     launcher = _pdeathsig_wrapper() + argv
     try:
-        pid = os.posix_spawn(launcher[0], launcher, plan.env, setpgroup=0,
-                             setsigdef=RESET_SIGNALS)
-    except OSError as exc:
-        raise BackendUnavailable(f"cannot start {argv[0]} — {exc.strerror}. Install "
-                                 "bubblewrap (apt-get install bubblewrap) or choose "
-                                 "another backend.") from None
+        # A helper that calls setsid() must not lead a process group already.
+        group = {} if plan.own_session else {"setpgroup": 0}
+        pid = os.posix_spawn(launcher[0], launcher, plan.env, setsigdef=RESET_SIGNALS,
+                             **group)
+    except BaseException as exc:
+        for fd in ours + ([read_status] if read_status else []):
+            os.close(fd)
+        _remove_scratch_dirs(scratch)
+        if not isinstance(exc, OSError):
+            raise
+        raise BackendUnavailable(f"cannot start {argv[0]} — {exc.strerror}. Install it or "
+                                 "choose another backend; the command was not run.") from None
     finally:
         for fd in fds.values():
             os.close(fd)
 
-    status_text = []
+    status_text: list[str] = []
 
     def forward(signum, _frame):
-        child = _sandbox_init_pid(read_status, status_text)
+        target = _command_group(plan, pid, read_status, status_text)
         try:
-            os.killpg(child or pid, signum)
+            os.killpg(target or pid, signum)
         except OSError:
-            pass
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
     try:
@@ -309,15 +456,101 @@ def run_plan(plan) -> int:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+        for fd in ours:
+            os.close(fd)
+        _remove_scratch_dirs(scratch)
     _drain(read_status, status_text)
     os.close(read_status)
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
         return 128 - code                    # the backend itself was killed
-    if code != 0 and '"exit-code"' not in "".join(status_text):
-        say(_setup_failure_hint("".join(status_text)))
+    text = "".join(status_text)
+    if code != 0 and plan.started not in text:
+        say(_backend_failure_hint(plan.backend, text))
+        _forget_probe(plan.backend)
         return SETUP_FAILED
     return code
+
+
+def _make_scratch_dirs(paths) -> list[str]:
+    """Private directories the plan names (landlock's per-session $TMPDIR):
+    created exclusively, so a path someone else prepared is never used."""
+    made = []
+    try:
+        for path in paths:
+            os.mkdir(path, 0o700)
+            made.append(path)
+    except OSError as exc:
+        _remove_scratch_dirs(made)
+        raise BackendUnavailable(f"cannot create the private directory {path} — "
+                                 f"{exc.strerror}. The command was not run.") from None
+    return made
+
+
+def _remove_scratch_dirs(paths) -> None:
+    if paths:
+        import shutil   # rmtree works on descriptors: planted symlinks are not followed
+
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _command_group(plan, pid: int, fd, sink: list) -> int | None:
+    """The host pid leading the command's process group: bwrap's sandbox init,
+    or the helper (which called setsid before it became the command)."""
+    if plan.started == '"exit-code"':
+        return _sandbox_init_pid(fd, sink)
+    if fd is None:
+        return None
+    _drain(fd, sink)
+    for line in "".join(sink).splitlines():
+        if '"helper-exec"' in line:
+            try:
+                reported = int(line.split(":")[1].strip(" }"))
+            except (IndexError, ValueError):
+                return None
+            # firejail's PID namespace: the helper reported its pid in there.
+            return _host_pid(pid, reported) if plan.backend == "firejail" else reported
+    return None
+
+
+def _host_pid(root: int, ns_pid: int) -> int | None:
+    """The descendant of `root` whose pid in its own namespace is `ns_pid`."""
+    todo, seen = [root], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            with open(f"/proc/{current}/status", "rb") as handle:
+                for line in handle:
+                    if line.startswith(b"NSpid:"):
+                        fields = line.split()[1:]
+                        if current != root and len(fields) > 1 and int(fields[-1]) == ns_pid:
+                            return current
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", "rb") as handle:
+                    todo += [int(c) for c in handle.read().split()]
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _backend_failure_hint(backend: str, status: str) -> str:
+    if backend == "bwrap":
+        return _setup_failure_hint(status)
+    return (f"the {backend} backend could not set up the sandbox (its message is above). "
+            f"Check `agent-sandbox run --backend {backend} --dry-run -- true` and "
+            "`agent-sandbox doctor`, or choose another backend; the command was not run.")
+
+
+def _forget_probe(backend: str) -> None:
+    """A backend that failed to start is probed afresh next time."""
+    try:
+        os.unlink(_probe_cache(backend, pwd.getpwuid(os.getuid()).pw_dir))
+    except OSError:
+        pass
 
 
 def _pdeathsig_wrapper() -> list[str]:

@@ -20,20 +20,36 @@ def _mount_line(op) -> str:
         return f"{'symlink':<10} {op[2]} -> {op[1]}"
     if kind in ("ro-data", "file"):
         return f"{kind:<10} {op[2]}  (from {op[1]})"
+    if kind == "landlock":
+        return f"{_rights(op[1]):<10} {op[2]}"
+    if kind == "firejail":
+        return op[1]
     return f"{kind:<10} {op[1]}"
 
 
+def _rights(access: int) -> str:
+    """A Landlock rule's rights in words: rw (create, write, read, exec),
+    files (read and write existing files: devices, /proc), ro (read, exec)."""
+    from . import landlock as ll
+
+    if access & ll.MAKE_REG:
+        return "rw"
+    return "files" if access & ll.WRITE_FILE else "ro"
+
+
 def guarantee_lines(plan) -> list[str]:
-    lines = [f"  yes  {g:<22} {GUARANTEE_TEXT[g]}" for g in plan.provides]
-    lines += [f"  no   {g:<22} {why}" for g, why in plan.cannot]
+    lines = [f"  yes     {g:<22} {GUARANTEE_TEXT[g]}" for g in plan.provides]
+    lines += [f"  partial {g:<22} {why}" for g, why in plan.partial]
+    lines += [f"  no      {g:<22} {why}" for g, why in plan.cannot]
     return lines
 
 
 def dry_run_report(policy, plan, denied) -> str:
-    kept = sorted(plan.env)
+    kept = sorted(set(policy.env) | set(plan.env))
     out = [
         "agent-sandbox: dry run — nothing was started",
-        f"backend:   {plan.backend}",
+        f"backend:   {plan.backend}" + (f" ({plan.chosen_because})" if plan.chosen_because
+                                        else ""),
         f"project:   {policy.project_dir} (writable; working directory {policy.workdir})",
         f"home:      {policy.home} ({policy.home_access})",
         f"network:   {'isolated' if policy.network_isolated else 'open'}",
@@ -41,7 +57,7 @@ def dry_run_report(policy, plan, denied) -> str:
         *guarantee_lines(plan),
         f"hidden ({len(policy.hidden)}):",
         *(f"  {p}" for p in policy.hidden),
-        f"mounts in order ({len(plan.mounts)}):",
+        f"{plan.view_title} ({len(plan.mounts)}):",
         *(f"  {_mount_line(op)}" for op in plan.mounts),
         f"environment: {len(kept)} kept, {len(policy.env_removed)} removed",
         f"  kept:    {' '.join(kept)}",
@@ -50,6 +66,9 @@ def dry_run_report(policy, plan, denied) -> str:
     ]
     if policy.seccomp:
         out.append("           (personality except the query value; ioctl TIOCSTI/TIOCLINUX)")
+    if plan.notes:
+        out.append(f"how {plan.backend} differs from the policy:")
+        out += [f"  {n}" for n in plan.notes]
     if policy.warnings:
         out.append("warnings:")
         out += [f"  {w}" for w in policy.warnings]
@@ -60,8 +79,14 @@ def dry_run_report(policy, plan, denied) -> str:
 
 def banner(policy, plan) -> str:
     missing = ", ".join(g for g, _ in plan.cannot)
-    text = (f"agent-sandbox: {plan.backend} sandbox — project {policy.project_dir}, "
+    partial = ", ".join(g for g, _ in plan.partial)
+    chosen = f" ({plan.chosen_because})" if plan.chosen_because else ""
+    text = (f"agent-sandbox: {plan.backend} sandbox{chosen} — project {policy.project_dir}, "
             f"home {policy.home_access}, {len(policy.env_removed)} variables removed")
+    if partial:
+        text += f"; partly enforced: {partial}"
     if missing:
         text += f"; not enforced: {missing}"
+    if plan.notes:
+        text += f"; {len(plan.notes)} differences from the policy (see --dry-run)"
     return text + "\n"

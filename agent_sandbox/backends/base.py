@@ -2,18 +2,27 @@
 
 A Plan is data: the argv (with FdRef placeholders where a file descriptor
 number goes), the payloads those descriptors carry, the environment the
-sandbox starts with, and the guarantees provided and missing. The launcher
-turns payloads into real descriptors and renders the argv; --dry-run renders
-it with the placeholder names.
+sandbox starts with, and the guarantees provided, partly provided and
+missing. The launcher turns payloads into real descriptors and renders the
+argv; --dry-run renders it with the placeholder names.
+
+The helper (sandbox_exec.py) is shared by the backends that need code to run
+between the sandbox's setup and the command (Landlock, seccomp outside bwrap,
+the environment through firejail); helper_argv() is the one place its command
+line is built.
 """
 from __future__ import annotations
 
+import os
 from typing import NamedTuple
 
-# SPEC §5: guarantee → one line a person can read.
+# SPEC §5: guarantee → one line a person can read. fs.protected is not in
+# the SPEC table: it makes visible that Landlock cannot keep PROTECTED_PATHS
+# read-only inside the writable project (SPEC §8, no persistence).
 GUARANTEE_TEXT = {
     "fs.hidden": "hidden paths do not exist (ENOENT)",
     "fs.write_confined": "writes only to the project and declared paths",
+    "fs.protected": "PROTECTED_PATHS (.git/hooks, .envrc, …) read-only inside writable paths",
     "env.scrubbed": "credential variables removed from the environment",
     "seccomp": "dangerous syscalls answer EPERM",
     "pid.isolated": "processes outside the sandbox are invisible",
@@ -25,6 +34,97 @@ GUARANTEE_TEXT = {
     "self.protected": "install dir and user config read-only",
     "tty.safe": "no TIOCSTI/TIOCLINUX injection into your terminal",
 }
+SCOPING_ABI = 6          # Landlock scopes abstract unix sockets and signals
+HELPER_PYTHON = "/usr/bin/python3"
+
+
+class Guarantees:
+    """Collects yes / partial / no per guarantee, in GUARANTEE_TEXT order."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[str, str]] = {}
+
+    def yes(self, name: str) -> None:
+        self.rows[name] = ("yes", "")
+
+    def partial(self, name: str, why: str) -> None:
+        self.rows[name] = ("partial", why)
+
+    def no(self, name: str, why: str) -> None:
+        self.rows[name] = ("no", why)
+
+    def either(self, name: str, ok: bool, why: str) -> None:
+        self.yes(name) if ok else self.no(name, why)
+
+    def split(self):
+        """(provides, partial, cannot) as the Plan carries them."""
+        order = [g for g in GUARANTEE_TEXT if g in self.rows]
+        provides = tuple(g for g in order if self.rows[g][0] == "yes")
+        partial = tuple((g, self.rows[g][1]) for g in order if self.rows[g][0] == "partial")
+        cannot = tuple((g, self.rows[g][1]) for g in order if self.rows[g][0] == "no")
+        return provides, partial, cannot
+
+
+def scoping(g: Guarantees, abi: int, *, abstract_unix: tuple[bool, str] | None = None,
+            signals: tuple[bool, str] | None = None) -> None:
+    """abstract_unix.scoped / signals.scoped: Landlock scoping when the ABI has
+    it, else what the backend itself gives (ok, why-not)."""
+    for name, own in (("abstract_unix.scoped", abstract_unix), ("signals.scoped", signals)):
+        if abi >= SCOPING_ABI:
+            g.yes(name)
+        elif own and own[0]:
+            g.yes(name)
+        else:
+            why = own[1] if own else ""
+            g.no(name, (why + "; " if why else "") +
+                 f"Landlock scoping needs ABI {SCOPING_ABI}, this kernel has "
+                 f"{abi if abi else 'no Landlock'}")
+
+
+# The helper is imported rather than run as a script: a script is compiled on
+# every start (~4 ms), an imported module comes from its cached bytecode.
+HELPER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); import sandbox_exec; "
+               "sys.exit(sandbox_exec.main(sys.argv[2:]))")
+
+
+def helper_path() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "sandbox_exec.py")
+
+
+def helper_command(python: str = HELPER_PYTHON) -> list[str]:
+    """How the helper starts: isolated (-I: no PYTHON* variables, no user
+    site, no script directory on sys.path) and without site (-S)."""
+    return [python, "-I", "-S", "-c", HELPER_BOOT, os.path.dirname(helper_path())]
+
+
+def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: bool = False,
+                seccomp: bool = False, seeds=(), chdir: str | None = None,
+                new_session: bool = False, lifeline: bool = False,
+                status: bool = False, pid_namespace: bool = False) -> list:
+    """The helper's command line up to (and including) the `--` before the
+    command. Payload names: env, landlock, seccomp, seed-N, lifeline, status.
+    `pid_namespace`: the helper runs in a PID namespace of its own, so its
+    watcher may clear the whole namespace when the command exits."""
+    argv: list = helper_command(python)
+    for flag, wanted in (("--env", env), ("--landlock", landlock), ("--seccomp", seccomp),
+                         ("--lifeline", lifeline), ("--status", status)):
+        if wanted:
+            argv += [flag, FdRef(flag[2:])]
+    for name, path in seeds:
+        argv += ["--seed", FdRef(name), path]
+    if chdir:
+        argv += ["--chdir", chdir]
+    if new_session:
+        argv.append("--new-session")
+    if pid_namespace:
+        argv.append("--pid-namespace")
+    return argv + ["--"]
+
+
+def env_payload(env: dict) -> "Payload":
+    """The command's environment for `--env` (NUL-separated NAME=VALUE)."""
+    return Payload(data=b"\0".join(os.fsencode(f"{k}={v}") for k, v in env.items()))
 
 
 class FdRef(NamedTuple):
@@ -51,6 +151,16 @@ class Plan(NamedTuple):
     cannot: tuple[tuple[str, str], ...]   # (guarantee, why not)
     mounts: tuple = ()              # the ordered view, for --dry-run
     status_fd: str | None = None    # payload-less fd the backend reports status on
+    partial: tuple[tuple[str, str], ...] = ()   # (guarantee, what is missing)
+    notes: tuple[str, ...] = ()     # where the backend does the policy differently
+    # Status text that proves the command was reached (else a failure is the
+    # backend's, reported as 125): bwrap's exit-code, the helper's helper-exec.
+    started: str = '"exit-code"'
+    lifeline_fd: str | None = None  # read end of a pipe the launcher holds open
+    scratch_dirs: tuple[str, ...] = ()   # created 0700 before the launch, removed after
+    own_session: bool = False       # the helper calls setsid(): spawn without a new group
+    view_title: str = "mounts in order"   # what `mounts` lists, for --dry-run
+    chosen_because: str = ""        # why this backend (set by the launcher)
 
     def __repr__(self) -> str:
         return f"Plan(backend={self.backend!r}, argv={self.argv!r})"
@@ -59,4 +169,5 @@ class Plan(NamedTuple):
         return [str(fds[a.name]) if isinstance(a, FdRef) else a for a in self.argv]
 
     def missing(self, required) -> tuple[str, ...]:
+        """Required guarantees not fully provided (partial is not enough)."""
         return tuple(g for g in required if g not in self.provides)

@@ -17,34 +17,31 @@ import os
 
 from ..fsview import mount_ops
 from ..policy import Policy
-from .base import GUARANTEE_TEXT, FdRef, Payload, Plan
+from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, helper_argv,
+                   scoping)
 
 NAME = "bwrap"
 BWRAP = "bwrap"
 
 
-def guarantees(policy: Policy) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
-    provides = ["fs.hidden", "fs.write_confined", "env.scrubbed", "pid.isolated",
-                "slurm.boundary", "self.protected", "tty.safe"]
-    cannot: list[tuple[str, str]] = []
-
-    def either(name: str, ok: bool, why: str) -> None:
-        if ok:
-            provides.append(name)
-        else:
-            cannot.append((name, why))
-
-    either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
-    either("ipc.isolated", policy.private_ipc, "PRIVATE_IPC=false in the configuration")
-    either("passwd.filtered", policy.filter_passwd and "/etc" in policy.system_readonly,
-           "FILTER_PASSWD=false in the configuration")
-    # Outside processes have no PID inside the namespace, so they cannot be named.
-    provides.append("signals.scoped")
-    either("abstract_unix.scoped", policy.network_isolated,
-           "abstract unix sockets live in the network namespace, shared with the host "
-           "while NETWORK_MODE=open (Landlock scoping is not layered in yet)")
-    order = list(GUARANTEE_TEXT)
-    return tuple(sorted(provides, key=order.index)), tuple(cannot)
+def guarantees(policy: Policy, *, landlock_abi: int = 0):
+    """(provides, partial, cannot) for this policy on a kernel with the given
+    Landlock ABI (scoping is layered in through the helper from ABI 6)."""
+    g = Guarantees()
+    for name in ("fs.hidden", "fs.write_confined", "fs.protected", "env.scrubbed",
+                 "pid.isolated", "slurm.boundary", "self.protected", "tty.safe"):
+        g.yes(name)
+    g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
+    g.either("ipc.isolated", policy.private_ipc, "PRIVATE_IPC=false in the configuration")
+    g.either("passwd.filtered", policy.filter_passwd and "/etc" in policy.system_readonly,
+             "FILTER_PASSWD=false in the configuration")
+    # Outside processes have no PID inside the namespace, so they cannot be
+    # named; abstract unix sockets live in the network namespace.
+    scoping(g, landlock_abi, signals=(True, ""),
+            abstract_unix=(policy.network_isolated,
+                           "abstract unix sockets live in the network namespace, shared "
+                           "with the host while NETWORK_MODE=open"))
+    return g.split()
 
 
 def _mount_args(ops) -> list:
@@ -71,10 +68,13 @@ def _mount_args(ops) -> list:
 
 
 def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
-         bwrap_path: str = BWRAP) -> Plan:
+         bwrap_path: str = BWRAP, landlock_abi: int = 0, python: str = HELPER_PYTHON) -> Plan:
     """`payloads` carries the data the launcher prepared that is not a pure
     function of the policy (filtered passwd files, seccomp bytes, the marker);
-    seeded home files are added here as host paths."""
+    seeded home files are added here as host paths. With Landlock ABI 6 the
+    command starts through the helper, which adds Landlock scoping (abstract
+    unix sockets, signals) inside the namespaces; bwrap keeps loading the
+    seccomp filter itself."""
     ops = mount_ops(policy)
     payloads = dict(payloads)
     for index, path in enumerate(policy.home_seeded):
@@ -93,28 +93,44 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
         argv += ["--seccomp", FdRef("seccomp")]
     argv += _mount_args(ops)
     argv += ["--chdir", policy.workdir, "--"]
-    # env(1) gives the shell's exit codes: 127 not found, 126 not executable.
-    argv += ["/usr/bin/env", "--"] + list(command)
+    if landlock_abi >= SCOPING_ABI:
+        payloads["landlock"] = Payload(data=landlock_scope(landlock_abi))
+        argv += helper_argv(python=python, landlock=True) + list(command)
+    else:
+        # env(1) gives the shell's exit codes: 127 not found, 126 not executable.
+        argv += ["/usr/bin/env", "--"] + list(command)
 
     used = {a.name for a in argv if isinstance(a, FdRef)} - {"status"}
     missing = used - set(payloads)
     if missing:  # pragma: no cover - a programming error
         raise ValueError(f"plan needs payloads it was not given: {sorted(missing)}")
-    provides, cannot = guarantees(policy)
+    provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv),
                 payloads={k: v for k, v in payloads.items() if k in used},
                 env=dict(policy.env), provides=provides, cannot=cannot, mounts=tuple(ops),
-                status_fd="status")
+                status_fd="status", partial=partial)
 
 
-def probe_argv() -> list[str]:
-    """A trivial sandbox with the namespaces a real launch needs."""
-    return [BWRAP, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
-            "--ro-bind", "/", "/", "--die-with-parent", "--", "/bin/true"]
+def landlock_scope(abi: int) -> bytes:
+    """A ruleset that handles no filesystem or network access, only the
+    scopes: the namespaces already give the filesystem view."""
+    import marshal
+
+    from .. import landlock
+
+    return marshal.dumps(landlock.ruleset(
+        abi, scoped=landlock.SCOPE_ABSTRACT_UNIX | landlock.SCOPE_SIGNAL))
 
 
-def find() -> str | None:
-    for directory in os.environ.get("PATH", "/usr/bin:/bin").split(":"):
+def probe_argv(path: str = BWRAP) -> list[str]:
+    """A trivial sandbox with the namespaces and options a real launch needs."""
+    return [path, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--unshare-cgroup-try", "--disable-userns", "--ro-bind", "/", "/",
+            "--die-with-parent", "--new-session", "--", "/bin/true"]
+
+
+def find(path_env: str | None = None) -> str | None:
+    for directory in (path_env or os.environ.get("PATH", "/usr/bin:/bin")).split(":"):
         candidate = os.path.join(directory, BWRAP)
         if directory.startswith("/") and os.access(candidate, os.X_OK):
             return candidate

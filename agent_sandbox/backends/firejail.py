@@ -1,0 +1,340 @@
+"""The firejail backend: a Policy becomes firejail options plus the helper.
+
+firejail (setuid root) starts from the host's filesystem and changes it by
+options; for an unprivileged user it cannot bind arbitrary paths, so the view
+is built from what it offers, in an order that is load-bearing (firejail
+applies --read-only/--read-write in command-line order, later wins):
+
+1. --blacklist every top-level directory the policy does not show (EACCES;
+   bwrap would not mount them at all).
+2. --whitelist: a whitelisted path's top directory (/run, /var, $HOME, …)
+   becomes a tmpfs holding only the whitelisted entries, so everything else
+   there does not exist (ENOENT). $HOME is always whitelisted (a sentinel
+   entry that never exists forces the tmpfs), entry by entry, carved around
+   hidden paths as fsview carves; /run keeps only the DNS paths, /var only
+   /var/tmp. Symlinks are never whitelisted: firejail would whitelist their
+   targets too, which could empty another top-level directory.
+3. --read-only for the system trees and read-only home entries, then
+   --read-write for writable paths below them, then --read-only again for
+   protected paths and the install/config overlays, which must win.
+4. --blacklist for the Slurm config and binaries, and for hidden paths that
+   cannot be whitelisted away (outside $HOME): those answer EACCES, and the
+   report says fs.hidden is partial.
+
+firejail copies /etc/skel's shell rc file into a whitelisted home before it
+binds the user's own, so a granted ~/.bashrc (.zshrc, .cshrc) is instead
+copied in by the helper (a copy: writes to it are discarded).
+
+The command starts through the helper: the environment arrives on a
+descriptor (setuid execution strips LD_* and friends; argv is world-readable),
+then seccomp (our filter, covering the 32-bit ABIs and the ioctl/personality
+argument rules that firejail's list syntax cannot express), Landlock scoping
+when the kernel has ABI 6, setsid, and a lifeline watcher that kills the
+sandbox's processes when the command exits or the launcher dies (a setuid
+program cannot inherit a parent-death signal, and firejail's own
+--deterministic-shutdown waits 100 ms).
+"""
+from __future__ import annotations
+
+import glob
+import os
+
+from ..policy import Policy, _is_within
+from .base import (HELPER_PYTHON, SCOPING_ABI, Guarantees, Payload, Plan, env_payload,
+                   helper_argv, scoping)
+
+NAME = "firejail"
+FIREJAIL = "firejail"
+SKEL_FILES = (".bashrc", ".zshrc", ".cshrc")
+SENTINEL = ".agent-sandbox-no-such-entry"
+# Top-level entries firejail manages itself or the view always has.
+OWN_TOPS = ("proc", "sys", "dev", "run", "tmp", "var")
+# firejail --private-dev keeps these device classes unless told otherwise.
+DEVICE_CLASSES = (
+    ("--no3d", ("/dev/dri", "/dev/nvidia")),
+    ("--nosound", ("/dev/snd",)),
+    ("--novideo", ("/dev/video",)),
+    ("--nodvd", ("/dev/sr", "/dev/cdrom", "/dev/dvd")),
+    ("--notv", ("/dev/dvb",)),
+    ("--nou2f", ("/dev/hidraw",)),
+    ("--noinput", ("/dev/input",)),
+)
+FIXED = ("--noprofile", "--quiet", "--tab", "--keep-fd=all", "--deterministic-exit-code",
+         "--nonewprivs", "--caps.drop=all", "--restrict-namespaces", "--private-dev")
+
+
+def _top(path: str) -> str:
+    return "/" + path.strip("/").split("/", 1)[0]
+
+
+class View:
+    """The filesystem options, built in the order described above."""
+
+    def __init__(self, policy: Policy, root_entries):
+        self.policy = policy
+        self.hidden = policy.hidden
+        self.root_entries = root_entries
+        self.whitelist: list[str] = []
+        self.readonly: list[str] = []     # step 3, first part
+        self.late_readonly: list[str] = []
+        self.readwrite: list[str] = []
+        self.blacklist_late: list[str] = []
+        self.seeds: list[str] = []        # home files the helper copies in
+        self.blacklisted_hidden: list[str] = []
+
+    def _hidden(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return any(_is_within(path, h) or _is_within(real, h) for h in self.hidden)
+
+    def _contains_hidden(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return any((_is_within(h, path) or _is_within(h, real)) and h not in (path, real)
+                   for h in self.hidden)
+
+    # ---------------------------------------------------------------- home
+    def home_entry(self, path: str, readonly: bool) -> None:
+        """Whitelist one home path (carving around hidden paths below it)."""
+        home = self.policy.home
+        if self._hidden(path) or os.path.islink(path) or not os.path.lexists(path):
+            return
+        if os.path.dirname(path) == home and os.path.basename(path) in SKEL_FILES:
+            self.seeds.append(path)
+            return
+        if path in self.policy.home_seeded and self.policy.home_access in ("tmpwrite", "read"):
+            return      # the helper copies it in
+        if os.path.isdir(path) and self._contains_hidden(path):
+            try:
+                entries = sorted(os.listdir(path))
+            except OSError:
+                return
+            for name in entries:
+                self.home_entry(os.path.join(path, name), readonly)
+            return
+        self.whitelist.append(path)
+        if readonly:
+            self.readonly.append(path)
+
+    def home(self) -> None:
+        policy = self.policy
+        home = policy.home
+        self.whitelist.append(os.path.join(home, SENTINEL))   # the tmpfs home, always
+        access = policy.home_access
+        if access in ("read", "write"):
+            try:
+                entries = sorted(os.listdir(home))
+            except OSError:
+                entries = []
+            for name in entries:
+                self.home_entry(os.path.join(home, name), readonly=access == "read")
+        else:
+            for path in policy.home_readonly:
+                self.home_entry(path, readonly=True)
+        for path in policy.home_seeded:
+            if access == "restricted":
+                self.home_entry(path, readonly=True)    # the real file, read-only
+            elif access != "write" and not self._hidden(path):
+                self.seeds.append(path)
+        if access == "restricted":
+            self.readonly.insert(0, home)
+            for path in self.seeds:
+                if os.path.dirname(path) == home:
+                    self.readwrite.append(path)         # so the helper can write the copy
+
+    # ---------------------------------------------------------------- all
+    def grant_outside_home(self, path: str) -> None:
+        """A path the sandbox needs that lies outside $HOME: under a system
+        tree it is already visible; elsewhere its top directory is emptied to it."""
+        if any(_is_within(path, s) for s in self.policy.system_readonly):
+            return
+        if not _is_within(path, self.policy.home):
+            self.whitelist.append(path)
+
+    def build(self) -> list[str]:
+        policy = self.policy
+        home = policy.home
+        writable = list(policy.home_writable) + list(policy.extra_writable)
+        chaperon = getattr(policy, "chaperon_dir", None)
+        staging = getattr(policy, "staging_dir", None)
+        writable += [chaperon] if chaperon else []
+        writable.append(policy.project_dir)
+        overlays = list(policy.readonly_overlays) + ([staging] if staging else [])
+        needed = (list(policy.system_readonly) + writable + overlays + list(policy.devices)
+                  + [home])
+        tops = {_top(p) for p in needed} | {"/" + t for t in OWN_TOPS}
+        early_blacklist = [f"/{name}" for name in self.root_entries
+                           if f"/{name}" not in tops and not os.path.islink(f"/{name}")]
+
+        self.whitelist += [p for p in policy.run_binds if not self._hidden(p)]
+        self.whitelist.append("/run/" + SENTINEL)
+        self.whitelist.append("/var/tmp")
+        self.home()
+        for path in writable:
+            if _is_within(path, home):
+                if not self._hidden(path):
+                    self.home_writable(path)
+            else:
+                self.grant_outside_home(path)
+        for path in overlays:
+            if _is_within(path, home):
+                self.home_entry(path, readonly=True)
+            else:
+                self.grant_outside_home(path)
+
+        ro_trees = list(policy.system_readonly) + [p for p in self.readonly]
+        self.readonly = list(policy.system_readonly) + self.readonly
+        for path in writable:
+            if os.path.lexists(path) and any(_is_within(path, t) for t in ro_trees):
+                self.readwrite.append(path)
+        roots = writable + ([home] if policy.home_access == "write" else [])
+        for item in policy.protected:   # missing ones get a placeholder before the launch
+            if not self._hidden(item.path) and any(_is_within(item.path, r) for r in roots) \
+                    and not os.path.islink(item.path):
+                self.late_readonly.append(item.path)
+        self.late_readonly += [p for p in overlays if os.path.exists(p)]
+
+        for path in policy.hidden:
+            if not os.path.lexists(path) or _is_within(path, home):
+                continue
+            visible = any(_is_within(path, t) for t in ro_trees + writable)
+            if visible:
+                self.blacklist_late.append(path)
+                self.blacklisted_hidden.append(path)
+        self.blacklist_late += list(policy.slurm_masks) + list(policy.slurm_binaries)
+
+        self.seeds = list(dict.fromkeys(self.seeds))
+        args = [f"--blacklist={p}" for p in early_blacklist]
+        args += [f"--whitelist={p}" for p in dict.fromkeys(self.whitelist)]
+        args += [f"--read-only={p}" for p in dict.fromkeys(self.readonly)]
+        args += [f"--read-write={p}" for p in dict.fromkeys(self.readwrite)]
+        args += [f"--read-only={p}" for p in dict.fromkeys(self.late_readonly)]
+        args += [f"--blacklist={p}" for p in dict.fromkeys(self.blacklist_late)]
+        return args
+
+    def home_writable(self, path: str) -> None:
+        """A writable entry below $HOME: whitelisted (carved if need be)."""
+        before = len(self.readonly)
+        self.home_entry(path, readonly=False)
+        del self.readonly[before:]
+
+
+def device_args(policy: Policy) -> tuple[list[str], list[str]]:
+    """(--no* flags and --blacklist for devices the policy does not grant,
+    devices firejail's --private-dev cannot provide)."""
+    args, unavailable = [], []
+    for device in policy.devices:
+        if not any(device.startswith(p) for _, prefixes in DEVICE_CLASSES for p in prefixes):
+            unavailable.append(device)
+    for flag, prefixes in DEVICE_CLASSES:
+        wanted = [d for d in policy.devices if d.startswith(prefixes)]
+        if not wanted:
+            args.append(flag)
+            continue
+        present = sorted({p for prefix in prefixes for p in glob.glob(prefix + "*")})
+        args += [f"--blacklist={p}" for p in present if p not in wanted
+                 and not any(_is_within(w, p) for w in wanted)]
+    return args, unavailable
+
+
+def guarantees(policy: Policy, *, landlock_abi: int, blacklisted_hidden=()):
+    g = Guarantees()
+    if blacklisted_hidden:
+        g.partial("fs.hidden", "these hidden paths outside $HOME can only be blacklisted "
+                  "(EACCES, name visible): " + " ".join(blacklisted_hidden))
+    else:
+        g.yes("fs.hidden")
+    for name in ("fs.write_confined", "fs.protected", "env.scrubbed", "pid.isolated",
+                 "slurm.boundary", "self.protected", "tty.safe"):
+        g.yes(name)
+    g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
+    g.either("ipc.isolated", policy.private_ipc, "PRIVATE_IPC=false in the configuration")
+    if policy.filter_passwd:
+        g.partial("passwd.filtered", "firejail reduces /etc/passwd and /etc/group to system "
+                  "accounts and you, and the NSS daemons' sockets are unreachable, but "
+                  "nsswitch.conf is the host's: an NSS module that asks LDAP over the "
+                  "network still answers")
+    else:
+        g.no("passwd.filtered", "FILTER_PASSWD=false in the configuration")
+    scoping(g, landlock_abi, signals=(True, ""),
+            abstract_unix=(policy.network_isolated,
+                           "abstract unix sockets live in the network namespace, shared "
+                           "with the host while NETWORK_MODE=open"))
+    return g.split()
+
+
+def notes(policy: Policy, view: View, unavailable) -> tuple[str, ...]:
+    out = []
+    granted = {os.path.basename(p) for p in view.seeds}
+    out.append("firejail puts /etc/skel's " + "/".join(SKEL_FILES[:1]) + " in the private "
+               "home; a granted shell rc file is copied over it (writes to it are discarded"
+               + (", also with HOME_ACCESS=write)" if policy.home_access == "write" else ")")
+               + ("" if granted & set(SKEL_FILES) else ", and yours is not granted"))
+    if policy.home_access == "read":
+        out.append("HOME_ACCESS=read: the top level of $HOME is a tmpfs (as on bwrap); its "
+                   "entries are read-only")
+    if unavailable:
+        out.append("DEVICES not available on firejail (--private-dev has no such class): "
+                   + " ".join(unavailable))
+    out.append("nested `agent-sandbox run` inside cannot tell it is sandboxed (firejail "
+               "cannot place the read-only session marker) and starts a nested sandbox")
+    return tuple(out)
+
+
+def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
+         firejail_path: str = FIREJAIL, landlock_abi: int = 0,
+         python: str = HELPER_PYTHON, root_entries=None) -> Plan:
+    """`payloads` may carry "seccomp"; `root_entries` is os.listdir("/")
+    (a parameter so tests can give their own)."""
+    view = View(policy, sorted(os.listdir("/")) if root_entries is None else root_entries)
+    fs_args = view.build()
+    devices, unavailable = device_args(policy)
+    argv: list = [firejail_path, *FIXED]
+    argv.append("--ipc-namespace") if policy.private_ipc else argv.append("--keep-dev-shm")
+    argv.append("--private-tmp") if policy.private_tmp else argv.append("--keep-var-tmp")
+    if policy.network_isolated:
+        argv.append("--net=none")
+    argv += devices + fs_args
+
+    ours = {"env": env_payload(policy.env)}
+    seeds = []
+    for index, path in enumerate(view.seeds):
+        ours[f"seed-{index}"] = Payload(path=os.path.realpath(path))
+        seeds.append((f"seed-{index}", path))
+    if policy.seccomp:
+        ours["seccomp"] = payloads["seccomp"]
+    scoped = landlock_abi >= SCOPING_ABI
+    if scoped:
+        from .bwrap import landlock_scope
+
+        ours["landlock"] = Payload(data=landlock_scope(landlock_abi))
+    argv += ["--", *helper_argv(python=python, env=True, landlock=scoped,
+                                seccomp=policy.seccomp, seeds=seeds, chdir=policy.workdir,
+                                new_session=True, lifeline=True, status=True,
+                                pid_namespace=True)]
+    argv += list(command)
+    provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
+                                           blacklisted_hidden=view.blacklisted_hidden)
+    # firejail itself gets a minimal environment; the command's comes on --env.
+    spawn_env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
+    for name in ("TERM", "LANG", "LC_ALL"):
+        if name in policy.env:
+            spawn_env[name] = policy.env[name]
+    return Plan(backend=NAME, argv=tuple(argv), payloads=ours, env=spawn_env,
+                provides=provides, cannot=cannot, partial=partial,
+                mounts=tuple(("firejail", a) for a in devices + fs_args),
+                view_title="filesystem options in order", status_fd="status",
+                started='"helper-exec"', lifeline_fd="lifeline",
+                notes=notes(policy, view, unavailable))
+
+
+def find(path_env: str | None = None) -> str | None:
+    for directory in (path_env or os.environ.get("PATH", "/usr/bin:/bin")).split(":"):
+        candidate = os.path.join(directory, FIREJAIL)
+        if directory.startswith("/") and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+def probe_argv(path: str = FIREJAIL) -> list[str]:
+    """A trivial sandbox with the options every launch relies on."""
+    return [path, *FIXED, "--ipc-namespace", "--private-tmp", "--whitelist=/var/tmp",
+            "--", "/bin/true"]

@@ -1,0 +1,230 @@
+"""The landlock backend: a Policy becomes a Landlock ruleset the helper applies.
+
+No namespaces and no mounts: the process sees the host's filesystem, and
+Landlock decides what it may do there. Landlock grants by allow-list and has
+no deny rule, so everything follows from that:
+
+* Read+exec on the system trees, write on the project and declared paths.
+* "Hidden" means *left out*: a hidden path answers EACCES, not ENOENT. A
+  directory that would contain a hidden path (or, below a writable grant, a
+  read-only one such as the user config tree) is never granted itself; its
+  entries are granted one by one instead, recursively ("carving"). A carved
+  directory cannot be listed, and in a writable one nothing can be created
+  at its top level.
+* Symlinks are never followed when granting (as bwrap recreates them as
+  links): a link reaches its target only if the target is granted itself.
+* HOME_ACCESS without a mount namespace (there is no tmpfs to put in front
+  of $HOME): tmpwrite and restricted grant HOME_READONLY and the seeded files
+  read-only and HOME_WRITABLE writable, and nothing else in $HOME (writes
+  elsewhere fail with EACCES instead of vanishing); read grants all of $HOME
+  read-only minus hidden paths; write grants it writable, carved around the
+  hidden paths and the user config tree.
+* PRIVATE_TMP: /tmp is shared, so the sandbox gets a fresh per-session
+  directory as $TMPDIR (the launcher creates and removes it) and /tmp itself
+  is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is not granted.
+* PROTECTED_PATHS inside the project cannot be kept read-only: carving the
+  project would forbid creating anything at its top level and in .git. This
+  is reported (fs.protected: no), never silently claimed.
+
+The helper also loads the seccomp filter, which on this backend denies ptrace
+and process_vm_readv/writev (no PID namespace), calls setsid (no TIOCSTI into
+the caller's terminal), and holds a lifeline so the command's process group
+dies with the launcher.
+"""
+from __future__ import annotations
+
+import marshal
+import os
+
+from .. import landlock as ll
+from ..policy import Policy, _is_within
+from .base import (HELPER_PYTHON, Guarantees, Payload, Plan, helper_argv, helper_command,
+                   helper_path, scoping)
+
+NAME = "landlock"
+DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
+           "/dev/ptmx", "/dev/pts")
+# Reading and writing procfs files is the process's own business; another
+# process's /proc entries are guarded by ptrace access checks, which Landlock
+# also applies (a sandboxed process cannot ptrace-read one outside it).
+PROC = ll.READ_FILE | ll.READ_DIR | ll.WRITE_FILE
+RW = ll.READ | ll.WRITE
+
+
+def scratch_tmp(policy: Policy) -> str:
+    return f"/tmp/agent-sandbox-{policy.uid}-{policy.session_id}"
+
+
+def guarantees(policy: Policy, *, landlock_abi: int):
+    g = Guarantees()
+    g.no("fs.hidden", "Landlock leaves hidden paths out of its allow-list: they answer "
+                      "EACCES, and their names stay visible")
+    for name in ("fs.write_confined", "env.scrubbed", "self.protected", "tty.safe"):
+        g.yes(name)
+    g.no("fs.protected", "Landlock cannot make a path read-only below a writable one: "
+                         "PROTECTED_PATHS (and DENIED_WRITABLE_PATHS) inside the project or "
+                         "another writable path stay writable")
+    g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
+    g.no("pid.isolated", "no PID namespace: processes outside are visible (ptrace and "
+                         "process_vm_readv/writev are denied)")
+    g.no("ipc.isolated", "no IPC namespace: SysV IPC is shared with the host"
+         + ("" if policy.private_ipc else "; /dev/shm is shared (PRIVATE_IPC=false)"))
+    g.no("passwd.filtered", "the host's /etc/passwd and NSS services answer")
+    g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
+                           "connecting to unix sockets)")
+    scoping(g, landlock_abi)
+    return g.split()
+
+
+class Rules:
+    """Collects (access, path) rules, carving around hidden paths and the
+    read-only exceptions below writable grants."""
+
+    def __init__(self, hidden, readonly):
+        self.hidden = tuple(hidden)
+        self.readonly = tuple(readonly)
+        self.rules: list[tuple[int, str]] = []
+
+    def _under(self, path: str, paths) -> bool:
+        return any(_is_within(path, p) for p in paths)
+
+    def _contains(self, path: str, paths) -> bool:
+        return any(_is_within(p, path) and p != path for p in paths)
+
+    def grant(self, path: str, access: int) -> None:
+        if not os.path.lexists(path) or os.path.islink(path):
+            return
+        real = os.path.realpath(path)
+        if self._under(path, self.hidden) or self._under(real, self.hidden):
+            return
+        if access & ll.WRITE and (self._under(path, self.readonly)
+                                  or self._under(real, self.readonly)):
+            access &= ll.READ
+        exceptions = self.hidden + (self.readonly if access & ll.WRITE else ())
+        if os.path.isdir(real) and (self._contains(path, exceptions)
+                                    or self._contains(real, exceptions)):
+            try:
+                entries = sorted(os.listdir(real))
+            except OSError:
+                return
+            for name in entries:
+                self.grant(os.path.join(path, name), access)
+            return
+        self.rules.append((access, real))
+
+
+def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
+    """The filesystem rules, in the order they are listed in --dry-run."""
+    config_tree = os.path.join(policy.home, ".config", "agent-sandbox")
+    readonly = tuple(policy.readonly_overlays) + (config_tree,)
+    staging = getattr(policy, "staging_dir", None)
+    if staging:
+        readonly += (staging,)
+    r = Rules(policy.hidden, readonly)
+    for path in policy.system_readonly:
+        r.grant(path, ll.READ)
+    r.grant("/proc", PROC)
+    for path in DEVICES:
+        r.grant(path, ll.DEVICE | (ll.READ_DIR if path == "/dev/pts" else 0))
+    for path in policy.devices:
+        r.grant(path, ll.DEVICE)
+    if not policy.private_ipc:
+        r.grant("/dev/shm", RW)
+    for path in policy.run_binds:
+        r.grant(path, ll.READ)
+    if tmpdir:
+        r.rules.append((RW, tmpdir))     # created by the launcher right before
+    else:
+        r.grant("/tmp", RW)
+        r.grant("/var/tmp", RW)
+    home = policy.home
+    if policy.home_access in ("read", "write"):
+        r.grant(home, ll.READ if policy.home_access == "read" else RW)
+    else:
+        for path in policy.home_readonly:
+            r.grant(path, ll.READ)
+    for path in policy.home_seeded:
+        r.grant(os.path.realpath(path), ll.READ)
+    for path in policy.home_writable + policy.extra_writable:
+        r.grant(path, RW)
+    chaperon = getattr(policy, "chaperon_dir", None)
+    if chaperon:
+        r.grant(chaperon, RW)
+    r.grant(policy.project_dir, RW)
+    for path in readonly:
+        r.grant(path, ll.READ)
+    return list(dict.fromkeys(r.rules))
+
+
+def ruleset(policy: Policy, *, landlock_abi: int, tmpdir: str | None) -> dict:
+    fs = ll.fs_rights(landlock_abi)
+    net = 0
+    if policy.network_isolated and landlock_abi >= 4:
+        net = ll.NET_BIND_TCP | ll.NET_CONNECT_TCP     # handled, no port granted
+    scoped = (ll.SCOPE_ABSTRACT_UNIX | ll.SCOPE_SIGNAL) if landlock_abi >= 6 else 0
+    return ll.ruleset(landlock_abi, fs=fs, net=net, scoped=scoped,
+                      paths=rules(policy, tmpdir=tmpdir))
+
+
+def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
+    out = []
+    if policy.home_access in ("tmpwrite", "restricted"):
+        out.append(f"HOME_ACCESS={policy.home_access}: no tmpfs home without a mount "
+                   "namespace — HOME_READONLY and seeded files are read-only, HOME_WRITABLE "
+                   "writable, the rest of $HOME answers EACCES (writes fail instead of "
+                   "vanishing)")
+    elif policy.home_access == "write":
+        out.append("HOME_ACCESS=write: $HOME is carved around hidden paths, so nothing new "
+                   "can be created at its top level")
+    else:
+        out.append("HOME_ACCESS=read: $HOME is carved around hidden paths, so it cannot be "
+                   "listed (its entries can be read)")
+    if policy.private_tmp:
+        out.append("PRIVATE_TMP: /tmp is the host's and not accessible; $TMPDIR is a fresh "
+                   "per-session directory, removed at exit")
+    if policy.network_isolated:
+        out.append("NETWORK_MODE=isolated: partial — Landlock denies TCP bind and connect; "
+                   "UDP and other protocols are not restricted")
+    out.append("nested `agent-sandbox run` inside cannot tell it is sandboxed (no session "
+               "marker without a mount namespace) and starts a nested, stricter sandbox")
+    return tuple(out)
+
+
+def network_refusal(policy: Policy, *, landlock_abi: int) -> str | None:
+    if policy.network_isolated and landlock_abi < 4:
+        return (f"NETWORK_MODE=isolated needs Landlock ABI 4 (TCP rules) on the landlock "
+                f"backend; this kernel has {landlock_abi or 'no Landlock'}")
+    return None
+
+
+def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
+         landlock_abi: int, python: str = HELPER_PYTHON) -> Plan:
+    """`payloads` may carry "seccomp"; other launcher payloads (passwd files,
+    the marker) have nowhere to go without a mount namespace."""
+    tmpdir = scratch_tmp(policy) if policy.private_tmp else None
+    spec = ruleset(policy, landlock_abi=landlock_abi, tmpdir=tmpdir)
+    ours = {"landlock": Payload(data=marshal.dumps(spec))}
+    if policy.seccomp:
+        ours["seccomp"] = payloads["seccomp"]
+    env = dict(policy.env)
+    if tmpdir:
+        env["TMPDIR"] = tmpdir
+    argv = helper_argv(python=python, landlock=True, seccomp=policy.seccomp,
+                       chdir=policy.workdir, new_session=True, lifeline=True, status=True)
+    provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
+    return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
+                provides=provides, cannot=cannot, partial=partial,
+                mounts=tuple(("landlock", access, path) for access, path in spec["paths"]),
+                view_title="Landlock rules", status_fd="status", started='"helper-exec"',
+                lifeline_fd="lifeline", scratch_dirs=(tmpdir,) if tmpdir else (),
+                own_session=True, notes=notes(policy, landlock_abi=landlock_abi))
+
+
+def find(path_env: str | None = None, python: str = HELPER_PYTHON) -> str | None:
+    """The interpreter the helper runs on, by absolute path whatever PATH says
+    (the kernel's part is the probe's)."""
+    return python if os.access(python, os.X_OK) and os.path.exists(helper_path()) else None
+
+
+def probe_argv(python: str = HELPER_PYTHON) -> list[str]:
+    return helper_command(python) + ["--probe"]

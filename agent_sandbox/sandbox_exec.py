@@ -1,0 +1,321 @@
+"""The exec'd helper: the last step between a backend and the command.
+
+Started as ``/usr/bin/python3 -I -S -c <boot> <this directory> [options] --
+CMD ARGS`` (backends/base.helper_command) so that it starts fast (imported,
+so from cached bytecode) and nothing in the environment (PYTHONPATH,
+PYTHONHOME, user site) can change what it runs; it imports only builtin
+modules and landlock.py from its own (root-owned, read-only) directory.
+
+In order, each step only when asked for:
+  read the payload descriptors (environment, Landlock ruleset, seccomp BPF,
+  seeded files) and close them → write seeded files → chdir → setsid →
+  start the watcher → PR_SET_NO_NEW_PRIVS → Landlock → seccomp →
+  report "helper-exec" on the status descriptor → exec the command.
+
+Exit codes: 125 when a step fails (the command did not run), 126/127 as the
+shell uses them when the command cannot be executed or is not found;
+otherwise the process *is* the command.
+
+Options (descriptors are inherited file descriptor numbers):
+  --env FD          the command's environment, NUL-separated NAME=VALUE
+                    (firejail is setuid: the kernel strips LD_* and friends
+                    from what it passes on, so the exact environment travels
+                    here instead; never in argv, which every user can read)
+  --landlock FD     a marshalled ruleset (see landlock.ruleset)
+  --seccomp FD      a BPF program (struct sock_filter array)
+  --seed FD PATH    copy the descriptor's bytes to PATH (replacing a file)
+  --chdir DIR       working directory of the command
+  --new-session     setsid(): no controlling terminal, so no TIOCSTI into it
+  --lifeline FD     start a watcher that SIGKILLs what is left of the sandbox
+                    when the command exits (as bwrap does by ending the PID
+                    namespace) or when FD reaches EOF, i.e. the launcher is
+                    gone (setuid firejail cannot inherit a parent-death
+                    signal; without a PID namespace nothing else would)
+  --pid-namespace   the helper runs in a PID namespace of its own (firejail):
+                    the watcher then kills every process in it, not only the
+                    command's process group — only after checking that PID 1
+                    really is firejail
+  --status FD       where "helper-exec" is reported just before exec
+  --max-abi N       use at most Landlock ABI N (tests simulate old kernels)
+  --degrade         on an older ABI apply what it knows and report the rest
+                    (default: refuse, exit 125, because the plan's guarantee
+                    report promised it)
+  --probe           apply a trivial ruleset and exit 0 (the backend probe)
+"""
+import _signal as signal   # the builtin core: `signal` would import enum (~4 ms)
+import marshal
+import os
+import sys
+
+PR_SET_SECCOMP = 22
+SECCOMP_MODE_FILTER = 2
+# Signals the launcher forwards to the command's process group; the lifeline
+# watcher shares that group and must survive them.
+FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH",
+             "SIGCONT", "SIGTSTP", "SIGTTIN", "SIGTTOU")
+
+
+class SetupError(Exception):
+    pass
+
+
+def _landlock():
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import landlock
+
+    return landlock
+
+
+def _read_fd(fd: int) -> bytes:
+    chunks = []
+    try:
+        while True:
+            chunk = os.read(fd, 1 << 20)
+            if not chunk:
+                break
+            chunks.append(chunk)
+    except OSError as exc:
+        raise SetupError(f"cannot read descriptor {fd} — {exc.strerror}") from None
+    finally:
+        os.close(fd)
+    return b"".join(chunks)
+
+
+def parse(argv: list[str]) -> dict:
+    opts = {"env": None, "landlock": None, "seccomp": None, "seeds": [], "chdir": None,
+            "new_session": False, "lifeline": None, "status": None, "max_abi": None,
+            "degrade": False, "probe": False, "pid_namespace": False, "command": []}
+    i = 0
+    try:
+        while i < len(argv):
+            arg = argv[i]
+            if arg == "--":
+                opts["command"] = argv[i + 1:]
+                break
+            if arg in ("--env", "--landlock", "--seccomp", "--lifeline", "--status"):
+                opts[arg[2:]] = int(argv[i + 1])
+                i += 2
+            elif arg == "--seed":
+                opts["seeds"].append((int(argv[i + 1]), argv[i + 2]))
+                i += 3
+            elif arg == "--chdir":
+                opts["chdir"] = argv[i + 1]
+                i += 2
+            elif arg == "--max-abi":
+                opts["max_abi"] = int(argv[i + 1])
+                i += 2
+            elif arg in ("--new-session", "--degrade", "--probe", "--pid-namespace"):
+                opts[arg[2:].replace("-", "_")] = True
+                i += 1
+            else:
+                raise SetupError(f"unknown helper option {arg}")
+    except (IndexError, ValueError):
+        raise SetupError(f"bad helper arguments near {argv[i]!r}") from None
+    if not opts["command"] and not opts["probe"]:
+        raise SetupError("no command given to the helper")
+    return opts
+
+
+def write_seed(data: bytes, path: str) -> None:
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+    except OSError as exc:
+        raise SetupError(f"cannot write the seeded file {path} — {exc.strerror}") from None
+
+
+def _own_pid_namespace() -> bool:
+    try:
+        with open("/proc/1/comm", "rb") as handle:
+            return handle.read().strip() == b"firejail"
+    except OSError:
+        return False
+
+
+def _wait(lifeline: int, pidfd, command: int) -> None:
+    """Until the launcher is gone (EOF on `lifeline`) or `command` has exited."""
+    import select
+
+    fds = [lifeline] + ([pidfd] if pidfd is not None else [])
+    while True:
+        # Without pidfd (kernel < 5.3) the command's exit is polled.
+        ready, _, _ = select.select(fds, [], [], None if pidfd is not None else 0.1)
+        if lifeline in ready:
+            try:
+                if not os.read(lifeline, 512):
+                    return
+            except OSError:
+                return
+        if pidfd is not None and pidfd in ready:
+            return
+        if pidfd is None:
+            try:
+                with open(f"/proc/{command}/stat", "rb") as handle:
+                    if handle.read().rsplit(b")", 1)[1].split()[0] in (b"Z", b"X"):
+                        return
+            except (OSError, IndexError):
+                return
+
+
+def start_watcher(lifeline: int, *, whole_namespace: bool) -> None:
+    """A grandchild (so the command never sees it as its child) that waits for
+    the command (this process, once it execs) to exit or the launcher to go,
+    then kills the command's process group — or, in a PID namespace of its
+    own, every process in it. Forked before Landlock and seccomp apply, so the
+    command can neither signal it nor hide from it."""
+    command = os.getpid()
+    group = os.getpgid(0)
+    whole_namespace = whole_namespace and _own_pid_namespace()
+    try:
+        pidfd = os.pidfd_open(command)
+    except (AttributeError, OSError):
+        pidfd = None
+    child = os.fork()
+    if child == 0:
+        try:
+            if os.fork() == 0:
+                for name in FORWARDED:
+                    signal.signal(getattr(signal, name), signal.SIG_IGN)
+                null = os.open("/dev/null", os.O_RDWR)
+                for std in (0, 1, 2):
+                    os.dup2(null, std)
+                keep = sorted(fd for fd in (lifeline, pidfd) if fd is not None)
+                low = 3
+                for fd in keep:
+                    os.closerange(low, fd)
+                    low = fd + 1
+                os.closerange(low, 65536)
+                _wait(lifeline, pidfd, command)
+                try:
+                    if whole_namespace:
+                        os.kill(-1, signal.SIGKILL)   # all but PID 1 and this watcher
+                    else:
+                        os.killpg(group, signal.SIGKILL)
+                except OSError:
+                    pass
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    os.close(lifeline)
+    if pidfd is not None:
+        os.close(pidfd)
+
+
+def load_seccomp(bpf: bytes) -> None:
+    import _ctypes
+    import _struct
+
+    landlock = _landlock()
+    if not bpf or len(bpf) % 8:
+        raise SetupError(f"the seccomp program is malformed ({len(bpf)} bytes)")
+
+    class Byte(_ctypes._SimpleCData):
+        _type_ = "B"
+
+    class Program(_ctypes.Array):
+        _type_ = Byte
+        _length_ = len(bpf)
+
+    program = Program.from_buffer_copy(bpf)
+    fprog = _struct.pack("@HP", len(bpf) // 8, _ctypes.addressof(program))
+    _, prctl, c_long, get_errno = landlock._bind()
+    if prctl(c_long(PR_SET_SECCOMP), c_long(SECCOMP_MODE_FILTER), fprog, c_long(0),
+             c_long(0)) != 0:
+        raise SetupError(f"cannot load the seccomp filter — {os.strerror(get_errno())}")
+
+
+def apply_landlock(spec: dict, *, max_abi, degrade: bool) -> None:
+    landlock = _landlock()
+    kernel = landlock.abi_version()
+    abi = kernel if max_abi is None else min(kernel, max_abi)
+    applied, lost = landlock.downgrade(spec, abi)
+    if lost:
+        planned = spec.get("abi", 0)
+        text = "; ".join(lost)
+        if not degrade:
+            raise SetupError(
+                f"the plan needs Landlock ABI {planned} but this kernel offers ABI {abi}, "
+                f"which lacks: {text}. Run `agent-sandbox run --dry-run -- true` on this host "
+                "to see what it can enforce, or use another backend")
+        sys.stderr.write(f"agent-sandbox: Landlock ABI {abi} (planned {planned}) — not "
+                         f"enforced: {text}\n")
+    if applied["fs"] or applied["net"] or applied["scoped"]:
+        try:
+            landlock.restrict_self(applied)
+        except OSError as exc:
+            raise SetupError(f"cannot apply the Landlock ruleset — {exc}") from None
+
+
+def probe() -> int:
+    landlock = _landlock()
+    abi = landlock.abi_version()
+    if abi < 1:
+        raise SetupError("this kernel has no Landlock (or it is disabled at boot)")
+    landlock.no_new_privs()
+    landlock.restrict_self(landlock.ruleset(abi, fs=landlock.fs_rights(abi),
+                                            paths=[(landlock.READ, "/")]))
+    return 0
+
+
+def execute(command: list[str], env: dict) -> int:
+    try:
+        os.execvpe(command[0], command, env)
+    except FileNotFoundError:
+        sys.stderr.write(f"agent-sandbox: {command[0]}: command not found\n")
+        return 127
+    except OSError as exc:
+        sys.stderr.write(f"agent-sandbox: {command[0]}: {exc.strerror.lower()}\n")
+        return 126
+
+
+def main(argv: list[str]) -> int:
+    try:
+        opts = parse(argv)
+        if opts["probe"]:
+            return probe()
+        env = os.environ
+        if opts["env"] is not None:
+            raw = _read_fd(opts["env"])
+            env = dict(item.split("=", 1) for item in
+                       os.fsdecode(raw).split("\0") if "=" in item)
+        spec = None
+        if opts["landlock"] is not None:
+            spec = marshal.loads(_read_fd(opts["landlock"]))
+        bpf = _read_fd(opts["seccomp"]) if opts["seccomp"] is not None else None
+        for fd, path in opts["seeds"]:
+            write_seed(_read_fd(fd), path)
+        if opts["chdir"]:
+            try:
+                os.chdir(opts["chdir"])
+            except OSError as exc:
+                raise SetupError(f"cannot enter {opts['chdir']} — {exc.strerror}") from None
+        if opts["new_session"]:
+            try:
+                os.setsid()
+            except OSError as exc:   # a process group leader cannot: a launcher bug
+                raise SetupError(f"cannot start a new session — {exc.strerror}") from None
+        if opts["lifeline"] is not None:
+            start_watcher(opts["lifeline"], whole_namespace=opts["pid_namespace"])
+        if spec is not None or bpf is not None:
+            _landlock().no_new_privs()
+        if spec is not None:
+            apply_landlock(spec, max_abi=opts["max_abi"], degrade=opts["degrade"])
+        if bpf is not None:
+            load_seccomp(bpf)
+        if opts["status"] is not None:
+            os.write(opts["status"], b'{"helper-exec": %d}\n' % os.getpid())
+            os.close(opts["status"])
+    except (SetupError, OSError) as exc:
+        sys.stderr.write(f"agent-sandbox: the sandbox helper could not set up — {exc}. The "
+                         "command was not run.\n")
+        return 125
+    return execute(opts["command"], env)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

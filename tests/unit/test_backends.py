@@ -1,0 +1,433 @@
+"""The three backends as pure functions: guarantees, plans and argv for the
+same policy; auto selection; REQUIRE refusals; the report.
+
+Policies are built from a real tree in tmp_path (a fake $HOME with
+credentials, dotfiles and a project), as in test_bwrap_plan.
+"""
+from __future__ import annotations
+
+import marshal
+from pathlib import Path
+
+import pytest
+
+from agent_sandbox import confload, launcher, report
+from agent_sandbox import landlock as ll
+from agent_sandbox.backends import Selection, Unavailable, bwrap, firejail, module, select
+from agent_sandbox.backends import landlock as landlock_backend
+from agent_sandbox.backends.base import GUARANTEE_TEXT, FdRef, HELPER_BOOT, Payload
+from agent_sandbox.errors import PolicyError
+from agent_sandbox.policy import LaunchContext, _is_within, resolve_policy
+
+USER = "alice"
+FILES = {
+    ".ssh/id_rsa": "KEY", ".aws/credentials": "x", ".netrc": "machine x",
+    ".config/gh/hosts.yml": "token", ".config/other/settings.txt": "visible",
+    ".config/agent-sandbox/sandbox.conf": "", ".bashrc": "# rc", ".profile": "# profile",
+    ".gitconfig": "[user]", ".cache/uv/w": "w", "notes.txt": "n",
+    "proj/src/main.py": "print()", "proj/.git/config": "[core]",
+}
+BACKENDS = ("bwrap", "firejail", "landlock")
+SECCOMP = Payload(data=b"\x06\x00\x00\x00\x00\x00\xff\x7f")
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    home = tmp_path / "home" / USER
+    for relative, content in FILES.items():
+        path = home / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    (home / "keys").symlink_to(".ssh")
+    return home
+
+
+def policy_for(home: Path, conf: str = "", *, backend="bwrap", install=()):
+    (home / ".config/agent-sandbox/sandbox.conf").write_text(conf)
+    settings = confload.load_settings(home=str(home), user=USER, environ={},
+                                      admin_path=str(home.parent / "none.conf"), cache=False)
+    settings = settings.replace(READONLY_MOUNTS=("/usr", "/etc"))
+    ctx = LaunchContext(uid=1000, gid=1000, user=USER, home=str(home),
+                        environ={"PATH": "/usr/bin:/bin", "GH_TOKEN": "secret-value",
+                                 "LD_LIBRARY_PATH": "/opt/lib"},
+                        cwd=str(home / "proj"), project_dir=None,
+                        install_paths=tuple(install), session_id="sess01")
+    return resolve_policy(settings, ctx, backend=backend)
+
+
+def plan_for(name: str, policy, abi: int = 7, command=("claude",)):
+    payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")}
+    if name == "bwrap":
+        for item in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
+            payloads[item] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
+        return bwrap.plan(policy, list(command), payloads=payloads, bwrap_path="/usr/bin/bwrap",
+                          landlock_abi=abi)
+    if name == "firejail":
+        return firejail.plan(policy, list(command), payloads=payloads,
+                             firejail_path="/usr/bin/firejail", landlock_abi=abi,
+                             root_entries=["usr", "etc", "home", "tmp", "proc", "srv", "data",
+                                           "bin"])
+    return landlock_backend.plan(policy, list(command), payloads=payloads, landlock_abi=abi)
+
+
+def rows(plan) -> dict[str, str]:
+    table = {g: "yes" for g in plan.provides}
+    table.update({g: "partial" for g, _ in plan.partial})
+    table.update({g: "no" for g, _ in plan.cannot})
+    return table
+
+
+# ---------------------------------------------------------------- the table
+@pytest.mark.parametrize("name", BACKENDS)
+def test_every_guarantee_is_answered_once(home, name):
+    plan = plan_for(name, policy_for(home, backend=name))
+    answered = list(plan.provides) + [g for g, _ in plan.partial] + [g for g, _ in plan.cannot]
+    assert sorted(answered) == sorted(GUARANTEE_TEXT)
+    for _, why in plan.partial + plan.cannot:
+        assert why
+
+
+def test_the_spec_table_as_implemented(home):
+    """SPEC §5 with the defaults, on a kernel with Landlock ABI 7."""
+    expected = {
+        "fs.hidden": ("yes", "yes", "no"),
+        "fs.write_confined": ("yes", "yes", "yes"),
+        "fs.protected": ("yes", "yes", "no"),
+        "env.scrubbed": ("yes", "yes", "yes"),
+        "seccomp": ("yes", "yes", "yes"),
+        "pid.isolated": ("yes", "yes", "no"),
+        "ipc.isolated": ("yes", "yes", "no"),
+        "passwd.filtered": ("yes", "partial", "no"),
+        "slurm.boundary": ("yes", "yes", "no"),
+        "abstract_unix.scoped": ("yes", "yes", "yes"),
+        "signals.scoped": ("yes", "yes", "yes"),
+        "self.protected": ("yes", "yes", "yes"),
+        "tty.safe": ("yes", "yes", "yes"),
+    }
+    tables = {n: rows(plan_for(n, policy_for(home, backend=n))) for n in BACKENDS}
+    for guarantee, states in expected.items():
+        assert tuple(tables[n][guarantee] for n in BACKENDS) == states, guarantee
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_scoping_needs_abi_6_and_says_so(home, name):
+    plan = plan_for(name, policy_for(home, backend=name), abi=5)
+    why = dict(plan.cannot)
+    assert "abstract_unix.scoped" in why and "ABI 6" in why["abstract_unix.scoped"]
+    if name == "landlock":
+        assert "signals.scoped" in why                      # no PID namespace to fall back on
+    else:
+        assert "signals.scoped" in plan.provides            # outside pids cannot be named
+
+
+@pytest.mark.parametrize("name", ["bwrap", "firejail"])
+def test_isolated_network_scopes_abstract_sockets_without_landlock(home, name):
+    plan = plan_for(name, policy_for(home, "NETWORK_MODE=isolated\n", backend=name), abi=0)
+    assert "abstract_unix.scoped" in plan.provides
+
+
+# ---------------------------------------------------------------- bwrap + helper
+def test_bwrap_layers_scoping_through_the_helper_from_abi_6(home):
+    plan = plan_for("bwrap", policy_for(home), abi=6)
+    argv = list(plan.argv)
+    tail = argv[argv.index("--chdir") + 3:]
+    assert tail[:5] == ["/usr/bin/python3", "-I", "-S", "-c", HELPER_BOOT]
+    assert tail[6:] == ["--landlock", FdRef("landlock"), "--", "claude"]
+    spec = marshal.loads(plan.payloads["landlock"].data)
+    assert spec["fs"] == spec["net"] == 0 and spec["paths"] == ()
+    assert spec["scoped"] == ll.SCOPE_ABSTRACT_UNIX | ll.SCOPE_SIGNAL
+    assert "--seccomp" in argv                    # bwrap keeps loading the filter itself
+    old = plan_for("bwrap", policy_for(home), abi=5)
+    assert list(old.argv)[-3:] == ["/usr/bin/env", "--", "claude"]
+    assert "landlock" not in old.payloads
+
+
+# ---------------------------------------------------------------- landlock
+def landlock_rules(plan) -> dict[str, str]:
+    return {path: report._rights(access) for _, access, path in plan.mounts}
+
+
+def test_landlock_grants_by_allow_list(home):
+    policy = policy_for(home, backend="landlock")
+    plan = plan_for("landlock", policy)
+    rules = landlock_rules(plan)
+    assert rules["/usr"] == rules["/etc"] == "ro"
+    assert rules[str(home / "proj")] == "rw"
+    assert rules[str(home / ".cache/uv")] == "rw"
+    assert rules[str(home / ".bashrc")] == "ro" and rules[str(home / ".gitconfig")] == "ro"
+    assert rules[str(home / ".config/agent-sandbox")] == "ro"
+    assert rules["/dev/null"] == rules["/proc"] == "files"
+    assert str(home) not in rules                            # tmpwrite: $HOME entry by entry
+    for path in rules:
+        assert not policy.is_hidden(path), path
+    tmp = landlock_backend.scratch_tmp(policy)
+    assert rules[tmp] == "rw" and "/tmp" not in rules
+    assert plan.env["TMPDIR"] == tmp and plan.scratch_dirs == (tmp,)
+    assert "GH_TOKEN" not in plan.env and plan.env["LD_LIBRARY_PATH"] == "/opt/lib"
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_landlock_carves_home_around_hidden_paths(home, mode):
+    policy = policy_for(home, f"HOME_ACCESS={mode}\n", backend="landlock")
+    rules = landlock_rules(plan_for("landlock", policy))
+    assert str(home) not in rules and str(home / ".config") not in rules   # carved
+    assert rules[str(home / "notes.txt")] == ("ro" if mode == "read" else "rw")
+    assert rules[str(home / ".config/other")] == ("ro" if mode == "read" else "rw")
+    assert rules[str(home / ".config/agent-sandbox")] == "ro"      # never writable
+    for hidden in (".ssh", ".aws", ".netrc", ".config/gh", "keys"):
+        assert not any(_is_within(p, str(home / hidden)) for p in rules), hidden
+    assert not any(p.endswith("/keys") for p in rules)            # symlinks are not granted
+
+
+def test_landlock_private_tmp_off_grants_the_shared_tmp(home):
+    policy = policy_for(home, "PRIVATE_TMP=false\nPRIVATE_IPC=false\n", backend="landlock")
+    plan = plan_for("landlock", policy)
+    rules = landlock_rules(plan)
+    assert rules["/var/tmp"] == "rw" and rules["/dev/shm"] == "rw"
+    # /tmp itself, or (as here, where the test's $HOME lies below /tmp) carved
+    assert rules.get("/tmp") == "rw" or any(p.startswith("/tmp/") for p in rules)
+    assert plan.scratch_dirs == () and "TMPDIR" not in plan.env
+
+
+def test_landlock_network_isolation_is_tcp_only_and_needs_abi_4(home):
+    policy = policy_for(home, "NETWORK_MODE=isolated\n", backend="landlock")
+    spec = marshal.loads(plan_for("landlock", policy, abi=4).payloads["landlock"].data)
+    assert spec["net"] == ll.NET_BIND_TCP | ll.NET_CONNECT_TCP and spec["ports"] == ()
+    assert any("partial" in n for n in plan_for("landlock", policy, abi=4).notes)
+    assert landlock_backend.network_refusal(policy, landlock_abi=4) is None
+    assert "ABI 4" in landlock_backend.network_refusal(policy, landlock_abi=3)
+
+
+def test_landlock_plan_runs_the_helper_with_seccomp_session_and_lifeline(home):
+    plan = plan_for("landlock", policy_for(home, backend="landlock"))
+    argv = list(plan.argv)
+    assert argv[:5] == ["/usr/bin/python3", "-I", "-S", "-c", HELPER_BOOT]
+    for flag in ("--landlock", "--seccomp", "--lifeline", "--status"):
+        assert argv[argv.index(flag) + 1] == FdRef(flag[2:])
+    assert "--new-session" in argv and argv[-2:] == ["--", "claude"]
+    assert plan.own_session and plan.started == '"helper-exec"'
+    assert set(plan.payloads) == {"landlock", "seccomp"}
+    spec = marshal.loads(plan.payloads["landlock"].data)
+    assert spec["scoped"] == 3 and spec["fs"] == ll.fs_rights(7)
+
+
+def test_landlock_denies_ptrace_in_its_seccomp_list():
+    from agent_sandbox.seccomp import deny_list
+
+    assert {"ptrace", "process_vm_readv", "process_vm_writev"} <= set(
+        deny_list(no_pid_namespace=True))
+
+
+@pytest.mark.parametrize("mode", ["tmpwrite", "restricted", "read", "write"])
+def test_landlock_says_what_each_home_mode_means_there(home, mode):
+    plan = plan_for("landlock", policy_for(home, f"HOME_ACCESS={mode}\n", backend="landlock"))
+    assert any(note.startswith(f"HOME_ACCESS={mode}") for note in plan.notes)
+
+
+# ---------------------------------------------------------------- firejail
+def options(plan) -> list[str]:
+    return [op[1] for op in plan.mounts]
+
+
+def test_firejail_options_in_load_bearing_order(home):
+    policy = policy_for(home, backend="firejail")
+    plan = plan_for("firejail", policy)
+    opts = options(plan)
+    kinds = [o.split("=", 1)[0] for o in opts if "=" in o]
+    # blacklist (top level), whitelist, read-only, read-write, read-only, blacklist
+    first = {k: kinds.index(k) for k in ("--blacklist", "--whitelist", "--read-only")}
+    assert first["--blacklist"] < first["--whitelist"] < first["--read-only"]
+    assert "--blacklist=/srv" in opts and "--blacklist=/data" in opts
+    assert "--blacklist=/bin" in opts or "--read-only=/bin" not in opts
+    for top in ("/usr", "/etc", "/tmp", "/proc"):      # (this test's $HOME is below /tmp)
+        assert f"--blacklist={top}" not in opts
+    assert f"--whitelist={home}/{firejail.SENTINEL}" in opts       # the tmpfs home, always
+    assert f"--whitelist=/run/{firejail.SENTINEL}" in opts
+    assert "--whitelist=/var/tmp" in opts
+    assert f"--whitelist={home}/.profile" in opts and f"--read-only={home}/.profile" in opts
+    assert f"--whitelist={home}/.cache/uv" in opts
+    assert f"--read-only={home}/.cache/uv" not in opts
+    ro_git = opts.index(f"--read-only={home}/proj/.git/config")
+    assert ro_git > max(i for i, o in enumerate(opts) if o.startswith("--whitelist="))
+    for hidden in (".ssh", ".aws", ".netrc", ".config/gh"):
+        assert not any(o.startswith(f"--whitelist={home}/{hidden}") for o in opts)
+
+
+def test_firejail_copies_the_shell_rc_file_instead_of_whitelisting_it(home):
+    plan = plan_for("firejail", policy_for(home, backend="firejail"))
+    argv = list(plan.argv)
+    assert f"--whitelist={home}/.bashrc" not in argv
+    seeds = [argv[i + 2] for i, a in enumerate(argv) if a == "--seed"]
+    assert str(home / ".bashrc") in seeds and str(home / ".gitconfig") in seeds
+    names = {argv[i + 1].name for i, a in enumerate(argv) if a == "--seed"}
+    assert all(plan.payloads[n].path for n in names)
+
+
+def test_firejail_restricted_home_is_read_only_but_the_rc_copy_is_writable(home):
+    plan = plan_for("firejail", policy_for(home, "HOME_ACCESS=restricted\n", backend="firejail"))
+    opts = options(plan)
+    ro_home = opts.index(f"--read-only={home}")
+    assert opts.index(f"--read-write={home}/.bashrc") > ro_home
+    assert opts.index(f"--read-write={home}/proj") > ro_home
+    assert opts.index(f"--read-write={home}/.cache/uv") > ro_home
+    assert f"--whitelist={home}/.gitconfig" in opts      # restricted: the real file, read-only
+    assert opts.index(f"--read-only={home}/proj/.git/config") > opts.index(
+        f"--read-write={home}/proj")
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_firejail_read_and_write_modes_carve_home(home, mode):
+    opts = options(plan_for("firejail", policy_for(home, f"HOME_ACCESS={mode}\n",
+                                                     backend="firejail")))
+    assert f"--whitelist={home}/notes.txt" in opts
+    assert f"--whitelist={home}/.config/other" in opts
+    assert f"--whitelist={home}/.config" not in opts       # carved around .config/gh
+    assert f"--whitelist={home}/keys" not in opts          # symlinks are never whitelisted
+    assert (f"--read-only={home}/notes.txt" in opts) == (mode == "read")
+    assert f"--read-only={home}/.config/agent-sandbox" in opts
+
+
+def test_firejail_hidden_path_under_a_system_tree_is_blacklisted_and_partial(home, tmp_path):
+    secret = tmp_path / "etc-secret"
+    secret.mkdir()
+    policy = policy_for(home, f"EXTRA_BLOCKED_PATHS=({secret})\n", backend="firejail")
+    policy = policy._replace(system_readonly=policy.system_readonly + (str(tmp_path),))
+    plan = plan_for("firejail", policy)
+    assert f"--blacklist={secret}" in options(plan)
+    assert dict(plan.partial)["fs.hidden"].endswith(str(secret))
+
+
+def test_firejail_environment_travels_on_a_descriptor(home):
+    plan = plan_for("firejail", policy_for(home, backend="firejail"))
+    env = dict(item.split("=", 1) for item in
+               plan.payloads["env"].data.decode().split("\0"))
+    assert env["LD_LIBRARY_PATH"] == "/opt/lib" and "GH_TOKEN" not in env
+    assert set(plan.env) <= {"PATH", "TERM", "LANG", "LC_ALL"}   # firejail's own, no secrets
+    assert "secret-value" not in " ".join(map(str, plan.argv))
+    argv = list(plan.argv)
+    assert "--pid-namespace" in argv and "--new-session" in argv
+    assert argv.index("--") < argv.index("/usr/bin/python3")
+
+
+def test_firejail_namespace_options_follow_the_policy(home):
+    argv = list(plan_for("firejail", policy_for(home, backend="firejail")).argv)
+    assert "--ipc-namespace" in argv and "--private-tmp" in argv and "--net=none" not in argv
+    for fixed in firejail.FIXED:
+        assert fixed in argv
+    argv = list(plan_for("firejail", policy_for(
+        home, "PRIVATE_IPC=false\nPRIVATE_TMP=false\nNETWORK_MODE=isolated\n",
+        backend="firejail")).argv)
+    assert "--keep-dev-shm" in argv and "--keep-var-tmp" in argv and "--net=none" in argv
+    assert "--ipc-namespace" not in argv and "--private-tmp" not in argv
+
+
+def test_firejail_device_classes(home, tmp_path):
+    policy = policy_for(home, backend="firejail")._replace(devices=("/dev/nvidia0",))
+    args, unavailable = firejail.device_args(policy)
+    assert "--no3d" not in args and "--nosound" in args and unavailable == []
+    policy = policy._replace(devices=("/dev/fuse",))
+    args, unavailable = firejail.device_args(policy)
+    assert "--no3d" in args and unavailable == ["/dev/fuse"]
+
+
+# ---------------------------------------------------------------- selection
+def test_auto_takes_the_first_that_is_found_and_probes():
+    probed = []
+
+    def probe(name, path):
+        probed.append(name)
+        return name != "bwrap", "bwrap: setting up uid map: Permission denied"
+
+    chosen = select("auto", BACKENDS, find=lambda n: f"/usr/bin/{n}", probe=probe)
+    assert chosen.name == "firejail" and chosen.path == "/usr/bin/firejail"
+    assert probed == ["bwrap", "firejail"]
+    assert chosen.reason.startswith("auto: bwrap its probe failed")
+    assert chosen.reason.endswith("firejail passed its probe")
+    first = select("auto", BACKENDS, find=lambda n: n, probe=lambda n, p: (True, ""))
+    assert first.name == "bwrap" and "first of bwrap → firejail → landlock" in first.reason
+
+
+def test_auto_skips_missing_and_disallowed_backends():
+    chosen = select("auto", ("firejail", "landlock"),
+                    find=lambda n: None if n == "firejail" else n, probe=lambda n, p: (True, ""))
+    assert chosen.name == "landlock"
+    assert dict(chosen.passed_over) == {
+        "bwrap": "not in ALLOWED_BACKENDS",
+        "firejail": "not found — install firejail (apt-get install firejail)"}
+
+
+def test_no_backend_at_all_names_each_cause_and_fix():
+    with pytest.raises(Unavailable) as info:
+        select("auto", BACKENDS, find=lambda n: None, probe=lambda n, p: (True, ""))
+    text = str(info.value)
+    assert "apt-get install bubblewrap" in text and "apt-get install firejail" in text
+    assert "Landlock" in text and text.endswith("The command was not run.")
+
+
+def test_an_explicit_backend_is_probed_too():
+    with pytest.raises(Unavailable) as info:
+        select("bwrap", BACKENDS, find=lambda n: "/usr/bin/bwrap",
+               probe=lambda n, p: (False, "No permissions to creating new namespace"))
+    assert "user namespaces" in str(info.value) and "--backend" in str(info.value)
+    with pytest.raises(Unavailable, match="not allowed here"):
+        select("firejail", ("bwrap",), find=lambda n: n, probe=lambda n, p: (True, ""))
+    chosen = select("landlock", BACKENDS, find=lambda n: n, probe=lambda n, p: (True, ""),
+                    origin="with --backend")
+    assert chosen.reason == "requested with --backend"
+
+
+# ---------------------------------------------------------------- REQUIRE
+class FakeSettings:
+    ALLOWED_BACKENDS = BACKENDS
+
+
+def test_require_refuses_and_names_a_backend_that_would_satisfy(home):
+    policy = policy_for(home, "REQUIRE=(pid.isolated)\n", backend="landlock")
+    plan = plan_for("landlock", policy)
+    with pytest.raises(PolicyError) as info:
+        launcher.check_required(plan, policy, FakeSettings(), 7)
+    text = str(info.value)
+    assert "pid.isolated" in text and "bwrap or firejail would give it" in text
+    assert "--backend bwrap" in text
+    launcher.check_required(plan_for("bwrap", policy), policy, FakeSettings(), 7)
+
+
+def test_require_of_a_partial_guarantee_refuses(home):
+    policy = policy_for(home, "REQUIRE=(passwd.filtered)\n", backend="firejail")
+    with pytest.raises(PolicyError, match="bwrap would give it"):
+        launcher.check_required(plan_for("firejail", policy), policy, FakeSettings(), 7)
+
+
+def test_require_nobody_can_give_says_so(home):
+    policy = policy_for(home, "REQUIRE=(ipc.isolated)\nPRIVATE_IPC=false\n", backend="bwrap")
+    with pytest.raises(PolicyError, match="no allowed backend gives it"):
+        launcher.check_required(plan_for("bwrap", policy), policy, FakeSettings(), 7)
+
+
+# ---------------------------------------------------------------- report
+def test_report_shows_the_choice_partial_rows_and_differences(home):
+    policy = policy_for(home, backend="firejail")
+    plan = plan_for("firejail", policy)._replace(chosen_because="auto: bwrap not found")
+    text = report.dry_run_report(policy, plan, ("bpf",))
+    assert "backend:   firejail (auto: bwrap not found)" in text
+    assert any(line.split()[:2] == ["partial", "passwd.filtered"]
+               for line in text.splitlines())
+    assert "filesystem options in order" in text and "how firejail differs" in text
+    assert "secret-value" not in text
+    line = report.banner(policy, plan)
+    assert "(auto: bwrap not found)" in line and "partly enforced: passwd.filtered" in line
+
+
+def test_landlock_report_lists_rules_and_what_it_cannot(home):
+    policy = policy_for(home, backend="landlock")
+    plan = plan_for("landlock", policy)
+    text = report.dry_run_report(policy, plan, ())
+    assert "Landlock rules" in text and f"rw         {home}/proj" in text
+    banner = report.banner(policy, plan)
+    for missing in ("fs.hidden", "pid.isolated", "slurm.boundary", "fs.protected"):
+        assert missing in banner
+
+
+def test_module_lookup_matches_the_auto_order():
+    assert [module(n).NAME for n in BACKENDS] == list(BACKENDS)
+    assert isinstance(Selection("bwrap", "/usr/bin/bwrap", "r"), tuple)
