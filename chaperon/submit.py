@@ -76,6 +76,7 @@ def job_env(ctx, request, *, keep_slurm: tuple[str, ...] = ()) -> dict[str, str]
     env = command_env(request.env, keep_slurm=keep_slurm)
     for name in STEERING:
         env.pop(name, None)
+    env["SANDBOX_QUIET"] = "1"   # the job's output is the user's, not our banner
     for key, value in ctx.config.get("overrides", {}).items():
         env[key] = " ".join(value) if isinstance(value, list) else (
             ("true" if value else "false") if isinstance(value, bool) else str(value))
