@@ -1,0 +1,194 @@
+"""Job submission through the chaperon, on the real Slurm cluster, from inside
+a real bwrap jail as an unprivileged user: every job and every step runs in
+the sandbox on the compute node, and nothing the agent controls escapes it."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
+
+PROBE = """#!/bin/bash
+echo "AGENT_SANDBOX=${AGENT_SANDBOX:-unset}"
+ls ~/.ssh >/dev/null 2>&1 && echo "ssh=visible" || echo "ssh=hidden"
+echo "GH_TOKEN=${GH_TOKEN:-absent}"
+test -e ~/not-granted && echo "home=real" || echo "home=private"
+"""
+
+
+def write(user, path: Path, text: str, mode=0o755) -> Path:
+    path.write_text(text)
+    path.chmod(mode)
+    os.chown(path, user.uid, user.gid)
+    return path
+
+
+def wait_for_file(path: Path, timeout=60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            time.sleep(0.3)
+            return path.read_text()
+        time.sleep(0.2)
+    raise AssertionError(f"{path} was not written within {timeout}s")
+
+
+def job_state(job_id: str, timeout=60.0) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "-o", "State"],
+                             capture_output=True, text=True).stdout.strip()
+        if out and out.split()[0] in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"):
+            return out.split()[0]
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish within {timeout}s")
+
+
+@pytest.fixture
+def marker_in_home(user):
+    path = user.write("not-granted", "a file the sandbox home does not bind")
+    yield path
+    path.unlink()
+
+
+def test_sbatch_job_runs_sandboxed_on_the_compute_node(user, project, marker_in_home):
+    write(user, project / "probe.sh", PROBE)
+    result = user.sandbox("sbatch", "probe.sh", cwd=project)
+    assert result.returncode == 0, result.stderr
+    match = re.fullmatch(r"Submitted batch job (\d+)\n", result.stdout)
+    assert match, result.stdout
+    job = match.group(1)
+    assert job_state(job) == "COMPLETED"
+    output = project / f"slurm-{job}.out"
+    text = wait_for_file(output)
+    assert text.split() == ["AGENT_SANDBOX=1", "ssh=hidden", "GH_TOKEN=absent", "home=private"]
+    assert output.is_symlink()   # slurmstepd wrote to staging; the job linked it
+
+
+def test_job_environment_cannot_steer_the_compute_side_sandbox(user, project, marker_in_home):
+    """The agent sets every variable that could steer the job's sandbox or
+    hook its interpreter before submitting; the job still runs sandboxed."""
+    write(user, project / "probe.sh", PROBE)
+    write(user, project / "evil.sh", "echo EVIL-RAN\n")
+    exports = (f"export HOME_ACCESS=write SANDBOX_CONF=/tmp/x PYTHONPATH={project} "
+               f"PYTHONHOME=/nonexistent BASH_ENV={project}/evil.sh ENV={project}/evil.sh "
+               f"LD_PRELOAD={project}/evil.so PRIVATE_TMP=false FILTER_PASSWD=false "
+               "SLURM_CONF=/tmp/slurm.conf SBATCH_EXPORT=NONE SANDBOX_BACKEND=landlock; ")
+    # Steering the sandbox through an --export name is refused as a whole.
+    result = user.sandbox("/bin/sh", "-c",
+                          exports + "sbatch --parsable --export=ALL,HOME_ACCESS=write probe.sh",
+                          cwd=project)
+    assert result.returncode == 1 and "agent-sandbox: sbatch:" in result.stderr, result.stderr
+    result = user.sandbox("/bin/sh", "-c", exports + "sbatch --parsable probe.sh", cwd=project)
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.strip()
+    assert job.isdigit()
+    assert job_state(job) == "COMPLETED"
+    text = wait_for_file(project / f"slurm-{job}.out")
+    assert "EVIL-RAN" not in text
+    assert text.split() == ["AGENT_SANDBOX=1", "ssh=hidden", "GH_TOKEN=absent", "home=private"]
+
+
+def test_srun_from_the_login_sandbox_and_inside_a_job_run_sandboxed(user, project):
+    result = user.sandbox("srun", "/bin/bash", "-c", PROBE.split("\n", 1)[1], cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[:3] == ["AGENT_SANDBOX=1", "ssh=hidden", "GH_TOKEN=absent"]
+    write(user, project / "probe.sh", PROBE)
+    write(user, project / "job.sh", "#!/bin/bash\nsrun ./probe.sh\n")
+    result = user.sandbox("sbatch", "--wait", "--parsable", "job.sh", cwd=project, timeout=120)
+    assert result.returncode == 0, result.stderr
+    text = wait_for_file(project / f"slurm-{result.stdout.strip()}.out")
+    assert text.split()[:3] == ["AGENT_SANDBOX=1", "ssh=hidden", "GH_TOKEN=absent"]
+
+
+DENIED = [
+    ["--prolog=/x"], ["--chdir=/tmp"], ["-D", "/tmp"], ["-D/tmp"], ["--ch=/tmp"],
+    ["--uid=0"], ["--get-user-env"], ["--propagate"], ["--container=/x"], ["--bb=x"],
+    ["--mail-user=a@b"], ["--export=LD_PRELOAD=/x"], ["--export-file=/x"], ["--totally-unknown"],
+]
+
+
+@pytest.mark.parametrize("options", DENIED, ids=lambda o: " ".join(o))
+def test_denied_sbatch_options_are_refused_on_the_command_line(user, project, options):
+    result = user.sandbox("sbatch", *options, "--wrap", "true", cwd=project)
+    assert result.returncode == 1
+    assert result.stderr.startswith("agent-sandbox: sbatch: ") and " — " in result.stderr
+
+
+@pytest.mark.parametrize("line", ["#SBATCH --export=ALL --prolog=/x", "#SBATCH -D /tmp",
+                                  "#SBATCH --chdir=/tmp", "#SBATCH --wrap=true",
+                                  "#SBATCH --uid=0", "#SBATCH --get-user-env"])
+def test_denied_options_smuggled_in_sbatch_lines_are_refused(user, project, line):
+    write(user, project / "job.sh", f"#!/bin/bash\n#SBATCH --time=1\n{line}\ntrue\n")
+    result = user.sandbox("sbatch", "job.sh", cwd=project)
+    assert result.returncode == 1
+    assert "script line 3" in result.stderr, result.stderr
+
+
+def test_output_outside_the_project_is_refused(user, project):
+    for target in ("/tmp/out.txt", "../../out.txt", str(user.home / "out.txt")):
+        result = user.sandbox("sbatch", f"--output={target}", "--wrap", "true", cwd=project)
+        assert result.returncode == 1, target
+        assert "outside the project" in result.stderr
+
+
+def test_planted_symlink_cannot_redirect_the_job_output(user, project):
+    victim = user.home / ".bashrc"
+    before = victim.read_text()
+    link = project / "out.txt"
+    link.symlink_to(victim)
+    os.lchown(link, user.uid, user.gid)
+    result = user.sandbox("sbatch", "--parsable", "--output=out.txt", "--wrap",
+                          "echo job-output", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert job_state(result.stdout.strip()) == "COMPLETED"
+    assert wait_for_file(link) == "job-output\n"
+    assert victim.read_text() == before
+    assert link.is_symlink() and ".local/share/agent-sandbox/jobs" in os.readlink(link)
+
+
+def test_newline_in_an_argument_round_trips(user, project):
+    result = user.sandbox("sbatch", "--wait", "--parsable", "--wrap", "echo first\necho second",
+                          cwd=project, timeout=120)
+    assert result.returncode == 0, result.stderr
+    text = wait_for_file(project / f"slurm-{result.stdout.strip()}.out")
+    assert text == "first\nsecond\n"
+
+
+def test_parsable_wait_and_test_only_behave_like_sbatch(user, project):
+    result = user.sandbox("sbatch", "--wait", "--wrap", "exit 3", cwd=project, timeout=120)
+    assert result.returncode == 3
+    assert re.fullmatch(r"Submitted batch job \d+\n", result.stdout)
+    result = user.sandbox("sbatch", "--test-only", "--wrap", "true", cwd=project)
+    assert result.returncode == 0
+    assert re.match(r"sbatch: Job \d+ to start at ", result.stderr), result.stderr
+    real = subprocess.run(["sbatch", "--test-only", "--wrap", "true"], capture_output=True,
+                          text=True, cwd="/tmp")
+    assert real.returncode == 0 and real.stderr.startswith("sbatch: Job ")
+
+
+def test_job_is_tagged_and_recorded_in_the_ledger(user, project):
+    result = user.sandbox("sbatch", "--parsable", "--hold", "--comment=my note", "--wrap", "true",
+                          cwd=project)
+    assert result.returncode == 0, result.stderr
+    job = result.stdout.strip()
+    try:
+        comment = subprocess.run(["squeue", "-h", "-j", job, "-o", "%k"], capture_output=True,
+                                 text=True).stdout.strip()
+        assert comment.startswith("chaperon:sid=") and comment.endswith(",user=my%20note:END")
+        ledger = user.home / ".local/state/agent-sandbox/ledger"
+        assert any(f'"job":"{job}"' in p.read_text() for p in ledger.glob("*.jsonl"))
+    finally:
+        subprocess.run(["scancel", job])
+
+
+def test_script_from_stdin(user, project):
+    result = user.sandbox("sbatch", "--parsable", "--wait", cwd=project,
+                          input="#!/bin/sh\necho from-stdin\n", timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert wait_for_file(project / f"slurm-{result.stdout.strip()}.out") == "from-stdin\n"
