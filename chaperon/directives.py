@@ -33,8 +33,7 @@ numbers of the body stay those the agent sees in its own file.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, NamedTuple
 
 from .options import OptionRefused, Parsed, parse
 from .sbatch_options import SBATCH
@@ -44,8 +43,7 @@ HET_WORDS = ("hetjob", "packjob")
 C_SPACE = " \t\n\v\f\r"
 
 
-@dataclass(frozen=True, slots=True)
-class Directives:
+class Directives(NamedTuple):
     words: tuple[str, ...]       # option words in order, quotes removed
     word_lines: tuple[int, ...]  # the script line (1-based) of each word
     lines: tuple[int, ...]       # the directive lines removed from the body

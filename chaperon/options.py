@@ -32,7 +32,6 @@ a message `agent-sandbox: <cmd>: <what> — <why>. <how to do it instead>`.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Callable, Iterable, NamedTuple, Sequence
 
@@ -48,8 +47,7 @@ NONE, REQ, OPT = Arg.NONE, Arg.REQUIRED, Arg.OPTIONAL
 
 # --- refusals -------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class Denial:
+class Denial(NamedTuple):
     """Why an option is refused and what to do instead. `{cmd}` and `{opt}`
     are filled in with the command and the option's canonical spelling.
     `unlock` names an admin switch that lifts the denial (e.g. "mail")."""
@@ -153,6 +151,9 @@ WORD = pattern(r"[^\s\x00-\x1f\x7f]+", "a value without spaces or control charac
                "Give a non-empty value without spaces", ("debug", "gpu:2", "a100&ib"))
 TEXT = pattern(r"[^\x00-\x1f\x7f]*", "text without control characters",
                "Leave out newlines and other control characters", ("my job", "run 3"))
+JOB_NAME = pattern(r"[^/\x00-\x1f\x7f]*", "a job name without '/' or control characters",
+                   "Leave out '/': the job name fills %x in output file names",
+                   ("train", "run 3", "exp-1.a"))
 COUNT = pattern(r"\d{1,9}", "a whole number", "Give a whole number such as 4", ("1", "16"))
 NODES = pattern(r"\d{1,9}(?:[-,:]\d{1,9})*", "a node count",
                 "Give a count such as 2, or a range such as 2-4", ("1", "2-4"))
@@ -192,8 +193,8 @@ def _check_nice(value: str) -> str | None:
     return None
 
 
-NICE = Check("a nice value", _check_nice, "Give a nice value from 0 to 2147483645, or --nice alone",
-             ("0", "100"))
+NICE = Check("a nice value", _check_nice,
+             "Give a nice value from 0 to 2147483645, or --nice alone", ("0", "100"))
 
 
 # --export: which variables an agent may hand to the job's environment. The job
@@ -255,8 +256,7 @@ EXPORT = Check("an export list", _check_export,
 PATH_KINDS = ("output", "error", "input")
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
+class Option(NamedTuple):
     name: str                           # canonical long name, re-emitted as --name
     short: str | None = None
     arg: Arg = REQ
@@ -266,8 +266,8 @@ class Option:
     path: str | None = None             # "output" | "error" | "input": handler resolves it
     emit: bool = True                   # False: the handler rebuilds it (sbatch --wrap)
     script_denial: Denial | None = None  # refused inside #SBATCH lines only
-    early: bool = False                 # sbatch reads it in its early pass only, so Slurm
-    #                                     ignores it inside #SBATCH lines; so do we
+    early: bool = False                 # read in sbatch's early pass only: ignored (not
+    #                                     re-emitted) inside #SBATCH lines, as sbatch does
 
 
 def allow(name: str, short: str | None = None, check: Check = WORD, **kw) -> Option:
@@ -374,7 +374,7 @@ class CommandSpec:
             return exact
         found: list[Option] = []
         for long_name, option in self.by_long.items():
-            if long_name.startswith(name) and option not in found:
+            if long_name.startswith(name) and all(option is not f for f in found):
                 found.append(option)
         if len(found) == 1:
             return found[0]
@@ -388,8 +388,7 @@ class CommandSpec:
 
 # --- the result -------------------------------------------------------------
 
-@dataclass(frozen=True, slots=True)
-class Item:
+class Item(NamedTuple):
     name: str                 # canonical long name
     value: str | None         # None: given without a value
     written: str              # as the user wrote it
@@ -401,13 +400,12 @@ class Item:
         return f"--{self.name}" if self.value is None else f"--{self.name}={self.value}"
 
 
-@dataclass(frozen=True, slots=True)
-class Parsed:
+class Parsed(NamedTuple):
     command: str
     items: tuple[Item, ...]
     rest: tuple[str, ...]          # script and its arguments / command and its arguments
-    rest_index: int = 0            # argv index where `rest` starts
-    values: dict[str, list[str | None]] = field(default_factory=dict)
+    rest_index: int                # argv index where `rest` starts
+    values: dict[str, list[str | None]]   # canonical name -> values, in order (None: no value)
 
     def argv(self, skip: Iterable[str] = ()) -> list[str]:
         """Canonical re-emission, in the order given, without the options the
@@ -443,7 +441,7 @@ def merge(first: Parsed, then: Parsed) -> Parsed:
     """Directive options followed by command-line options (the command line
     wins, as with Slurm); the positional rest comes from `then`."""
     items = first.items + then.items
-    return replace(then, items=items, values=_items_values(items))
+    return then._replace(items=items, values=_items_values(items))
 
 
 # --- the parser -------------------------------------------------------------
@@ -565,7 +563,9 @@ def parse(spec: CommandSpec, argv: Sequence[str], *, unlock: Iterable[str] = (),
         i += 1
 
     rest = tuple(argv[i:])
-    if spec.het_colon == "script" and rest[:1] == (":",) or (
+    if (spec.het_colon == "script" and rest[:1] == (":",)) or (
             spec.het_colon == "anywhere" and ":" in argv):
-        refuse(":", HET_JOB, index=argv.index(":") if ":" in argv else i)
+        raise OptionRefused(cmd, ":", HET_JOB.reason, HET_JOB.why, HET_JOB.instead,
+                            index=i if rest[:1] == (":",) else list(argv).index(":"),
+                            subject="the ':' component separator")
     return Parsed(cmd, tuple(items), rest, i, _items_values(items))

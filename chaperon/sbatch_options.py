@@ -9,11 +9,11 @@ from __future__ import annotations
 from typing import Sequence
 
 from .options import (ADMIN_ONLY, ARRAY, BCAST, BURST_BUFFER, CHDIR, COMMAND, CONTAINER, COUNT,
-                      EXPORT, EXPORT_FILE, HOSTLIST, HOST_PROGRAM, IDENTITY, LOGIN_ENV, MAIL,
-                      MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
-                      PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD,
-                      CommandSpec, Denial, Parsed, allow, choice, deny, flag, other, parse as
-                      _parse, path)
+                      EXPORT, EXPORT_FILE, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
+                      MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
+                      PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, CommandSpec,
+                      Denial, Parsed, allow, choice, deny, flag, other, path)
+from .options import parse as _parse
 
 WRAP_IN_SCRIPT = Denial(
     "wrap_in_script", "--wrap gives the job's command on the command line; inside a script "
@@ -66,7 +66,7 @@ SBATCH = CommandSpec("sbatch", [
     flag("hold", "H"),
     flag("ignore-pbs"),
     path("input", "i", "input"),
-    allow("job-name", "J", TEXT),
+    allow("job-name", "J", JOB_NAME),
     allow("kill-on-invalid-dep", None, choice("yes", "no")),
     allow("licenses", "L"),
     deny("mail-type", None, REQ, MAIL, check=MAIL_TYPE),
@@ -96,7 +96,7 @@ SBATCH = CommandSpec("sbatch", [
     flag("oversubscribe", "s"),
     flag("parsable"),
     allow("partition", "p"),
-    deny("power", None, REQ, ADMIN_ONLY),
+    other("power"),
     allow("prefer"),
     deny("priority", None, REQ, ADMIN_ONLY),
     other("profile"),

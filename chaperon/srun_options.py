@@ -12,15 +12,14 @@ the handler resolves -o/-e/-i inside the project and the working directory.
 """
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Sequence
 
 from .options import (ADMIN_ONLY, BCAST, BURST_BUFFER, CHDIR, CONTAINER, COUNT, EXPORT,
-                      EXPORT_FILE, HET_JOB, HOSTLIST, HOST_PROGRAM, IDENTITY, LOGIN_ENV, MAIL,
-                      MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
-                      PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD,
-                      CommandSpec, Denial, Parsed, allow, choice, deny, flag, other, parse as
-                      _parse, path)
+                      EXPORT_FILE, HET_JOB, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
+                      MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
+                      PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, CommandSpec,
+                      Denial, Parsed, allow, choice, deny, flag, other, path)
+from .options import parse as _parse
 
 PTY = Denial("pty", "a pseudo-terminal would connect the task to this session outside the "
              "sandbox's I/O rules", "Run the command without --pty; use sbatch for long work")
@@ -96,7 +95,7 @@ _ROWS = [
     (path("input", "i", "input"), BOTH),
     (other("interactive", None, NONE), None),
     (deny("jobid", None, REQ, JOBID), None),
-    (allow("job-name", "J", TEXT), BOTH),
+    (allow("job-name", "J", JOB_NAME), BOTH),
     (allow("kill-on-bad-exit", "K", choice("0", "1"), arg=OPT), BOTH),
     (flag("label", "l"), BOTH),
     (allow("licenses", "L"), ALLOCATION),
@@ -130,7 +129,7 @@ _ROWS = [
     (allow("overlap", None, WORD, arg=OPT), BOTH),
     (flag("oversubscribe", "s"), BOTH),
     (allow("partition", "p"), ALLOCATION),
-    (deny("power", None, REQ, ADMIN_ONLY), None),
+    (other("power"), None),
     (allow("prefer"), ALLOCATION),
     (flag("preserve-env", "E"), BOTH),
     (deny("priority", None, REQ, ADMIN_ONLY), None),
@@ -183,7 +182,7 @@ def _spec(step: bool) -> CommandSpec:
     options = []
     for option, where in _ROWS:
         if step and where == ALLOCATION:
-            option = replace(option, denial=ALLOCATION_ONLY)
+            option = option._replace(denial=ALLOCATION_ONLY)
         options.append(option)
     return CommandSpec("srun", options, foreign=_FOREIGN, het_colon="anywhere")
 
