@@ -310,8 +310,9 @@ def marker_payload(policy):
 
 # ---------------------------------------------------------------- building
 def build(command: list[str], *, project_dir: str | None, backend: str | None,
-          environ) -> tuple:
-    """Everything up to the plan; returns (settings, policy, plan, denied syscalls)."""
+          environ, chaperon=None) -> tuple:
+    """Everything up to the plan; returns (settings, policy, plan, denied syscalls).
+    `chaperon` is the running ChaperonSession whose directory the sandbox gets."""
     from .confload import load_settings
     from .policy import resolve_policy
 
@@ -321,8 +322,11 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
                              project_dir=ctx.project_dir or ctx.cwd)
     selection = choose_backend(settings, None, home=ctx.home, environ=ctx.environ)
     name = selection.name
-    policy = resolve_policy(settings, ctx, backend=name)
+    policy = resolve_policy(settings, ctx, backend=name, chaperon=chaperon and (
+        chaperon.directory, chaperon.staging))
     payloads = {"marker": marker_payload(policy)}
+    if chaperon:
+        payloads["stub"] = chaperon.stub_payload()
     denied: tuple[str, ...] = ()
     if policy.seccomp:
         payloads["seccomp"], denied = seccomp_payload(policy, ctx.home)
@@ -630,11 +634,23 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             from .report import banner
 
             sys.stderr.write(banner(policy, plan))
-        created = create_placeholders(policy)
+        from .chaperon_session import ChaperonSession, wanted
+
+        session = None
         try:
-            return run_plan(plan)
+            if wanted(settings, policy):
+                session = ChaperonSession.start(settings, policy)
+                settings, policy, plan, denied = build(command, project_dir=project_dir,
+                                                       backend=backend, environ=environ,
+                                                       chaperon=session)
+            created = create_placeholders(policy)
+            try:
+                return run_plan(plan)
+            finally:
+                remove_placeholders(created)
         finally:
-            remove_placeholders(created)
+            if session:
+                session.stop()
     except SandboxError as exc:
         say(str(exc))
         return SETUP_FAILED
