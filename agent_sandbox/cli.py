@@ -44,6 +44,11 @@ def _fast_run(args: list[str]) -> dict | None:
     return options
 
 
+# Subcommands of the typer app; any other first word names an agent profile.
+COMMANDS = frozenset({"run", "bash", "version", "config", "explain", "doctor", "status",
+                      "logs", "sbatch", "srun", "help"})
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args and args[0] == "run":
@@ -53,9 +58,14 @@ def main(argv: list[str] | None = None) -> int:
 
             return run(parsed.pop("command"), **parsed)
     elif args and args[0] == "bash" and "--help" not in args[1:2]:
-        from .launcher import run
+        from .launcher import run_profile
 
-        return run(["bash", *args[1:]])
+        return run_profile("bash", args[1:])
+    elif args and not args[0].startswith("-") and args[0] not in COMMANDS:
+        # `agent-sandbox claude [ARGS]`: an agent profile, or an error listing them.
+        from .launcher import run_profile
+
+        return run_profile(args[0], args[1:])
     from .cli_app import app
 
     try:

@@ -11,7 +11,9 @@ from . import __version__
 app = typer.Typer(
     add_completion=False, no_args_is_help=True,
     help="Run AI coding agents and other untrusted commands in a kernel-enforced jail: "
-         "the project is writable, the rest of the system read-only, credentials invisible.")
+         "the project is writable, the rest of the system read-only, credentials invisible. "
+         "`agent-sandbox NAME [ARGS]` runs an agent profile (claude, codex, gemini, aider, "
+         "opencode, bash, or your own in ~/.config/agent-sandbox/agents/).")
 
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 

@@ -105,16 +105,20 @@ def _read_admin(path: str) -> str | None:
         return handle.read()
 
 
-def gather_layers(*, home: str, user: str, admin_path: str = ADMIN_CONFIG
-                  ) -> list[tuple[str, str, str]]:
+def gather_layers(*, home: str, user: str, admin_path: str = ADMIN_CONFIG,
+                  profile=None) -> list[tuple[str, str, str]]:
     """(kind, path, text) of every config file that may apply, in layer order;
-    kind is default, admin, user or conf.d (applied only on PROJECT_MATCH)."""
+    kind is default, profile, admin, user or conf.d (applied only on
+    PROJECT_MATCH). A profile layer comes right after the defaults, so admin
+    floors and the user's own settings apply on top of it."""
     defaults = defaults_path()
     text = _read(defaults)
     if text is None:
         raise ConfigError(f"the shipped defaults {defaults} are missing — the installation "
                           "is broken. Reinstall agent-sandbox.")
     layers = [("default", defaults, text)]
+    if profile is not None:
+        layers.append(("profile", profile.path, profile.text))
     admin = _read_admin(admin_path)
     if admin is not None:
         layers.append(("admin", admin_path, admin))
@@ -133,6 +137,14 @@ def gather_layers(*, home: str, user: str, admin_path: str = ADMIN_CONFIG
         if layer_text is not None:
             layers.append(("conf.d", path, layer_text))
     return layers
+
+
+def known_keys(home: str, user: str) -> frozenset[str]:
+    """Every configuration key: the shipped defaults assign each one."""
+    path = defaults_path()
+    text = _read(path) or ""
+    return frozenset(a.key for a in parse_config(text, file=path,
+                                                 variables={"HOME": home, "USER": user}))
 
 
 class Merged:
@@ -187,7 +199,14 @@ def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
     known = None   # the shipped defaults assign every key, so they are the key list
     merged = Merged()
     for kind, path, text in layers:
-        keys = known | {"PROJECT_MATCH"} if kind == "conf.d" else known
+        if kind == "conf.d":
+            keys = known | {"PROJECT_MATCH"}
+        elif kind == "profile":
+            from .profiles import PROFILE_KEYS
+
+            keys = known | PROFILE_KEYS
+        else:
+            keys = known
         try:
             assignments = parse_config(text, file=path, variables=variables, known_keys=keys)
         except ConfigSyntaxError as exc:
@@ -205,8 +224,8 @@ def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
                 continue
         merged.files.append(path)
         for item in assignments:
-            if item.key == "PROJECT_MATCH":
-                continue
+            if item.key == "PROJECT_MATCH" or item.key.startswith("AGENT_"):
+                continue   # conf.d and profile keys, not sandbox settings
             value = item.value
             if item.append:
                 previous = merged.raw.get(item.key, ())
@@ -225,8 +244,9 @@ def env_overrides(environ: dict[str, str]) -> list[tuple[str, str, str]]:
 
 def load_settings(*, home: str, user: str, environ: dict[str, str],
                   flags: dict[str, str] | None = None, admin_path: str = ADMIN_CONFIG,
-                  project_dir: str | None = None, cache: bool = True) -> Settings:
-    layers = gather_layers(home=home, user=user, admin_path=admin_path)
+                  project_dir: str | None = None, cache: bool = True,
+                  profile=None) -> Settings:
+    layers = gather_layers(home=home, user=user, admin_path=admin_path, profile=profile)
     overrides = env_overrides(environ) + [("flag", k, v) for k, v in (flags or {}).items()]
     inputs = (__version__, home, user, tuple(layers), tuple(overrides), project_dir)
     cache_file = os.path.join(state_dir(home), "cache", "config.marshal")

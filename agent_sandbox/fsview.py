@@ -176,6 +176,9 @@ class ViewBuilder:
             self.grant(path, "ro")
         if self.policy.staging_dir:
             self.ops.append(("ro-bind", self.policy.staging_dir, self.policy.staging_dir))
+        for path, payload in self.policy.notes:
+            if not self._hidden(path):
+                self.ops.append(("ro-data", payload, path, 0o444))
 
     def build(self) -> list[Op]:
         self.system()
@@ -201,7 +204,10 @@ def placeholders(policy: Policy) -> tuple:
     """Protected paths that are missing but lie in the writable surface: the
     launcher creates them before the sandbox starts (a bind needs a mount
     point) and removes them at exit if they are still empty."""
+    from .policy import Protected
+
     roots = ViewBuilder(policy).writable_roots()
-    return tuple(p for p in policy.protected
+    notes = tuple(Protected(path, False, os.path.lexists(path)) for path, _ in policy.notes)
+    return tuple(p for p in policy.protected + notes
                  if not p.exists and any(_is_within(p.path, r) for r in roots)
                  and not policy.is_hidden(p.path))

@@ -310,16 +310,17 @@ def marker_payload(policy):
 
 # ---------------------------------------------------------------- building
 def build(command: list[str], *, project_dir: str | None, backend: str | None,
-          environ, chaperon=None) -> tuple:
+          environ, chaperon=None, profile=None) -> tuple:
     """Everything up to the plan; returns (settings, policy, plan, denied syscalls).
-    `chaperon` is the running ChaperonSession whose directory the sandbox gets."""
+    `chaperon` is the running ChaperonSession whose directory the sandbox gets;
+    `profile` the agent profile whose layer and note apply."""
     from .confload import load_settings
     from .policy import resolve_policy
 
     ctx = launch_context(project_dir, environ)
     flags = {"SANDBOX_BACKEND": backend} if backend else {}
     settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags,
-                             project_dir=ctx.project_dir or ctx.cwd)
+                             project_dir=ctx.project_dir or ctx.cwd, profile=profile)
     selection = choose_backend(settings, None, home=ctx.home, environ=ctx.environ)
     name = selection.name
     policy = resolve_policy(settings, ctx, backend=name, chaperon=chaperon and (
@@ -327,6 +328,8 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
     payloads = {"marker": marker_payload(policy)}
     if chaperon:
         payloads["stub"] = chaperon.stub_payload()
+    if profile is not None and profile.note_path:
+        policy, payloads["note-0"] = _with_note(policy, profile, slurm=chaperon is not None)
     denied: tuple[str, ...] = ()
     if policy.seccomp:
         payloads["seccomp"], denied = seccomp_payload(policy, ctx.home)
@@ -336,6 +339,47 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
     plan = backend_plan(selection, policy, command, payloads, abi)
     check_required(plan, policy, settings, abi)
     return settings, policy, plan, denied
+
+
+def _with_note(policy, profile, *, slurm: bool):
+    """The profile's note, after whatever the user keeps at that path."""
+    from .backends.base import Payload
+    from .profiles import note_text
+
+    existing = b""
+    if not policy.is_hidden(os.path.realpath(profile.note_path)):
+        try:
+            with open(profile.note_path, "rb") as handle:
+                existing = handle.read(1 << 20).rstrip(b"\n") + b"\n\n"
+        except OSError:
+            pass
+    note = existing + note_text(policy, slurm=slurm).encode()
+    return policy._replace(notes=((profile.note_path, "note-0"),)), Payload(data=note)
+
+
+def run_profile(name: str, args: list[str], environ=None) -> int:
+    """`agent-sandbox NAME [ARGS]`: run an agent with its profile applied."""
+    import shutil
+
+    from .confload import known_keys
+    from .profiles import create_state, load
+
+    environ = os.environ if environ is None else environ
+    entry = pwd.getpwuid(os.getuid())
+    try:
+        profile = load(name, home=entry.pw_dir, user=entry.pw_name,
+                       known_keys=known_keys(entry.pw_dir, entry.pw_name))
+    except SandboxError as exc:
+        say(str(exc))
+        return SETUP_FAILED
+    command = list(profile.command) + list(args)
+    if shutil.which(command[0], path=environ.get("PATH")) is None:
+        say(f"{name}: {command[0]} is not installed (not found on your PATH) — "
+            f"{profile.install_hint or 'install it first'}.")
+        return 127
+    if not inside_sandbox(environ):
+        create_state(profile, entry.pw_dir)
+    return run(command, environ=environ, profile=profile)
 
 
 # ---------------------------------------------------------------- running
@@ -608,7 +652,7 @@ def _setup_failure_hint(status: str) -> str:
 
 
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
-        dry_run: bool = False, environ=None) -> int:
+        dry_run: bool = False, environ=None, profile=None) -> int:
     environ = os.environ if environ is None else environ
     if not command:
         say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
@@ -617,7 +661,16 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         return exec_nested(command, environ)
     try:
         settings, policy, plan, denied = build(command, project_dir=project_dir,
-                                               backend=backend, environ=environ)
+                                               backend=backend, environ=environ,
+                                               profile=profile)
+        if profile is not None:
+            from .profiles import ALWAYS_ENABLED
+
+            if profile.name not in settings.ENABLED_AGENTS + ALWAYS_ENABLED:
+                raise PolicyError(
+                    f"the agent profile {profile.name} is not enabled — ENABLED_AGENTS is "
+                    f"({' '.join(settings.ENABLED_AGENTS)}). Add ENABLED_AGENTS+=({profile.name}) "
+                    "to ~/.config/agent-sandbox/sandbox.conf.", reason="profile_disabled")
         if dry_run:
             from .report import dry_run_report
 
@@ -642,7 +695,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 session = ChaperonSession.start(settings, policy)
                 settings, policy, plan, denied = build(command, project_dir=project_dir,
                                                        backend=backend, environ=environ,
-                                                       chaperon=session)
+                                                       chaperon=session, profile=profile)
             created = create_placeholders(policy)
             try:
                 return run_plan(plan)

@@ -41,7 +41,8 @@ SLURM_COMMANDS = (
 )
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/slurm/bin")
 # Written for a missing protected path and removed at exit when unchanged.
-PLACEHOLDER_CONTENT = {".mcp.json": b'{"mcpServers": {}}\n'}
+PLACEHOLDER_CONTENT = {".mcp.json": b'{"mcpServers": {}}\n', "settings.json": b"{}\n",
+                       "settings.local.json": b"{}\n", "opencode.json": b"{}\n"}
 
 
 class LaunchContext(NamedTuple):
@@ -98,6 +99,7 @@ class Policy(NamedTuple):
     warnings: tuple[str, ...] = ()
     chaperon_dir: str | None = None      # this session's chaperon directory (host path)
     staging_dir: str | None = None       # job output staging, read-only inside
+    notes: tuple = ()                    # (path, payload name): read-only notes for the agent
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"

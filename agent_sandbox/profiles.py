@@ -1,0 +1,145 @@
+"""Agent profiles: `agent-sandbox claude [ARGS]` and friends (SPEC §10).
+
+A profile is a sandbox.conf file with a few extra AGENT_* keys. Its ordinary
+keys form a configuration layer right after the shipped defaults — so admin
+floors, the user's own file, conf.d, the environment and flags all still
+apply on top — and the AGENT_* keys say what to run:
+
+  AGENT_COMMAND       the command (array); the user's ARGS are appended
+  AGENT_INSTALL_HINT  what to tell a user whose agent binary is missing
+  AGENT_NOTE_PATH     where the read-only "you are in a sandbox" note goes
+                      (appended to whatever file is there); empty: no note
+  AGENT_STATE         home entries created on first use (trailing / = dir) so
+                      logins and history persist in the writable state
+
+Profiles are looked up by name in /etc/agent-sandbox/agents/, then
+~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent
+is adding a file. A profile runs only when ENABLED_AGENTS names it (bash is
+always enabled).
+"""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+from .confsyntax import ConfigSyntaxError, parse_config
+from .errors import ConfigError
+
+PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PATH",
+                          "AGENT_STATE"})
+ALWAYS_ENABLED = ("bash",)
+
+
+class Profile(NamedTuple):
+    name: str
+    path: str
+    text: str
+    command: tuple[str, ...]
+    install_hint: str
+    note_path: str
+    state: tuple[str, ...]
+
+
+def search_dirs(home: str) -> tuple[str, ...]:
+    from .confload import ADMIN_CONFIG, defaults_path, user_config_dir
+
+    return (os.path.join(os.path.dirname(ADMIN_CONFIG), "agents"),
+            os.path.join(user_config_dir(home), "agents"),
+            os.path.join(os.path.dirname(defaults_path()), "agents"))
+
+
+def available(home: str) -> list[str]:
+    names = set()
+    for directory in search_dirs(home):
+        try:
+            names.update(n[:-5] for n in os.listdir(directory) if n.endswith(".conf"))
+        except OSError:
+            pass
+    return sorted(names)
+
+
+def find(name: str, home: str) -> str | None:
+    if not name.replace("-", "").replace("_", "").isalnum():
+        return None
+    for directory in search_dirs(home):
+        path = os.path.join(directory, f"{name}.conf")
+        if os.path.isfile(path):
+            return path
+    return None
+
+
+def load(name: str, *, home: str, user: str, known_keys) -> Profile:
+    path = find(name, home)
+    if path is None:
+        raise ConfigError(f"unknown agent profile {name!r} — profiles here: "
+                          f"{' '.join(available(home))}. Add {name}.conf to "
+                          "~/.config/agent-sandbox/agents/ to define it.",
+                          reason="unknown_profile")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    try:
+        assignments = parse_config(text, file=path, variables={"HOME": home, "USER": user},
+                                   known_keys=set(known_keys) | PROFILE_KEYS)
+    except ConfigSyntaxError as exc:
+        raise ConfigError(str(exc), reason="bad_config_syntax") from None
+    values = {a.key: a.value for a in assignments if a.key in PROFILE_KEYS}
+
+    def as_tuple(value) -> tuple[str, ...]:
+        return value if isinstance(value, tuple) else ((value,) if value else ())
+
+    command = as_tuple(values.get("AGENT_COMMAND", ()))
+    if not command:
+        raise ConfigError(f"{path}: AGENT_COMMAND is missing — a profile must say what to "
+                          "run, e.g. AGENT_COMMAND=(claude)", reason="bad_profile")
+    note = values.get("AGENT_NOTE_PATH", "")
+    return Profile(name, path, text, command, str(values.get("AGENT_INSTALL_HINT", "")),
+                   note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())))
+
+
+def create_state(profile: Profile, home: str) -> None:
+    """Create missing AGENT_STATE entries so the writable binds exist."""
+    for entry in profile.state:
+        path = os.path.join(home, entry.rstrip("/"))
+        if os.path.lexists(path):
+            continue
+        try:
+            if entry.endswith("/"):
+                os.makedirs(path, mode=0o700, exist_ok=True)
+            else:
+                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                os.write(fd, b"{}\n" if path.endswith(".json") else b"")
+                os.close(fd)
+        except OSError:
+            pass   # the agent then runs with that state in the throw-away home
+
+
+def note_text(policy, *, slurm: bool) -> str:
+    """The short note an agent reads about its sandbox."""
+    writable = [policy.project_dir, *policy.home_writable, *policy.extra_writable]
+    lines = [
+        "# You are running inside agent-sandbox",
+        "",
+        "This session runs in a kernel-enforced sandbox:",
+        f"- Writable: {', '.join(writable)}. Everything else is read-only; writes "
+        "elsewhere fail with 'Read-only file system'. $HOME is a private, throw-away "
+        "copy unless listed above." if policy.home_access != "write" else
+        f"- Writable: {', '.join(writable)} and your home (credentials excepted).",
+        "- Credentials (~/.ssh, ~/.aws, tokens in the environment, …) do not exist here. "
+        "Do not try to find them; ask the user to run such steps outside the sandbox.",
+        "- Some project files stay read-only on purpose (.git/hooks, .git/config, .envrc, "
+        "editor and agent settings): do not try to change them.",
+    ]
+    if slurm:
+        lines += [
+            "- Slurm works as usual (sbatch, srun, squeue, sinfo, …) through a proxy: jobs "
+            "run in the same sandbox on the compute nodes, you only see this project's "
+            "jobs, and job output files must be inside the project.",
+            "- A refused command prints one line starting with 'agent-sandbox: <command>:', "
+            "saying what was refused, why, and what to do instead. Follow that advice; do "
+            "not try to work around it.",
+        ]
+    else:
+        lines.append("- Slurm is not available inside this sandbox.")
+    lines.append("- `agent-sandbox explain PATH` (outside) says why a path is hidden or read-only.")
+    return "\n".join(lines) + "\n"
