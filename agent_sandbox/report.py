@@ -74,6 +74,9 @@ def dry_run_report(policy, plan, denied) -> str:
         out += [f"  {w}" for w in policy.warnings]
     out.append("argv:")
     out.append("  " + shlex.join(str(a) for a in plan.argv))
+    if "argv" in plan.payloads:      # the command travels on a descriptor (firejail)
+        command = plan.payloads["argv"].data.split(b"\0")
+        out.append("  <fd:argv>: " + shlex.join(c.decode("utf-8", "replace") for c in command))
     return "\n".join(out) + "\n"
 
 

@@ -23,6 +23,8 @@ Options (descriptors are inherited file descriptor numbers):
                     here instead; never in argv, which every user can read)
   --landlock FD     a marshalled ruleset (see landlock.ruleset)
   --seccomp FD      a BPF program (struct sock_filter array)
+  --argv FD         the command, NUL-separated, instead of after `--`
+                    (firejail refuses more than 127 arguments in all)
   --seed FD PATH    copy the descriptor's bytes to PATH (replacing a file)
   --chdir DIR       working directory of the command
   --new-session     setsid(): no controlling terminal, so no TIOCSTI into it
@@ -86,7 +88,8 @@ def _read_fd(fd: int) -> bytes:
 def parse(argv: list[str]) -> dict:
     opts = {"env": None, "landlock": None, "seccomp": None, "seeds": [], "chdir": None,
             "new_session": False, "lifeline": None, "status": None, "max_abi": None,
-            "degrade": False, "probe": False, "pid_namespace": False, "command": []}
+            "degrade": False, "probe": False, "pid_namespace": False, "argv": None,
+            "command": []}
     i = 0
     try:
         while i < len(argv):
@@ -94,7 +97,7 @@ def parse(argv: list[str]) -> dict:
             if arg == "--":
                 opts["command"] = argv[i + 1:]
                 break
-            if arg in ("--env", "--landlock", "--seccomp", "--lifeline", "--status"):
+            if arg in ("--env", "--landlock", "--seccomp", "--lifeline", "--status", "--argv"):
                 opts[arg[2:]] = int(argv[i + 1])
                 i += 2
             elif arg == "--seed":
@@ -113,7 +116,7 @@ def parse(argv: list[str]) -> dict:
                 raise SetupError(f"unknown helper option {arg}")
     except (IndexError, ValueError):
         raise SetupError(f"bad helper arguments near {argv[i]!r}") from None
-    if not opts["command"] and not opts["probe"]:
+    if not opts["command"] and not opts["probe"] and opts["argv"] is None:
         raise SetupError("no command given to the helper")
     return opts
 
@@ -283,6 +286,8 @@ def main(argv: list[str]) -> int:
             raw = _read_fd(opts["env"])
             env = dict(item.split("=", 1) for item in
                        os.fsdecode(raw).split("\0") if "=" in item)
+        if opts["argv"] is not None:
+            opts["command"] = [os.fsdecode(a) for a in _read_fd(opts["argv"]).split(b"\0")]
         spec = None
         if opts["landlock"] is not None:
             spec = marshal.loads(_read_fd(opts["landlock"]))

@@ -56,35 +56,35 @@ def select(requested: str, allowed, *, find: Callable[[str], str | None],
     `probe(name, path)` runs a trivial sandbox and returns (ok, detail);
     `origin` says who asked for an explicit backend ("with --backend")."""
     candidates = AUTO_ORDER if requested == "auto" else (requested,)
-    passed_over = []
+    passed_over = []          # (backend, why not, what to do)
     for name in candidates:
         if name not in allowed:
-            passed_over.append((name, "not in ALLOWED_BACKENDS"))
+            passed_over.append((name, "not in ALLOWED_BACKENDS", "ask your site admin"))
             continue
         path = find(name)
         if path is None:
-            passed_over.append((name, f"not found — {INSTALL_HINT[name]}"))
+            passed_over.append((name, "not found", INSTALL_HINT[name]))
             continue
         ok, detail = probe(name, path)
         if not ok:
-            passed_over.append((name, f"its probe failed ({detail}) — {PROBE_HINT[name]}"))
+            passed_over.append((name, f"probe failed ({detail})", PROBE_HINT[name]))
             continue
         if requested != "auto":
             reason = f"requested {origin}" if origin else "requested"
         elif passed_over:
-            reason = ("auto: " + "; ".join(f"{n} {why.split(' — ')[0]}" for n, why in passed_over)
+            reason = ("auto: " + "; ".join(f"{n} {why}" for n, why, _ in passed_over)
                       + f"; {name} passed its probe")
         else:
             reason = f"auto: the first of {' → '.join(AUTO_ORDER)} whose probe passed"
-        return Selection(name, path, reason, tuple(passed_over))
+        return Selection(name, path, reason, tuple((n, why) for n, why, _ in passed_over))
     if requested != "auto":
-        name, why = passed_over[0]
+        name, why, hint = passed_over[0]
         if why == "not in ALLOWED_BACKENDS":
             raise Unavailable(f"backend {name} is not allowed here — ALLOWED_BACKENDS is "
                               f"({' '.join(allowed)}). Use one of those with --backend.")
-        raise Unavailable(f"the {name} backend cannot be used — {why}. Choose another with "
-                          "--backend; the command was not run.")
-    detail = "; ".join(f"{n}: {why}" for n, why in passed_over)
+        raise Unavailable(f"the {name} backend cannot be used — {why}: {hint}. Choose "
+                          "another with --backend; the command was not run.")
+    detail = "; ".join(f"{n} {why} ({hint})" for n, why, hint in passed_over)
     raise Unavailable(f"no usable sandbox backend — {detail}. The command was not run.")
 
 

@@ -101,14 +101,16 @@ def helper_command(python: str = HELPER_PYTHON) -> list[str]:
 def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: bool = False,
                 seccomp: bool = False, seeds=(), chdir: str | None = None,
                 new_session: bool = False, lifeline: bool = False,
-                status: bool = False, pid_namespace: bool = False) -> list:
+                status: bool = False, pid_namespace: bool = False,
+                argv_fd: bool = False) -> list:
     """The helper's command line up to (and including) the `--` before the
-    command. Payload names: env, landlock, seccomp, seed-N, lifeline, status.
+    command. Payload names: env, landlock, seccomp, seed-N, lifeline, status,
+    argv (the command itself, when the backend limits its own argv).
     `pid_namespace`: the helper runs in a PID namespace of its own, so its
     watcher may clear the whole namespace when the command exits."""
     argv: list = helper_command(python)
     for flag, wanted in (("--env", env), ("--landlock", landlock), ("--seccomp", seccomp),
-                         ("--lifeline", lifeline), ("--status", status)):
+                         ("--lifeline", lifeline), ("--status", status), ("--argv", argv_fd)):
         if wanted:
             argv += [flag, FdRef(flag[2:])]
     for name, path in seeds:
@@ -127,12 +129,19 @@ def env_payload(env: dict) -> "Payload":
     return Payload(data=b"\0".join(os.fsencode(f"{k}={v}") for k, v in env.items()))
 
 
+def argv_payload(command) -> "Payload":
+    """The command for `--argv` (NUL-separated arguments)."""
+    return Payload(data=b"\0".join(os.fsencode(a) for a in command))
+
+
 class FdRef(NamedTuple):
-    """Where a payload's file descriptor number goes in the argv."""
+    """Where a payload's file descriptor number goes in the argv (after
+    `prefix`, for options such as --profile=/proc/self/fd/N)."""
     name: str
+    prefix: str = ""
 
     def __str__(self) -> str:
-        return f"<fd:{self.name}>"
+        return f"{self.prefix}<fd:{self.name}>"
 
 
 class Payload(NamedTuple):
@@ -166,7 +175,7 @@ class Plan(NamedTuple):
         return f"Plan(backend={self.backend!r}, argv={self.argv!r})"
 
     def render(self, fds: dict) -> list[str]:
-        return [str(fds[a.name]) if isinstance(a, FdRef) else a for a in self.argv]
+        return [a.prefix + str(fds[a.name]) if isinstance(a, FdRef) else a for a in self.argv]
 
     def missing(self, required) -> tuple[str, ...]:
         """Required guarantees not fully provided (partial is not enough)."""

@@ -25,6 +25,12 @@ firejail copies /etc/skel's shell rc file into a whitelisted home before it
 binds the user's own, so a granted ~/.bashrc (.zshrc, .cshrc) is instead
 copied in by the helper (a copy: writes to it are discarded).
 
+firejail refuses more than 127 arguments, so the path options go into a
+generated profile (--profile=/proc/self/fd/N) and the command to the helper
+on a descriptor. It expands globs, $-macros and ~ in those paths, so a path
+with such characters is never passed: a grant is dropped (and reported), a
+restriction refuses the launch.
+
 The command starts through the helper: the environment arrives on a
 descriptor (setuid execution strips LD_* and friends; argv is world-readable),
 then seccomp (our filter, covering the 32-bit ABIs and the ioctl/personality
@@ -39,9 +45,10 @@ from __future__ import annotations
 import glob
 import os
 
+from ..errors import PolicyError
 from ..policy import Policy, _is_within
-from .base import (HELPER_PYTHON, SCOPING_ABI, Guarantees, Payload, Plan, env_payload,
-                   helper_argv, scoping)
+from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, argv_payload,
+                   env_payload, helper_argv, scoping)
 
 NAME = "firejail"
 FIREJAIL = "firejail"
@@ -59,8 +66,15 @@ DEVICE_CLASSES = (
     ("--nou2f", ("/dev/hidraw",)),
     ("--noinput", ("/dev/input",)),
 )
-FIXED = ("--noprofile", "--quiet", "--tab", "--keep-fd=all", "--deterministic-exit-code",
-         "--nonewprivs", "--caps.drop=all", "--restrict-namespaces", "--private-dev")
+FIXED = ("--quiet", "--tab", "--keep-fd=all", "--deterministic-exit-code", "--nonewprivs",
+         "--caps.drop=all", "--restrict-namespaces", "--private-dev")
+# Characters firejail interprets in path options (glob, macros, escapes) or
+# that would break a profile line.
+UNSAFE = frozenset("*?[]$\\\n\r\t")
+
+
+def safe(path: str) -> bool:
+    return path == path.strip() and not path.startswith("~") and not UNSAFE & set(path)
 
 
 def _top(path: str) -> str:
@@ -81,6 +95,7 @@ class View:
         self.blacklist_late: list[str] = []
         self.seeds: list[str] = []        # home files the helper copies in
         self.blacklisted_hidden: list[str] = []
+        self.skipped: list[str] = []      # grants dropped: firejail would interpret them
 
     def _hidden(self, path: str) -> bool:
         real = os.path.realpath(path)
@@ -96,6 +111,9 @@ class View:
         """Whitelist one home path (carving around hidden paths below it)."""
         home = self.policy.home
         if self._hidden(path) or os.path.islink(path) or not os.path.lexists(path):
+            return
+        if not safe(path):
+            self.skipped.append(path)
             return
         if os.path.dirname(path) == home and os.path.basename(path) in SKEL_FILES:
             self.seeds.append(path)
@@ -146,7 +164,9 @@ class View:
         tree it is already visible; elsewhere its top directory is emptied to it."""
         if any(_is_within(path, s) for s in self.policy.system_readonly):
             return
-        if not _is_within(path, self.policy.home):
+        if not safe(path):
+            self.skipped.append(path)
+        elif not _is_within(path, self.policy.home):
             self.whitelist.append(path)
 
     def build(self) -> list[str]:
@@ -202,13 +222,22 @@ class View:
         self.blacklist_late += list(policy.slurm_masks) + list(policy.slurm_binaries)
 
         self.seeds = list(dict.fromkeys(self.seeds))
-        args = [f"--blacklist={p}" for p in early_blacklist]
-        args += [f"--whitelist={p}" for p in dict.fromkeys(self.whitelist)]
-        args += [f"--read-only={p}" for p in dict.fromkeys(self.readonly)]
-        args += [f"--read-write={p}" for p in dict.fromkeys(self.readwrite)]
-        args += [f"--read-only={p}" for p in dict.fromkeys(self.late_readonly)]
-        args += [f"--blacklist={p}" for p in dict.fromkeys(self.blacklist_late)]
-        return args
+        self.readwrite = [p for p in self.readwrite if safe(p) or self.skipped.append(p)]
+        lines = []
+        for kind, paths in (("blacklist", early_blacklist), ("whitelist", self.whitelist),
+                            ("read-only", self.readonly), ("read-write", self.readwrite),
+                            ("read-only", self.late_readonly),
+                            ("blacklist", self.blacklist_late)):
+            for path in dict.fromkeys(paths):
+                if not safe(path):
+                    raise PolicyError(
+                        f"{path!r} must be kept {kind.replace('-', ' ')} on the firejail "
+                        "backend but contains a character firejail interprets (a glob, $, "
+                        "\\, ~ or whitespace), so it would apply the rule to other paths. "
+                        "Rename it, or use --backend bwrap or landlock.",
+                        reason="firejail_unsafe_path")
+                lines.append(f"{kind} {path}")
+        return lines
 
     def home_writable(self, path: str) -> None:
         """A writable entry below $HOME: whitelisted (carved if need be)."""
@@ -217,10 +246,10 @@ class View:
         del self.readonly[before:]
 
 
-def device_args(policy: Policy) -> tuple[list[str], list[str]]:
-    """(--no* flags and --blacklist for devices the policy does not grant,
-    devices firejail's --private-dev cannot provide)."""
-    args, unavailable = [], []
+def device_args(policy: Policy) -> tuple[list[str], list[str], list[str]]:
+    """(--no* flags, profile lines blacklisting devices of a kept class that
+    the policy does not grant, devices firejail's --private-dev cannot provide)."""
+    args, lines, unavailable = [], [], []
     for device in policy.devices:
         if not any(device.startswith(p) for _, prefixes in DEVICE_CLASSES for p in prefixes):
             unavailable.append(device)
@@ -230,9 +259,9 @@ def device_args(policy: Policy) -> tuple[list[str], list[str]]:
             args.append(flag)
             continue
         present = sorted({p for prefix in prefixes for p in glob.glob(prefix + "*")})
-        args += [f"--blacklist={p}" for p in present if p not in wanted
-                 and not any(_is_within(w, p) for w in wanted)]
-    return args, unavailable
+        lines += [f"blacklist {p}" for p in present if p not in wanted and safe(p)
+                  and not any(_is_within(w, p) for w in wanted)]
+    return args, lines, unavailable
 
 
 def guarantees(policy: Policy, *, landlock_abi: int, blacklisted_hidden=()):
@@ -263,6 +292,9 @@ def guarantees(policy: Policy, *, landlock_abi: int, blacklisted_hidden=()):
 
 def notes(policy: Policy, view: View, unavailable) -> tuple[str, ...]:
     out = []
+    if view.skipped:
+        out.append("not granted, because firejail would interpret a character in the path "
+                   "(glob, $, \\, ~, whitespace): " + " ".join(map(repr, view.skipped)))
     granted = {os.path.basename(p) for p in view.seeds}
     out.append("firejail puts /etc/skel's " + "/".join(SKEL_FILES[:1]) + " in the private "
                "home; a granted shell rc file is copied over it (writes to it are discarded"
@@ -285,16 +317,18 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
     """`payloads` may carry "seccomp"; `root_entries` is os.listdir("/")
     (a parameter so tests can give their own)."""
     view = View(policy, sorted(os.listdir("/")) if root_entries is None else root_entries)
-    fs_args = view.build()
-    devices, unavailable = device_args(policy)
+    lines = view.build()
+    devices, device_lines, unavailable = device_args(policy)
+    lines += device_lines
     argv: list = [firejail_path, *FIXED]
     argv.append("--ipc-namespace") if policy.private_ipc else argv.append("--keep-dev-shm")
     argv.append("--private-tmp") if policy.private_tmp else argv.append("--keep-var-tmp")
     if policy.network_isolated:
         argv.append("--net=none")
-    argv += devices + fs_args
+    argv += devices + [FdRef("profile", prefix="--profile=/proc/self/fd/")]
 
-    ours = {"env": env_payload(policy.env)}
+    ours = {"profile": Payload(data=("\n".join(lines) + "\n").encode()),
+            "env": env_payload(policy.env), "argv": argv_payload(command)}
     seeds = []
     for index, path in enumerate(view.seeds):
         ours[f"seed-{index}"] = Payload(path=os.path.realpath(path))
@@ -309,8 +343,7 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
     argv += ["--", *helper_argv(python=python, env=True, landlock=scoped,
                                 seccomp=policy.seccomp, seeds=seeds, chdir=policy.workdir,
                                 new_session=True, lifeline=True, status=True,
-                                pid_namespace=True)]
-    argv += list(command)
+                                pid_namespace=True, argv_fd=True)]
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
                                            blacklisted_hidden=view.blacklisted_hidden)
     # firejail itself gets a minimal environment; the command's comes on --env.
@@ -320,8 +353,8 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
             spawn_env[name] = policy.env[name]
     return Plan(backend=NAME, argv=tuple(argv), payloads=ours, env=spawn_env,
                 provides=provides, cannot=cannot, partial=partial,
-                mounts=tuple(("firejail", a) for a in devices + fs_args),
-                view_title="filesystem options in order", status_fd="status",
+                mounts=tuple(("firejail", line) for line in lines),
+                view_title="firejail profile (--profile), in order", status_fd="status",
                 started='"helper-exec"', lifeline_fd="lifeline",
                 notes=notes(policy, view, unavailable))
 
@@ -336,5 +369,5 @@ def find(path_env: str | None = None) -> str | None:
 
 def probe_argv(path: str = FIREJAIL) -> list[str]:
     """A trivial sandbox with the options every launch relies on."""
-    return [path, *FIXED, "--ipc-namespace", "--private-tmp", "--whitelist=/var/tmp",
-            "--", "/bin/true"]
+    return [path, "--noprofile", *FIXED, "--ipc-namespace", "--private-tmp",
+            "--whitelist=/var/tmp", "--", "/bin/true"]

@@ -226,7 +226,8 @@ def test_landlock_says_what_each_home_mode_means_there(home, mode):
 
 # ---------------------------------------------------------------- firejail
 def options(plan) -> list[str]:
-    return [op[1] for op in plan.mounts]
+    """The profile's lines, spelled as the equivalent command-line options."""
+    return ["--" + op[1].replace(" ", "=", 1) for op in plan.mounts]
 
 
 def test_firejail_options_in_load_bearing_order(home):
@@ -307,6 +308,12 @@ def test_firejail_environment_travels_on_a_descriptor(home):
     argv = list(plan.argv)
     assert "--pid-namespace" in argv and "--new-session" in argv
     assert argv.index("--") < argv.index("/usr/bin/python3")
+    assert argv[-1] == "--" and "claude" not in argv         # the command is on --argv
+    assert plan.payloads["argv"].data == b"claude"
+    assert argv[argv.index("--quiet") - 1] == "/usr/bin/firejail"
+    assert FdRef("profile", "--profile=/proc/self/fd/") in argv
+    assert plan.render({n: 9 for n in plan.payloads} | {"status": 9, "lifeline": 9}).count(
+        "--profile=/proc/self/fd/9") == 1
 
 
 def test_firejail_namespace_options_follow_the_policy(home):
@@ -323,11 +330,25 @@ def test_firejail_namespace_options_follow_the_policy(home):
 
 def test_firejail_device_classes(home, tmp_path):
     policy = policy_for(home, backend="firejail")._replace(devices=("/dev/nvidia0",))
-    args, unavailable = firejail.device_args(policy)
+    args, _, unavailable = firejail.device_args(policy)
     assert "--no3d" not in args and "--nosound" in args and unavailable == []
     policy = policy._replace(devices=("/dev/fuse",))
-    args, unavailable = firejail.device_args(policy)
+    args, _, unavailable = firejail.device_args(policy)
     assert "--no3d" in args and unavailable == ["/dev/fuse"]
+
+
+def test_firejail_never_passes_a_path_it_would_interpret(home):
+    (home / ".conf*").mkdir()            # a whitelist would glob: .config, .conf*, …
+    (home / "$HOME").write_text("x")
+    plan = plan_for("firejail", policy_for(home, "HOME_ACCESS=read\n", backend="firejail"))
+    opts = options(plan)
+    assert not any("*" in o or "$" in o for o in opts)
+    assert any("not granted" in n and ".conf*" in n for n in plan.notes)
+    policy = policy_for(home, f"EXTRA_BLOCKED_PATHS=({home.parent}/x*)\n", backend="firejail")
+    policy = policy._replace(system_readonly=policy.system_readonly + (str(home.parent),))
+    (home.parent / "x*").mkdir()
+    with pytest.raises(PolicyError, match="contains a character firejail interprets"):
+        plan_for("firejail", policy)
 
 
 # ---------------------------------------------------------------- selection
@@ -341,7 +362,7 @@ def test_auto_takes_the_first_that_is_found_and_probes():
     chosen = select("auto", BACKENDS, find=lambda n: f"/usr/bin/{n}", probe=probe)
     assert chosen.name == "firejail" and chosen.path == "/usr/bin/firejail"
     assert probed == ["bwrap", "firejail"]
-    assert chosen.reason.startswith("auto: bwrap its probe failed")
+    assert chosen.reason.startswith("auto: bwrap probe failed (bwrap: setting up uid map")
     assert chosen.reason.endswith("firejail passed its probe")
     first = select("auto", BACKENDS, find=lambda n: n, probe=lambda n, p: (True, ""))
     assert first.name == "bwrap" and "first of bwrap → firejail → landlock" in first.reason
@@ -351,9 +372,10 @@ def test_auto_skips_missing_and_disallowed_backends():
     chosen = select("auto", ("firejail", "landlock"),
                     find=lambda n: None if n == "firejail" else n, probe=lambda n, p: (True, ""))
     assert chosen.name == "landlock"
-    assert dict(chosen.passed_over) == {
-        "bwrap": "not in ALLOWED_BACKENDS",
-        "firejail": "not found — install firejail (apt-get install firejail)"}
+    assert dict(chosen.passed_over) == {"bwrap": "not in ALLOWED_BACKENDS",
+                                        "firejail": "not found"}
+    assert chosen.reason == ("auto: bwrap not in ALLOWED_BACKENDS; firejail not found; "
+                             "landlock passed its probe")
 
 
 def test_no_backend_at_all_names_each_cause_and_fix():
@@ -412,7 +434,8 @@ def test_report_shows_the_choice_partial_rows_and_differences(home):
     assert "backend:   firejail (auto: bwrap not found)" in text
     assert any(line.split()[:2] == ["partial", "passwd.filtered"]
                for line in text.splitlines())
-    assert "filesystem options in order" in text and "how firejail differs" in text
+    assert "firejail profile (--profile), in order" in text and "how firejail differs" in text
+    assert "<fd:argv>: claude" in text
     assert "secret-value" not in text
     line = report.banner(policy, plan)
     assert "(auto: bwrap not found)" in line and "partly enforced: passwd.filtered" in line
