@@ -133,14 +133,17 @@ class ChaperonSession:
         except ProcessLookupError:
             pass
         deadline = time.monotonic() + 2.0
-        while True:
-            done, _ = os.waitpid(self.pid, os.WNOHANG)
-            if done or time.monotonic() > deadline:
-                break
-            time.sleep(0.01)
-        if not done:
-            os.kill(self.pid, signal.SIGKILL)
-            os.waitpid(self.pid, 0)
+        try:
+            while True:
+                done, _ = os.waitpid(self.pid, os.WNOHANG)
+                if done or time.monotonic() > deadline:
+                    break
+                time.sleep(0.01)
+            if not done:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+        except ChildProcessError:
+            pass   # already reaped
         import shutil
 
         shutil.rmtree(self.directory, ignore_errors=True)

@@ -64,6 +64,23 @@ def _open_fifo(path: str, flags: int, deadline: float) -> int:
             time.sleep(0.002)
 
 
+def _announce(fd: int, line: bytes, deadline: float) -> None:
+    """One atomic write (the line is far below PIPE_BUF). When the FIFO is
+    full (someone floods it), wait for the chaperon to drain it."""
+    import select
+    import time
+
+    while True:
+        try:
+            os.write(fd, line)
+            return
+        except BlockingIOError:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError("the announcement FIFO stayed full") from None
+            select.select([], [fd], [], min(left, 0.05))
+
+
 def exchange(command: str, request: bytes, session_dir: str, name: str) -> tuple:
     """Send `request` on the connection `name`; return (decoder events, error)."""
     import select
@@ -81,11 +98,11 @@ def exchange(command: str, request: bytes, session_dir: str, name: str) -> tuple
                                   os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         except OSError:
             return None, "not_running"
+        deadline = time.monotonic() + SILENCE_TIMEOUT
         try:
-            os.write(announce_fd, announcement(name))
+            _announce(announce_fd, announcement(name), deadline)
         finally:
             os.close(announce_fd)
-        deadline = time.monotonic() + SILENCE_TIMEOUT
         req_fd = _open_fifo(req_path, os.O_WRONLY, deadline)
         try:
             os.set_blocking(req_fd, True)
@@ -162,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
     except protocol.ProtocolError as exc:
         return fail(command, "the reply of the Slurm proxy was malformed", str(exc),
                     "Report this to your site admin")
+    except TimeoutError:
+        return fail(command, "no answer from the Slurm proxy",
+                    f"its request queue stayed full for {int(SILENCE_TIMEOUT)} s",
+                    "Check `agent-sandbox status`; restart the sandbox if it persists")
     except OSError as exc:
         return fail(command, "cannot reach the Slurm proxy", exc.strerror or str(exc),
                     "Restart the sandbox; if it persists, report it")

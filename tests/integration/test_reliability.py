@@ -1,0 +1,243 @@
+"""Reliability of the chaperon under hostile input and faults, on the real
+cluster, from inside a real bwrap jail as an unprivileged user. Each test
+prints its figures (run with -s to see them; CI logs keep them)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import INSTALLED
+
+pytestmark = pytest.mark.usefixtures("slurm_cluster")
+SITE = "/opt/agent-sandbox/venv/lib/python3.11/site-packages"
+SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-cluster.sh"
+
+HOSTILE = r'''
+import json, os, subprocess, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from chaperon import protocol
+from chaperon.session import announcement
+session = os.environ["AGENT_SANDBOX_CHAPERON"]
+conn = os.path.join(session, "conn")
+
+def open_conn():
+    name = os.urandom(16).hex()
+    req = os.path.join(conn, name + ".req"); resp = os.path.join(conn, name + ".resp")
+    os.mkfifo(req, 0o600); os.mkfifo(resp, 0o600)
+    fd = os.open(os.path.join(session, "req"), os.O_WRONLY)
+    os.write(fd, announcement(name)); os.close(fd)
+    return name, req, resp
+
+def frame(resp):
+    return protocol.encode_request(protocol.Request("sinfo", ["-h"], cwd=os.getcwd(), env={},
+                                                    resp_path=resp))
+
+def half_frame_and_stall():
+    name, req, resp = open_conn()
+    fd = os.open(req, os.O_WRONLY)
+    os.write(fd, frame(resp)[:40]); time.sleep(20); os.close(fd)
+
+def garbage_flood():
+    fd = os.open(os.path.join(session, "req"), os.O_WRONLY)
+    end = time.monotonic() + 8
+    chunk = os.urandom(65536).replace(b"\n", b"x")
+    while time.monotonic() < end:
+        os.write(fd, chunk)
+    os.close(fd)
+
+def huge_frame():
+    name, req, resp = open_conn()
+    fd = os.open(req, os.O_WRONLY)
+    head = b"CHAPERON/1 sinfo\nARG "
+    try:
+        os.write(fd, head)
+        block = b"A" * (1 << 20)
+        for _ in range(100):
+            os.write(fd, block)
+    except OSError:
+        pass
+    os.close(fd)
+
+def symlink_response():
+    name = os.urandom(16).hex()
+    req = os.path.join(conn, name + ".req"); resp = os.path.join(conn, name + ".resp")
+    os.mkfifo(req, 0o600)
+    target = os.path.join(os.getcwd(), "target.fifo"); os.mkfifo(target, 0o600)
+    os.symlink(target, resp)
+    fd = os.open(os.path.join(session, "req"), os.O_WRONLY)
+    os.write(fd, announcement(name)); os.close(fd)
+    fd = os.open(req, os.O_WRONLY); os.write(fd, frame(resp)); os.close(fd)
+
+def never_reads():
+    name, req, resp = open_conn()
+    fd = os.open(req, os.O_WRONLY)
+    big = protocol.encode_request(protocol.Request("sinfo", ["-N", "-l"], cwd=os.getcwd(),
+                                                   env={}, resp_path=resp))
+    os.write(fd, big); os.close(fd)
+    rfd = os.open(resp, os.O_RDONLY)   # open, then never read
+    time.sleep(20)
+
+attacks = [half_frame_and_stall, garbage_flood, huge_frame, symlink_response, never_reads]
+for attack in attacks:
+    threading.Thread(target=attack, daemon=True).start()
+time.sleep(0.5)
+latencies = []
+codes = []
+end = time.monotonic() + 8
+while time.monotonic() < end:
+    start = time.perf_counter()
+    r = subprocess.run(["sinfo", "-h"], capture_output=True)
+    latencies.append(time.perf_counter() - start)
+    codes.append(r.returncode)
+print(json.dumps({"latencies": latencies, "codes": codes}))
+'''
+
+
+def chaperon_of(proc: subprocess.Popen):
+    for child in psutil.Process(proc.pid).children(recursive=True):
+        if "chaperon.server" in " ".join(child.cmdline()):
+            return child
+    return None
+
+
+def test_hostile_clients_do_not_delay_others(user, project):
+    baseline = user.sandbox("/usr/bin/python3", "-c",
+                            "import subprocess,time\nts=[]\nfor _ in range(10):\n"
+                            " t=time.perf_counter(); subprocess.run(['sinfo','-h'],"
+                            "capture_output=True); ts.append(time.perf_counter()-t)\n"
+                            "print(max(ts))", cwd=project)
+    assert baseline.returncode == 0, baseline.stderr
+    result = user.sandbox("/usr/bin/python3", "-c", HOSTILE, SITE, cwd=project, timeout=120)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout.splitlines()[-1])
+    worst = max(data["latencies"])
+    print(f"\nhostile clients: {len(data['latencies'])} normal sinfo calls answered during "
+          f"the attacks, worst {worst * 1000:.0f} ms (quiet baseline worst "
+          f"{float(baseline.stdout) * 1000:.0f} ms)")
+    assert set(data["codes"]) == {0}
+    assert len(data["latencies"]) >= 20
+    assert worst < float(baseline.stdout) + 1.0
+
+
+def test_slurmctld_down_gives_the_real_error_not_a_hang(user, project):
+    subprocess.run(["pkill", "-x", "slurmctld"], check=True)
+    try:
+        time.sleep(1)
+        real = subprocess.run(["squeue"], capture_output=True, text=True, timeout=120,
+                              user=user.uid, group=user.gid, env=user.env())
+        start = time.monotonic()
+        inside = user.sandbox("squeue", cwd=project, timeout=120)
+        took = time.monotonic() - start
+        print(f"\nslurmctld down: stub answered in {took:.1f} s, exit {inside.returncode}")
+        assert (inside.returncode, inside.stdout, inside.stderr.splitlines()[-1:]) == (
+            real.returncode, real.stdout, real.stderr.splitlines()[-1:])
+        assert real.returncode != 0
+    finally:
+        subprocess.run(["bash", str(SLURM_SCRIPT), "start"], capture_output=True, check=True,
+                       timeout=300)
+
+
+def test_chaperon_killed_the_stub_says_so_and_the_sandbox_keeps_working(user, project):
+    script = ("import subprocess, time, sys\n"
+              "open('ready','w').close()\n"
+              "while not __import__('os').path.exists('killed'): time.sleep(0.05)\n"
+              "t=time.monotonic(); r=subprocess.run(['squeue'],capture_output=True,text=True)\n"
+              "print(r.returncode, round(time.monotonic()-t, 2), r.stderr.strip())\n"
+              "print(subprocess.run(['echo','still-working'],capture_output=True,"
+              "text=True).stdout.strip())\n")
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", script],
+                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 20
+    while not (project / "ready").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    chaperon = chaperon_of(proc)
+    assert chaperon is not None
+    chaperon.kill()
+    deadline = time.monotonic() + 10
+    while chaperon.is_running() and chaperon.status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    (project / "killed").touch()
+    out, err = proc.communicate(timeout=60)
+    first, second = out.strip().splitlines()
+    code, took, message = first.split(" ", 2)
+    print(f"\nchaperon killed: stub exit {code} after {took} s: {message}")
+    assert code == "1" and float(took) < 30
+    assert "chaperon" in message and "not running" in message
+    assert second == "still-working"
+    assert proc.returncode == 0
+
+
+def test_disk_full_in_the_state_dir_refuses_the_submission(user, project):
+    ledger = user.home / ".local/state/agent-sandbox/ledger"
+    ledger.mkdir(parents=True, exist_ok=True)
+    os.chown(ledger, user.uid, user.gid)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size=64k,uid={user.uid},mode=0700",
+                    "tmpfs", str(ledger)], check=True)
+    try:
+        filler = ledger / "filler"
+        subprocess.run(["dd", "if=/dev/zero", f"of={filler}", "bs=4k", "count=100"],
+                       capture_output=True)
+        before = subprocess.run(["squeue", "-h", "-u", user.name, "-o", "%i"],
+                                capture_output=True, text=True).stdout.split()
+        result = user.sandbox("sbatch", "--hold", "--wrap", "true", cwd=project)
+        after = subprocess.run(["squeue", "-h", "-u", user.name, "-o", "%i"],
+                               capture_output=True, text=True).stdout.split()
+        print(f"\ndisk full: sbatch exit {result.returncode}: {result.stderr.strip()}")
+        assert result.returncode == 1
+        assert "ledger cannot be written" in result.stderr
+        assert sorted(after) == sorted(before)        # no job without a ledger entry
+    finally:
+        subprocess.run(["umount", str(ledger)], check=True)
+
+
+def test_concurrent_ledger_writer_from_another_node_does_not_corrupt(user, project):
+    from chaperon.ledger import Ledger
+
+    state = user.home / ".local/state/agent-sandbox"
+    other = Ledger(str(state), "othernode0001", str(project))
+    other.path = os.path.join(other.directory, "othernode_othernode0001.jsonl")
+    stop = threading.Event()
+    written = []
+
+    def second_node():
+        n = 0
+        while not stop.is_set():
+            other.record(f"9{n:06d}", f"tok{n}")
+            written.append(n)
+            n += 1
+
+    writer = threading.Thread(target=second_node)
+    writer.start()
+    try:
+        result = user.sandbox("/bin/sh", "-c",
+                              "for i in 1 2 3 4 5 6 7 8; do sbatch --parsable --hold --wrap true;"
+                              " done", cwd=project, timeout=120)
+    finally:
+        stop.set()
+        writer.join()
+        for path in Path(other.directory).glob("othernode_*"):
+            os.chown(path, user.uid, user.gid)
+    ids = result.stdout.split()
+    try:
+        assert result.returncode == 0 and len(ids) == 8
+        mine = Ledger(str(state), "reader", str(project)).jobs("user")
+        assert set(ids) <= set(mine)
+        assert {f"9{n:06d}" for n in written} <= set(mine)
+        print(f"\nconcurrent ledger writer: {len(written)} foreign records and 8 submissions, "
+              "all readable")
+    finally:
+        subprocess.run(["scancel", *ids])
+        for path in Path(other.directory).glob("othernode_*"):
+            path.unlink()
