@@ -241,3 +241,47 @@ def test_concurrent_ledger_writer_from_another_node_does_not_corrupt(user, proje
         subprocess.run(["scancel", *ids])
         for path in Path(other.directory).glob("othernode_*"):
             path.unlink()
+
+
+BURST = r'''
+import json, subprocess, sys
+from concurrent.futures import ThreadPoolExecutor
+def submit(i):
+    r = subprocess.run(["sbatch", "--parsable", "--hold", f"--job-name=restart{i}", "--wrap",
+                        "true"], capture_output=True, text=True)
+    return r.returncode, r.stdout.strip(), r.stderr.strip()[-200:]
+with ThreadPoolExecutor(8) as pool:
+    print(json.dumps(list(pool.map(submit, range(int(sys.argv[1]))))))
+'''
+
+
+def test_slurmctld_restart_mid_burst_loses_and_doubles_nothing(user, project):
+    count = 60
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", BURST, str(count)],
+                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    time.sleep(1.0)
+    subprocess.run(["pkill", "-x", "slurmctld"], check=True)
+    time.sleep(1.0)
+    subprocess.run(["bash", str(SLURM_SCRIPT), "start"], capture_output=True, check=True,
+                   timeout=300)
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err
+    outcomes = json.loads(out.strip().splitlines()[-1])
+    ids = [o[1] for o in outcomes if o[0] == 0]
+    try:
+        queue = subprocess.run(["squeue", "-h", "-u", user.name, "-o", "%i %j %k"],
+                               capture_output=True, text=True).stdout.splitlines()
+        names = [line.split()[1] for line in queue if line.split()[1].startswith("restart")]
+        queued_ids = {line.split()[0] for line in queue if line.split()[1].startswith("restart")}
+        print(f"\nslurmctld restart mid-burst: {len(ids)} of {count} submissions accepted, "
+              f"{count - len(ids)} refused with Slurm's error, {len(names)} jobs queued")
+        assert len(set(ids)) == len(ids)                 # no id handed out twice
+        assert set(ids) == queued_ids                    # every accepted job exists, no extra
+        assert len(names) == len(set(names))             # no submission doubled
+        for code, _, message in outcomes:
+            assert code == 0 or message, "a failed submission must say why"
+    finally:
+        subprocess.run(["scancel", "-u", user.name, "--name",
+                        ",".join(f"restart{i}" for i in range(count))])
