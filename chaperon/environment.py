@@ -11,23 +11,46 @@ handlers pass options explicitly instead.
 """
 from __future__ import annotations
 
-# Exact names removed.
-REMOVED = frozenset({
-    "SLURM_CONF", "BASH_ENV", "ENV", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES",
-    "RES_OPTIONS", "LOCALDOMAIN", "TMPDIR", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT",
-    "RUBYLIB", "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "PROMPT_COMMAND",
-    "SHELLOPTS", "BASHOPTS", "PS4", "IFS", "CDPATH", "GLOBIGNORE", "MALLOC_CHECK_",
-    "AGENT_SANDBOX_CHAPERON", "HOME_ACCESS", "SANDBOX_CONF",
+# Names that change how programs load or how shells and interpreters start.
+HOOK_NAMES = frozenset({
+    "BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH",
+    "GLOBIGNORE", "BASH_XTRACEFD", "ZDOTDIR", "GCONV_PATH", "LOCPATH", "NLSPATH",
+    "HOSTALIASES", "RES_OPTIONS", "LOCALDOMAIN", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT",
+    "RUBYLIB", "NODE_OPTIONS", "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS", "MALLOC_CHECK_", "TMPDIR",
 })
-# Prefixes removed: the dynamic loader, interpreters, Slurm's input variables
-# (they act as options, e.g. SBATCH_EXPORT), bash exported functions.
-REMOVED_PREFIXES = ("LD_", "PYTHON", "SBATCH_", "SALLOC_", "SRUN_", "SLURM_", "SQUEUE_",
-                    "SACCT_", "SINFO_", "SCONTROL_", "MALLOC_", "GLIBC_", "BASH_FUNC_")
+HOOK_PREFIXES = ("LD_", "PYTHON", "BASH_FUNC_", "MALLOC_", "GLIBC_")
+# Slurm's and munge's own input variables (they act as options or configuration).
+SLURM_PREFIXES = ("SLURM_", "SBATCH_", "SRUN_", "SALLOC_", "SPANK_", "SQUEUE_", "SACCT_",
+                  "SINFO_", "SCONTROL_", "MUNGE")
+# What steers agent-sandbox itself (the compute-side launcher reads these).
+STEERING = ("SANDBOX_BACKEND", "HOME_ACCESS", "SLURM_SCOPE", "PRIVATE_TMP", "PRIVATE_IPC",
+            "FILTER_PASSWD", "NETWORK_MODE", "SANDBOX_QUIET", "SANDBOX_CONF", "AGENT_SANDBOX",
+            "AGENT_SANDBOX_SESSION", "AGENT_SANDBOX_CHAPERON", "SANDBOX_PROJECT_DIR",
+            "XDG_RUNTIME_DIR", "TMPDIR", "HOME")
+STEERING_PREFIXES = ("SANDBOX_", "AGENT_SANDBOX")
+# Identity and search path: set by the system, never by a job's --export.
+IDENTITY = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL"})
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
+def is_hook(name: str) -> bool:
+    return name in HOOK_NAMES or name.startswith(HOOK_PREFIXES)
+
+
+def export_name_denied(name: str) -> bool:
+    """A name an agent may not hand to a job with --export (compared in upper
+    case: at least as strict as Slurm)."""
+    upper = name.upper()
+    return (is_hook(upper) or upper.startswith(SLURM_PREFIXES) or upper in STEERING
+            or upper.startswith(STEERING_PREFIXES) or upper in IDENTITY
+            or upper.startswith("XDG_") or upper in ("SLURM_CONF",))
+
+
 def allowed_name(name: str) -> bool:
-    return (name not in REMOVED and not name.startswith(REMOVED_PREFIXES)
+    """May a caller's variable reach a real Slurm command (and so a job)?"""
+    return (not is_hook(name) and not name.startswith(SLURM_PREFIXES)
+            and name not in ("HOME_ACCESS", "SANDBOX_CONF", "AGENT_SANDBOX_CHAPERON")
             and name.replace("_", "a").isalnum() and not name[:1].isdigit())
 
 

@@ -202,23 +202,9 @@ NICE = Check("a nice value", _check_nice,
 # so names that change how programs load, which configuration Slurm or the
 # sandbox uses, or how shells start are refused (defence in depth: the wrapper
 # is also immune to them). Set such variables inside the job script instead.
-EXPORT_DENIED_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TMPDIR", "ENV", "BASH_ENV", "SHELLOPTS",
-    "BASHOPTS", "PS4", "PROMPT_COMMAND", "IFS", "CDPATH", "GLOBIGNORE", "BASH_XTRACEFD",
-    "ZDOTDIR", "GCONV_PATH", "LOCPATH", "NLSPATH", "HOSTALIASES", "RES_OPTIONS",
-    "LOCALDOMAIN", "PERL5OPT", "PERL5LIB", "PERLLIB", "RUBYOPT", "RUBYLIB", "NODE_OPTIONS",
-    "NODE_PATH", "JAVA_TOOL_OPTIONS", "_JAVA_OPTIONS", "JDK_JAVA_OPTIONS", "HOME_ACCESS",
-    "PRIVATE_TMP", "PRIVATE_IPC", "FILTER_PASSWD", "NETWORK_MODE",
-})
-EXPORT_DENIED_PREFIXES = ("LD_", "PYTHON", "BASH_FUNC_", "SLURM_", "SBATCH_", "SRUN_",
-                          "SALLOC_", "SPANK_", "SANDBOX_", "AGENT_SANDBOX", "XDG_", "MALLOC_",
-                          "GLIBC_", "MUNGE")
+# The lists live in chaperon/environment.py, shared with the env handling.
+from .environment import export_name_denied  # noqa: E402
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-def export_name_denied(name: str) -> bool:
-    upper = name.upper()
-    return upper in EXPORT_DENIED_NAMES or upper.startswith(EXPORT_DENIED_PREFIXES)
 
 
 def _check_export(value: str) -> str | None:

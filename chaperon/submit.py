@@ -28,6 +28,18 @@ def from_option(refused: OptionRefused) -> Refusal:
     return Refusal(refused.reason, refused.what, refused.why, refused.instead)
 
 
+def preflight(ctx, request, command: str) -> str:
+    """The real binary of `command`, once the request is one it can receive."""
+    binary = ctx.binary(command)
+    if binary is None:
+        raise Refusal("not_installed", f"{command} is refused", "it is not installed here",
+                      "Ask your site admin")
+    if request.has_nul:
+        raise Refusal("nul_byte", "an argument with a NUL byte is refused",
+                      "no program can receive it", "Remove it")
+    return binary
+
+
 def within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 

@@ -27,6 +27,7 @@ from ..ledger import LedgerError
 from ..options import OptionRefused, merge
 from ..sbatch_options import parse
 from ..submit import (Refusal, check_limits, comment_tag, from_option, job_env, output_pattern,
+                      preflight,
                       project_file, working_dir)
 from ..jobwrap import wrapper_script
 from . import refuse, run_real
@@ -104,14 +105,8 @@ def _stage(ctx, cwd: str, merged, body: bytes, args: list[str], token: str) -> t
 
 
 def handle(ctx, request, out) -> int:
-    binary = ctx.binary("sbatch")
     try:
-        if binary is None:
-            raise Refusal("not_installed", "sbatch is refused", "it is not installed here",
-                          "Ask your site admin")
-        if request.has_nul:
-            raise Refusal("nul_byte", "an argument with a NUL byte is refused",
-                          "no program can receive it", "Remove it")
+        binary = preflight(ctx, request, "sbatch")
         try:
             cmdline = parse(request.args_str)
         except OptionRefused as refused:

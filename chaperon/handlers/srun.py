@@ -18,7 +18,7 @@ import os
 
 from ..options import OptionRefused
 from ..srun_options import parse
-from ..submit import Refusal, check_limits, from_option, job_env, working_dir, within
+from ..submit import Refusal, preflight, check_limits, from_option, job_env, working_dir, within
 from . import refuse, run_real
 
 REBUILT = ("output", "error", "input")
@@ -64,17 +64,11 @@ class FileOut:
 
 
 def handle(ctx, request, out) -> int:
-    binary = ctx.binary("srun")
     env_in = request.env_str
     step = "SLURM_JOB_ID" in env_in or "SLURM_JOBID" in env_in
     fds: list[int] = []
     try:
-        if binary is None:
-            raise Refusal("not_installed", "srun is refused", "it is not installed here",
-                          "Ask your site admin")
-        if request.has_nul:
-            raise Refusal("nul_byte", "an argument with a NUL byte is refused",
-                          "no program can receive it", "Remove it")
+        binary = preflight(ctx, request, "srun")
         try:
             parsed = parse(request.args_str, step=step)
         except OptionRefused as refused:
