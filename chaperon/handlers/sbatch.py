@@ -27,8 +27,7 @@ from ..ledger import LedgerError
 from ..options import OptionRefused, merge
 from ..sbatch_options import parse
 from ..submit import (Refusal, check_limits, comment_tag, from_option, job_env, output_pattern,
-                      preflight,
-                      project_file, working_dir)
+                      preflight, project_file, working_dir)
 from ..jobwrap import wrapper_script
 from . import refuse, run_real
 
