@@ -55,10 +55,11 @@ def _real_binaries(policy) -> dict[str, str]:
 
 
 class ChaperonSession:
-    def __init__(self, directory: str, staging: str, pid: int):
+    def __init__(self, directory: str, staging: str, pid: int, session_id: str = ""):
         self.directory = directory
         self.staging = staging
-        self.pid = pid
+        self.pid = pid                  # the chaperon process (`agent-sandbox status`)
+        self.session_id = session_id    # the id its audit log and ledger records carry
 
     @classmethod
     def start(cls, settings, policy) -> "ChaperonSession":
@@ -112,7 +113,7 @@ class ChaperonSession:
         os.close(announce_fd)
         with os.fdopen(write_fd, "wb") as handle:
             handle.write(json.dumps(config).encode())
-        return cls(directory, staging, pid)
+        return cls(directory, staging, pid, policy.session_id)
 
     def stub_payload(self):
         """The stub every Slurm name inside points to: the system python in

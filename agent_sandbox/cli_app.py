@@ -115,3 +115,89 @@ def explain(
     except SandboxError as exc:
         _fail(exc)
     typer.echo(explain_target(target, settings, policy, plan.mounts), nl=False)
+
+
+# ---------------------------------------------------------------- doctor, status, logs
+# Self-contained block: the three read-only commands of issue 7 (host check,
+# running sandboxes, chaperon audit logs).
+def _hidden_here(what: str) -> None:
+    """Inside a sandbox the state directory is hidden: say so instead of
+    answering 'nothing'."""
+    import os
+
+    from .launcher import inside_sandbox
+
+    if inside_sandbox(os.environ):
+        typer.echo(f"agent-sandbox: {what} — ~/.local/state/agent-sandbox is hidden inside "
+                   "the sandbox. Run this outside the sandbox.", err=True)
+        raise typer.Exit(1)
+
+
+@app.command()
+def doctor(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    project_dir: Optional[str] = typer.Option(
+        None, "--project-dir", help="Check for launches from this project (default: the "
+        "current directory)."),
+) -> None:
+    """Check this host: user namespaces, backends (real probes), Landlock, seccomp, munge,
+    Slurm, filesystems, configuration and admin locks; GO / GAPS / NO-GO per item with
+    the fix, the backend a launch would use and the guarantees each backend gives. Exit 0
+    when some allowed backend works and gives every REQUIREd guarantee, 1 otherwise."""
+    import os
+
+    from .doctor import as_json as doctor_json
+    from .doctor import gather, render
+
+    report = gather(project_dir, os.environ)
+    typer.echo((doctor_json if as_json else render)(report), nl=False)
+    raise typer.Exit(report.exit_code)
+
+
+@app.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """This user's running sandboxes on this host: session, pid, backend, chaperon pid,
+    uptime, jobs submitted, command, project. Records of ended sandboxes are removed."""
+    import os
+    import pwd
+    import time
+
+    from .status import as_json as status_json
+    from .status import collect, render
+
+    _hidden_here("status cannot see the session records")
+    status_report = collect(pwd.getpwuid(os.getuid()).pw_dir)
+    now = time.time()
+    typer.echo((status_json if as_json else render)(status_report, now=now), nl=False)
+
+
+@app.command()
+def logs(
+    session: Optional[str] = typer.Option(
+        None, "--session", help="Only this session (its id or the beginning of it, as "
+        "`agent-sandbox status` shows it)."),
+    denials: bool = typer.Option(False, "--denials", help="Only refusals, with their reason "
+                                 "code and detail."),
+) -> None:
+    """The chaperon audit logs, oldest first: time, session, command, event and what
+    happened (arguments of a request, reason and detail of a refusal)."""
+    import os
+    import pwd
+
+    from .logs import log_directory, read_records, render, select
+
+    _hidden_here("the audit logs cannot be read")
+    directory = log_directory(pwd.getpwuid(os.getuid()).pw_dir)
+    if not os.path.isdir(directory):
+        typer.echo(f"agent-sandbox: no chaperon logs yet ({directory} does not exist): the "
+                   "chaperon runs in sandboxes started on hosts with Slurm.", err=True)
+        return
+    entries = select(read_records(directory), session=session, denials=denials)
+    if not entries:
+        what = "refusals" if denials else "records"
+        scope = f" for session {session}" if session else ""
+        typer.echo(f"agent-sandbox: no {what}{scope} in {directory}", err=True)
+        return
+    typer.echo(render(entries), nl=False)

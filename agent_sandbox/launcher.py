@@ -697,9 +697,20 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                                                        backend=backend, environ=environ,
                                                        chaperon=session, profile=profile)
             created = create_placeholders(policy)
+            # The session registry (`agent-sandbox status`): written right before
+            # the sandbox starts, removed whatever way it ends; named by the
+            # session id the chaperon's audit log and ledger carry.
+            from . import registry
+
+            record = registry.register(
+                policy.home, session=session.session_id if session else policy.session_id,
+                backend=plan.backend, project=policy.project_dir,
+                chaperon_pid=session.pid if session else None,
+                command=os.path.basename(command[0]))
             try:
                 return run_plan(plan)
             finally:
+                registry.unregister(record)
                 remove_placeholders(created)
         finally:
             if session:

@@ -1,0 +1,140 @@
+"""`agent-sandbox logs [--session ID] [--denials]`: the chaperon audit logs,
+readable.
+
+chaperon/audit.py writes one JSON object a line into one file per chaperon
+(~/.local/state/agent-sandbox/chaperon/<host>_<pid>_<time>.log). This module
+reads every file, skips torn or foreign lines, filters, orders the records by
+time (newest last; records of the same second keep their file order) and
+turns each into one line: time, session, command, event, and what happened
+(the reason code and detail of a refusal, the arguments of a request, …).
+
+Much of what the log holds came from inside the sandbox (arguments, paths,
+the detail of a refusal quotes the refused value), so every field is printed
+with control characters escaped: reading the log must not let an agent write
+escape sequences to your terminal.
+
+Reading (`read_records`) touches the filesystem; everything else is pure.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from datetime import datetime
+from typing import NamedTuple
+
+TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"     # chaperon/audit.py
+# Fields every line shows in its own column; the rest goes into the summary.
+COLUMNS = ("time", "session", "event", "command")
+
+
+class Entry(NamedTuple):
+    when: float              # seconds since the epoch (0 when the line had no valid time)
+    order: tuple[int, int]   # (file index, line index): ties keep file order
+    record: dict
+
+
+def log_directory(home: str) -> str:
+    from .confload import state_dir
+
+    return os.path.join(state_dir(home), "chaperon")
+
+
+def _timestamp(text) -> float:
+    try:
+        return datetime.strptime(str(text), TIME_FORMAT).timestamp()
+    except ValueError:
+        return 0.0
+
+
+def parse_lines(data: bytes, file_index: int = 0) -> list[Entry]:
+    """The JSON objects in one log file; anything else (a torn last line of a
+    chaperon that is still writing, garbage) is skipped."""
+    entries = []
+    for line_index, line in enumerate(data.split(b"\n")):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("event"), str):
+            entries.append(Entry(_timestamp(record.get("time")), (file_index, line_index),
+                                 record))
+    return entries
+
+
+def read_records(directory: str) -> list[Entry]:
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".log"))
+    except OSError:
+        return []
+    entries = []
+    for index, name in enumerate(names):
+        try:
+            with open(os.path.join(directory, name), "rb") as handle:
+                data = handle.read()
+        except OSError:
+            continue
+        entries += parse_lines(data, index)
+    return entries
+
+
+def select(entries, *, session: str | None = None, denials: bool = False) -> list[Entry]:
+    """Filter and order: `session` matches a session id or its beginning (as
+    `status` shows it); `denials` keeps refusals only. Oldest first."""
+    chosen = [e for e in entries
+              if (not session or str(e.record.get("session", "")).startswith(session))
+              and (not denials or e.record.get("event") == "refusal")]
+    return sorted(chosen, key=lambda e: (e.when, e.order))
+
+
+# ---------------------------------------------------------------- formatting
+def clean(value) -> str:
+    """Text safe for a terminal: control characters (C0, DEL, C1) escaped."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
+                                                            default=str)
+    out = []
+    for char in text:
+        code = ord(char)
+        if code < 0x20 or 0x7F <= code < 0xA0:
+            out.append(f"\\x{code:02x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def summary(record: dict) -> str:
+    """What happened, in one line, by event."""
+    event = record.get("event")
+    if event == "refusal":
+        return f"{clean(record.get('reason', '?'))}: {clean(record.get('detail', ''))}"
+    if event == "request":
+        args = record.get("args") if isinstance(record.get("args"), list) else []
+        text = shlex.join(str(a) for a in args)
+        cwd = record.get("cwd")
+        return clean(text) + (f"  (in {clean(cwd)})" if cwd else "")
+    if event == "start":
+        return f"project {clean(record.get('project', '?'))}"
+    if event == "submit":
+        return (f"{clean(record.get('script_bytes', '?'))}-byte script submitted "
+                f"(token {clean(record.get('token', '?'))})")
+    rest = {k: v for k, v in record.items() if k not in COLUMNS}
+    return " ".join(f"{k}={clean(v)}" for k, v in rest.items())
+
+
+def _local_time(entry: Entry) -> str:
+    if not entry.when:
+        return clean(entry.record.get("time", "?"))[:19].ljust(19)
+    return datetime.fromtimestamp(entry.when).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def format_entry(entry: Entry) -> str:
+    record = entry.record
+    return "  ".join((_local_time(entry), clean(record.get("session", "-")).ljust(12),
+                      clean(record.get("command", "-")).ljust(8),
+                      clean(record.get("event", "?")).ljust(8), summary(record))).rstrip()
+
+
+def render(entries) -> str:
+    return "".join(format_entry(e) + "\n" for e in entries)

@@ -1,0 +1,166 @@
+"""The session registry: which sandboxes of this user run on this host.
+
+The launcher writes one small JSON record per session right before the
+sandbox starts, `~/.local/state/agent-sandbox/sessions/<session>.json` (0600
+in a 0700 directory, hidden inside every sandbox like the rest of the state
+directory, so an agent can neither forge nor remove one), and removes it in
+its `finally`. A launcher killed with SIGKILL cannot remove its record, so a
+reader never trusts one: `judge` calls a record live only while a process
+with the recorded pid runs, as this user, on the same boot of the same host,
+with the same start time. The start time is the kernel's (clock ticks since
+boot, field 22 of /proc/PID/stat): unlike a wall-clock creation time it does
+not move when the clock is stepped, so a pid reused by another process never
+matches and a long-running session is never mistaken for a stale one.
+
+Records of other hosts (a home on NFS shared by several login nodes) are only
+counted: their processes cannot be checked from here, so they are left for
+`agent-sandbox status` on their own host to judge.
+
+Writing costs one small file (well under a millisecond): this module imports
+only os, and json when a record is written.
+"""
+from __future__ import annotations
+
+import os
+
+SUBDIR = "sessions"
+TEMP_GRACE = 60.0        # seconds before an unreadable or half-written file is removed
+LIVE, STALE, FOREIGN = "live", "stale", "foreign"
+FIELDS = ("session", "pid", "host", "boot_id", "start_ticks", "uid")
+
+
+def registry_dir(home: str) -> str:
+    from .confload import state_dir
+
+    return os.path.join(state_dir(home), SUBDIR)
+
+
+def host_name() -> str:
+    return os.uname().nodename     # what socket.gethostname() returns, without importing socket
+
+
+def boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
+            return handle.read().decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
+def start_ticks(pid: int | str = "self") -> int | None:
+    """The process's start time in clock ticks since boot (None: no such process)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: count from its end.
+    fields = data[data.rfind(b")") + 2:].split()
+    try:
+        return int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------- writing (launcher)
+def register(home: str, *, session: str, backend: str, project: str,
+             chaperon_pid: int | None, command: str) -> str | None:
+    """Write this launcher's record; returns its path, None when it could not
+    be written (a full or read-only home must not stop a launch)."""
+    import json
+    import time
+
+    directory = registry_dir(home)
+    record = {"session": session, "pid": os.getpid(), "host": host_name(),
+              "boot_id": boot_id(), "start_ticks": start_ticks(), "uid": os.getuid(),
+              "started": time.time(), "backend": backend, "project": project,
+              "chaperon_pid": chaperon_pid, "command": command}
+    path = os.path.join(directory, f"{session}.json")
+    temp = os.path.join(directory, f".{session}.tmp")
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            os.write(fd, json.dumps(record).encode())
+        finally:
+            os.close(fd)
+        os.replace(temp, path)      # readers never see half a record
+    except (OSError, ValueError):
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        return None
+    return path
+
+
+def unregister(path: str | None) -> None:
+    if path:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+
+
+# ---------------------------------------------------------------- reading (status)
+def judge(record, *, host: str, boot: str, lookup) -> str:
+    """LIVE, STALE or FOREIGN for one record. `lookup(pid)` returns the running
+    process's (uid, start ticks), or None when there is none (or it is a zombie)."""
+    if not isinstance(record, dict) or any(k not in record for k in FIELDS):
+        return STALE
+    if record["host"] != host:
+        return FOREIGN
+    if record["boot_id"] != boot or not isinstance(record["pid"], int):
+        return STALE
+    found = lookup(record["pid"])
+    if found is None:
+        return STALE
+    uid, ticks = found
+    if uid != record["uid"] or ticks is None or ticks != record["start_ticks"]:
+        return STALE            # the pid now belongs to another process
+    return LIVE
+
+
+def read(home: str, *, now: float) -> tuple[list[tuple[str, dict]], list[str]]:
+    """([(path, record)], [paths of leftovers to delete]): parsed records, and
+    files that can no longer be a record being written (temporary or
+    unreadable files older than TEMP_GRACE)."""
+    import json
+
+    directory = registry_dir(home)
+    records, junk = [], []
+    try:
+        names = sorted(os.listdir(directory))
+    except OSError:
+        return [], []
+    for name in names:
+        path = os.path.join(directory, name)
+        record = None
+        if name.endswith(".json") and not name.startswith("."):
+            try:
+                with open(path, "rb") as handle:
+                    record = json.loads(handle.read(65536))
+            except (OSError, ValueError):
+                record = None
+            if isinstance(record, dict):
+                records.append((path, record))
+                continue
+        try:
+            old = now - os.lstat(path).st_mtime > TEMP_GRACE
+        except OSError:
+            continue
+        if old:
+            junk.append(path)
+    return records, junk
+
+
+def remove(paths) -> int:
+    removed = 0
+    for path in paths:
+        try:
+            os.unlink(path)
+            removed += 1
+        except OSError:
+            pass
+    return removed
