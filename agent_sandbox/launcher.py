@@ -202,8 +202,12 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
 
     mod = module(selection.name)
     if selection.name == "bwrap":
+        # A setuid bwrap would lose its privileges to the spawning thread's
+        # no_new_privs: scope through the helper inside it instead.
+        setuid = os.stat(selection.path).st_mode & 0o4000
         plan = mod.plan(policy, command, payloads=payloads, bwrap_path=selection.path,
-                        landlock_abi=abi, python=helper_python())
+                        landlock_abi=abi, python=helper_python(),
+                        scope_with="helper" if setuid else "spawn")
     elif selection.name == "firejail":
         plan = mod.plan(policy, command, payloads=payloads, firejail_path=selection.path,
                         landlock_abi=abi, python=helper_python())
@@ -472,7 +476,8 @@ def run_plan(plan) -> int:
     try:
         # A helper that calls setsid() must not lead a process group already.
         group = {} if plan.own_session else {"setpgroup": 0}
-        pid = os.posix_spawn(launcher[0], launcher, plan.env, setsigdef=RESET_SIGNALS,
+        spawn = _spawn_scoped if plan.spawn_ruleset else _spawn
+        pid, release = spawn(plan.spawn_ruleset, launcher, plan.env, setsigdef=RESET_SIGNALS,
                              **group)
     except BaseException as exc:
         for fd in ours + ([read_status] if read_status else []):
@@ -502,6 +507,7 @@ def run_plan(plan) -> int:
     try:
         _, status = os.waitpid(pid, 0)
     finally:
+        release()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         for fd in ours:
@@ -518,6 +524,52 @@ def run_plan(plan) -> int:
         _forget_probe(plan.backend)
         return SETUP_FAILED
     return code
+
+
+def _spawn(_ruleset, argv: list[str], env: dict, **kwargs):
+    """(pid, release): `release` is called once the child has been waited for."""
+    return os.posix_spawn(argv[0], argv, env, **kwargs), lambda: None
+
+
+def _spawn_scoped(ruleset: dict, argv: list[str], env: dict, **kwargs):
+    """posix_spawn from a thread that first puts itself into the Landlock
+    domain `ruleset` (no_new_privs and Landlock are per thread): the child and
+    everything it starts are inside, this launcher's own thread is not, and no
+    code runs between fork and exec. Costs a thread, not a process start.
+
+    The thread stays alive until `release` (after the child was waited for):
+    a parent-death signal (setpriv, bwrap --die-with-parent) fires when the
+    parent *thread* ends, and must fire only when the launcher does."""
+    import _thread
+
+    from . import landlock
+
+    started, hold = _thread.allocate_lock(), _thread.allocate_lock()
+    started.acquire()
+    hold.acquire()
+    outcome: dict = {}
+
+    def work():
+        try:
+            try:
+                landlock.no_new_privs()
+                landlock.restrict_self(ruleset)
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot apply the Landlock scoping the plan promised "
+                                         f"— {exc}. The command was not run.") from None
+            outcome["pid"] = os.posix_spawn(argv[0], argv, env, **kwargs)
+        except BaseException as exc:   # handed to the launcher's thread
+            outcome["error"] = exc
+            hold.release()
+        finally:
+            started.release()
+        hold.acquire()
+
+    _thread.start_new_thread(work, ())
+    started.acquire()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["pid"], hold.release
 
 
 def _make_scratch_dirs(paths) -> list[str]:

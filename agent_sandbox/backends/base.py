@@ -170,6 +170,9 @@ class Plan(NamedTuple):
     own_session: bool = False       # the helper calls setsid(): spawn without a new group
     view_title: str = "mounts in order"   # what `mounts` lists, for --dry-run
     chosen_because: str = ""        # why this backend (set by the launcher)
+    # A Landlock ruleset (landlock.ruleset) the launcher applies to the thread
+    # that spawns the backend, so the whole sandbox starts inside the domain.
+    spawn_ruleset: dict | None = None
 
     def __repr__(self) -> str:
         return f"Plan(backend={self.backend!r}, argv={self.argv!r})"

@@ -127,8 +127,23 @@ def test_isolated_network_scopes_abstract_sockets_without_landlock(home, name):
 
 
 # ---------------------------------------------------------------- bwrap + helper
-def test_bwrap_layers_scoping_through_the_helper_from_abi_6(home):
+def test_bwrap_scopes_the_spawning_thread_from_abi_6(home):
     plan = plan_for("bwrap", policy_for(home), abi=6)
+    assert plan.spawn_ruleset == ll.ruleset(6, scoped=ll.SCOPE_ABSTRACT_UNIX | ll.SCOPE_SIGNAL)
+    assert list(plan.argv)[-3:] == ["/usr/bin/env", "--", "claude"]
+    assert "landlock" not in plan.payloads and "abstract_unix.scoped" in plan.provides
+    old = plan_for("bwrap", policy_for(home), abi=5)
+    assert old.spawn_ruleset is None and "abstract_unix.scoped" in dict(old.cannot)
+
+
+def test_bwrap_can_scope_through_the_helper_instead(home):
+    """For a setuid bwrap, which no_new_privs on the spawning thread would break."""
+    policy = policy_for(home)
+    payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")}
+    for item in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
+        payloads[item] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
+    plan = bwrap.plan(policy, ["claude"], payloads=payloads, bwrap_path="/usr/bin/bwrap",
+                      landlock_abi=6, scope_with="helper")
     argv = list(plan.argv)
     tail = argv[argv.index("--chdir") + 3:]
     assert tail[:5] == ["/usr/bin/python3", "-I", "-S", "-c", HELPER_BOOT]
@@ -136,10 +151,7 @@ def test_bwrap_layers_scoping_through_the_helper_from_abi_6(home):
     spec = marshal.loads(plan.payloads["landlock"].data)
     assert spec["fs"] == spec["net"] == 0 and spec["paths"] == ()
     assert spec["scoped"] == ll.SCOPE_ABSTRACT_UNIX | ll.SCOPE_SIGNAL
-    assert "--seccomp" in argv                    # bwrap keeps loading the filter itself
-    old = plan_for("bwrap", policy_for(home), abi=5)
-    assert list(old.argv)[-3:] == ["/usr/bin/env", "--", "claude"]
-    assert "landlock" not in old.payloads
+    assert "--seccomp" in argv and plan.spawn_ruleset is None   # bwrap loads seccomp itself
 
 
 # ---------------------------------------------------------------- landlock
