@@ -122,6 +122,8 @@ def parse(argv: list[str]) -> dict:
 
 
 def write_seed(data: bytes, path: str) -> None:
+    """A copy of a home file in the sandbox's private home. Not fatal when it
+    cannot be written: it is a convenience, never a restriction."""
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -129,7 +131,8 @@ def write_seed(data: bytes, path: str) -> None:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
     except OSError as exc:
-        raise SetupError(f"cannot write the seeded file {path} — {exc.strerror}") from None
+        sys.stderr.write(f"agent-sandbox: warning: {path} could not be copied into the "
+                         f"sandbox — {exc.strerror}\n")
 
 
 def _own_pid_namespace() -> bool:
