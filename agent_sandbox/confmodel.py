@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 Backend = Literal["bwrap", "firejail", "landlock"]
 
 GUARANTEES = (
-    "fs.hidden", "fs.write_confined", "env.scrubbed", "seccomp", "pid.isolated",
+    "fs.hidden", "fs.write_confined", "fs.protected", "env.scrubbed", "seccomp", "pid.isolated",
     "ipc.isolated", "passwd.filtered", "slurm.boundary", "abstract_unix.scoped",
     "signals.scoped", "self.protected", "tty.safe",
 )
