@@ -64,6 +64,10 @@ def dry_run_report(policy, plan, denied) -> str:
         f"  removed: {' '.join(policy.env_removed) or '(none)'}",
         f"seccomp:   {'EPERM for ' + ' '.join(denied) if policy.seccomp else 'off'}",
     ]
+    if plan.spawn_ruleset:
+        out.insert(out.index("guarantees:"),
+                   f"scoping:   Landlock ABI {plan.spawn_ruleset['abi']} scopes abstract unix "
+                   "sockets and signals, applied to the thread that starts the backend")
     if policy.seccomp:
         out.append("           (personality except the query value; ioctl TIOCSTI/TIOCLINUX)")
     if plan.notes:

@@ -33,6 +33,9 @@ Options (descriptors are inherited file descriptor numbers):
                     namespace) or when FD reaches EOF, i.e. the launcher is
                     gone (setuid firejail cannot inherit a parent-death
                     signal; without a PID namespace nothing else would)
+  --cleanup DIR     the watcher removes DIR once the sandbox has ended (the
+                    landlock backend's per-session $TMPDIR, also when the
+                    launcher was killed and could not)
   --pid-namespace   the helper runs in a PID namespace of its own (firejail):
                     the watcher then kills every process in it, not only the
                     command's process group — only after checking that PID 1
@@ -89,7 +92,7 @@ def parse(argv: list[str]) -> dict:
     opts = {"env": None, "landlock": None, "seccomp": None, "seeds": [], "chdir": None,
             "new_session": False, "lifeline": None, "status": None, "max_abi": None,
             "degrade": False, "probe": False, "pid_namespace": False, "argv": None,
-            "command": []}
+            "cleanup": None, "command": []}
     i = 0
     try:
         while i < len(argv):
@@ -103,8 +106,8 @@ def parse(argv: list[str]) -> dict:
             elif arg == "--seed":
                 opts["seeds"].append((int(argv[i + 1]), argv[i + 2]))
                 i += 3
-            elif arg == "--chdir":
-                opts["chdir"] = argv[i + 1]
+            elif arg in ("--chdir", "--cleanup"):
+                opts[arg[2:]] = argv[i + 1]
                 i += 2
             elif arg == "--max-abi":
                 opts["max_abi"] = int(argv[i + 1])
@@ -168,7 +171,7 @@ def _wait(lifeline: int, pidfd, command: int) -> None:
                 return
 
 
-def start_watcher(lifeline: int, *, whole_namespace: bool) -> None:
+def start_watcher(lifeline: int, *, whole_namespace: bool, cleanup: str | None = None) -> None:
     """A grandchild (so the command never sees it as its child) that waits for
     the command (this process, once it execs) to exit or the launcher to go,
     then kills the command's process group — or, in a PID namespace of its
@@ -185,6 +188,7 @@ def start_watcher(lifeline: int, *, whole_namespace: bool) -> None:
     if child == 0:
         try:
             if os.fork() == 0:
+                os.setpgid(0, 0)   # out of the group it kills (and that gets forwarded signals)
                 for name in FORWARDED:
                     signal.signal(getattr(signal, name), signal.SIG_IGN)
                 null = os.open("/dev/null", os.O_RDWR)
@@ -204,6 +208,10 @@ def start_watcher(lifeline: int, *, whole_namespace: bool) -> None:
                         os.killpg(group, signal.SIGKILL)
                 except OSError:
                     pass
+                if cleanup:
+                    import shutil   # rmtree works on descriptors: planted links are not followed
+
+                    shutil.rmtree(cleanup, ignore_errors=True)
         finally:
             os._exit(0)
     os.waitpid(child, 0)
@@ -308,7 +316,8 @@ def main(argv: list[str]) -> int:
             except OSError as exc:   # a process group leader cannot: a launcher bug
                 raise SetupError(f"cannot start a new session — {exc.strerror}") from None
         if opts["lifeline"] is not None:
-            start_watcher(opts["lifeline"], whole_namespace=opts["pid_namespace"])
+            start_watcher(opts["lifeline"], whole_namespace=opts["pid_namespace"],
+                          cleanup=opts["cleanup"])
         if spec is not None or bpf is not None:
             _landlock().no_new_privs()
         if spec is not None:

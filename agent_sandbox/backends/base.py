@@ -102,7 +102,7 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
                 seccomp: bool = False, seeds=(), chdir: str | None = None,
                 new_session: bool = False, lifeline: bool = False,
                 status: bool = False, pid_namespace: bool = False,
-                argv_fd: bool = False) -> list:
+                argv_fd: bool = False, cleanup: str | None = None) -> list:
     """The helper's command line up to (and including) the `--` before the
     command. Payload names: env, landlock, seccomp, seed-N, lifeline, status,
     argv (the command itself, when the backend limits its own argv).
@@ -121,6 +121,8 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
         argv.append("--new-session")
     if pid_namespace:
         argv.append("--pid-namespace")
+    if cleanup:
+        argv += ["--cleanup", cleanup]
     return argv + ["--"]
 
 

@@ -52,7 +52,9 @@ RW = ll.READ | ll.WRITE
 
 
 def scratch_tmp(policy: Policy) -> str:
-    return f"/tmp/agent-sandbox-{policy.uid}-{policy.session_id}"
+    """The per-session $TMPDIR; removed by the launcher at exit and by the
+    helper's watcher when the sandbox ends (so also after a killed launcher)."""
+    return f"/tmp/agent-sandbox.tmp-{policy.uid}-{policy.session_id}"
 
 
 def guarantees(policy: Policy, *, landlock_abi: int):
@@ -210,7 +212,8 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
     if tmpdir:
         env["TMPDIR"] = tmpdir
     argv = helper_argv(python=python, landlock=True, seccomp=policy.seccomp,
-                       chdir=policy.workdir, new_session=True, lifeline=True, status=True)
+                       chdir=policy.workdir, new_session=True, lifeline=True, status=True,
+                       cleanup=tmpdir)
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,

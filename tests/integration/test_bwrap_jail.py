@@ -341,7 +341,7 @@ def test_private_tmp_ipc_and_run(jail, project):
         result = jail.sandbox("/bin/sh", "-c", 'echo $TMPDIR; touch "$TMPDIR/x" && echo ok',
                               cwd=project)
         tmpdir, ok = result.stdout.split()
-        assert ok == "ok" and tmpdir.startswith("/tmp/agent-sandbox-")
+        assert ok == "ok" and tmpdir.startswith(f"/tmp/agent-sandbox.tmp-{jail.user.uid}-")
         assert not os.path.exists(tmpdir)              # removed at exit
         return
     assert seen[str(marker)] == "ENOENT"
@@ -566,6 +566,7 @@ def test_signal_to_the_launcher_reaches_the_command(jail, project, signum):
     proc.send_signal(signum)
     out, err = proc.communicate(timeout=20)
     assert proc.returncode == 7, err
+    assert (project / "caught").exists(), (out, err, sorted(os.listdir(project)))
     assert (project / "caught").read_text() == f"got-{int(signum)}\n"
 
 
@@ -582,11 +583,17 @@ def test_sigkill_of_the_launcher_leaves_no_sandbox_behind(jail, project):
     leftovers = [p for p in psutil.process_iter(["cmdline", "username"])
                  if p.info["cmdline"] == ["sleep", "300"] and p.info["username"] == jail.user.name]
     assert leftovers == []
+    # landlock's private $TMPDIR: removed by the helper's watcher, the launcher could not
+    deadline = time.monotonic() + 5
+    while glob.glob(f"/tmp/agent-sandbox.tmp-{jail.user.uid}-*"):
+        assert time.monotonic() < deadline, glob.glob(f"/tmp/agent-sandbox.tmp-{jail.user.uid}-*")
+        time.sleep(0.05)
 
 
 # ---------------------------------------------------------------- report and choice
 DRY_RUN_EXPECTED = {
-    "bwrap": ("mounts in order", "--seccomp", "--unshare-pid", "--bind {p} {p}", "--landlock"),
+    "bwrap": ("mounts in order", "--seccomp", "--unshare-pid", "--bind {p} {p}",
+              "scoping:   Landlock ABI"),
     "firejail": ("firejail profile (--profile)", "whitelist {p}", "--private-tmp",
                  "--ipc-namespace", "--env", "--seccomp", "--landlock"),
     "landlock": ("Landlock rules", "rw         {p}", "--landlock", "--seccomp", "--lifeline"),

@@ -120,12 +120,12 @@ def test_helper_parses_its_options():
     opts = sandbox_exec.parse(["--env", "3", "--landlock", "4", "--seccomp", "5", "--seed", "6",
                                "/h/.bashrc", "--chdir", "/p", "--new-session", "--lifeline",
                                "7", "--status", "8", "--pid-namespace", "--max-abi", "3",
-                               "--degrade", "--", "cmd", "--", "-x"])
+                               "--degrade", "--cleanup", "/tmp/t", "--", "cmd", "--", "-x"])
     assert opts["env"] == 3 and opts["landlock"] == 4 and opts["seccomp"] == 5
     assert opts["seeds"] == [(6, "/h/.bashrc")]
     assert opts["chdir"] == "/p" and opts["new_session"] and opts["pid_namespace"]
     assert opts["lifeline"] == 7 and opts["status"] == 8
-    assert opts["max_abi"] == 3 and opts["degrade"]
+    assert opts["max_abi"] == 3 and opts["degrade"] and opts["cleanup"] == "/tmp/t"
     assert opts["command"] == ["cmd", "--", "-x"]
 
 
