@@ -201,3 +201,136 @@ def logs(
         typer.echo(f"agent-sandbox: no {what}{scope} in {directory}", err=True)
         return
     typer.echo(render(entries), nl=False)
+
+
+# ---------------------------------------------------------------- sbatch, srun from outside
+# Self-contained block: `agent-sandbox sbatch|srun …` from a normal shell (issue 6). The
+# chaperon's own handlers run in this process, on a request built from the real argv,
+# working directory, sandbox environment and stdin, with their answer written to the real
+# stdout/stderr: the same validation, the same wrapper, the same tag and ledger record,
+# so the job runs sandboxed on the compute node.
+_SLURM_ARGS = {"allow_extra_args": True, "ignore_unknown_options": True,
+               "allow_interspersed_args": False, "help_option_names": ["--help"]}
+
+
+class _RealOut:
+    """The handler's `out`: the real standard output and error."""
+
+    def __init__(self):
+        import sys
+
+        self.streams = {"stdout": sys.stdout.buffer, "stderr": sys.stderr.buffer}
+
+    def _write(self, name: str, data: bytes) -> None:
+        stream = self.streams[name]
+        stream.write(data)
+        stream.flush()
+
+    def stdout(self, data: bytes) -> None:
+        self._write("stdout", data)
+
+    def stderr(self, data: bytes) -> None:
+        self._write("stderr", data)
+
+
+def _outside_stdin(command: str, args: list) -> Optional[bytes]:
+    """sbatch reads its script from stdin when it has neither a file nor --wrap;
+    read it as the stub does (never from a terminal, at most 4 MiB)."""
+    import os
+    import sys
+
+    if command != "sbatch" or os.isatty(0) or any(
+            a == "--wrap" or a.startswith("--wrap=") for a in args):
+        return None
+    data = sys.stdin.buffer.read(4 * 1024 * 1024 + 1)
+    return data
+
+
+def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int:
+    import os
+    import sys
+
+    from .launcher import inside_sandbox
+
+    if inside_sandbox(os.environ):
+        # Inside a sandbox the stub is this command already (PATH leads to it).
+        try:
+            os.execvp(command, [command, *args])
+        except OSError as exc:
+            sys.stderr.write(f"agent-sandbox: {command}: cannot run the sandbox's {command} "
+                             f"— {exc.strerror}.\n")
+            return 127
+    from chaperon import protocol
+    from chaperon.audit import AuditLog
+    from chaperon.handlers import Context, dispatch
+
+    from .chaperon_session import _overrides, _real_binaries, staging_dir
+    from .confload import state_dir
+    from .errors import SandboxError
+    from .launcher import build
+
+    try:
+        settings, policy, _, _ = build(["true"], project_dir=project_dir, backend=None,
+                                       environ=os.environ)
+    except SandboxError as exc:
+        sys.stderr.write(f"agent-sandbox: {exc}\n")
+        return 125
+    binaries = _real_binaries(policy)
+    if command not in binaries:
+        sys.stderr.write(f"agent-sandbox: {command}: Slurm is not available here — {command} "
+                         "was not found on this host. Run it on a login node of the "
+                         "cluster.\n")
+        return 1
+    staging = staging_dir(policy.home, policy.project_dir)
+    os.makedirs(staging, mode=0o700, exist_ok=True)
+    config = {
+        "session_id": policy.session_id, "project_dir": policy.project_dir,
+        "staging_dir": staging, "state_dir": state_dir(policy.home),
+        "slurm_scope": settings.SLURM_SCOPE, "slurm_binaries": binaries,
+        "log_level": settings.CHAPERON_LOG_LEVEL,
+        "retain_days": settings.CHAPERON_LOG_RETAIN_DAYS,
+        "allowed_partitions": list(settings.SLURM_ALLOWED_PARTITIONS),
+        "max_jobs": settings.SLURM_MAX_JOBS, "backend": policy.backend,
+        "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
+        "jobstart": os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobstart.py"),
+        "home": policy.home, "user": policy.user, "overrides": _overrides(settings),
+    }
+    try:
+        stdin = _outside_stdin(command, args)
+        request = protocol.Request(command, args, cwd=os.getcwd(), env=policy.env,
+                                   stdin=stdin, resp_path="/dev/null")
+    except protocol.ProtocolError as exc:
+        sys.stderr.write(f"agent-sandbox: {command}: the command line is refused — {exc}. "
+                         "Keep arguments and scripts under 4 MiB.\n")
+        return 1
+    log = AuditLog(config)
+    log.event("start", session=policy.session_id, project=policy.project_dir,
+              origin="outside")
+    try:
+        return dispatch(Context(config, log), request, _RealOut())
+    finally:
+        log.event("stop", session=policy.session_id)
+
+
+@app.command(context_settings=_SLURM_ARGS, add_help_option=True)
+def sbatch(
+    ctx: typer.Context,
+    project_dir: Optional[str] = typer.Option(
+        None, "--project-dir", help="The project the job belongs to (default: the current "
+        "directory, which must lie inside it)."),
+) -> None:
+    """Submit a batch job from a normal shell: sbatch's own options and script, validated
+    as inside the sandbox; the job runs sandboxed on the compute node."""
+    raise typer.Exit(_submit_outside("sbatch", list(ctx.args), project_dir))
+
+
+@app.command(context_settings=_SLURM_ARGS, add_help_option=True)
+def srun(
+    ctx: typer.Context,
+    project_dir: Optional[str] = typer.Option(
+        None, "--project-dir", help="The project the step belongs to (default: the current "
+        "directory, which must lie inside it)."),
+) -> None:
+    """Run a command with srun from a normal shell, validated as inside the sandbox; every
+    task runs sandboxed on the compute node."""
+    raise typer.Exit(_submit_outside("srun", list(ctx.args), project_dir))

@@ -1,6 +1,7 @@
 """Handler table: one module per Slurm command, each a short declaration over
-the shared pieces here (the real-command runner, the refusal format) and in
-chaperon/options.py (the option parser and validator).
+the shared pieces here (the real-command runner, the refusal format), in
+chaperon/options.py (the option parser and validator) and in chaperon/scope.py
+(which jobs a sandbox may see and touch, and Slurm's output without the tag).
 
 A handler is `handle(ctx, request, out) -> exit code`. It writes the real
 command's bytes through `out` (stdout/stderr frames) or a refusal in the
@@ -11,6 +12,7 @@ from __future__ import annotations
 import os
 import selectors
 import subprocess
+import threading
 
 from ..ledger import Ledger
 
@@ -31,10 +33,6 @@ BLOCKED = {
     "sreport": ("reports enumerate other users and accounts",
                 "Use sacct for your own jobs"),
 }
-# Proxied commands whose scoped handler is not built yet: refused, not passed through.
-for _name in ("scancel", "scontrol", "sacct", "sacctmgr", "sstat", "sprio", "sshare"):
-    BLOCKED[_name] = ("the sandbox cannot yet limit it to the jobs in its scope",
-                      "Run it outside the sandbox for now; squeue inside shows your jobs")
 
 
 class Context:
@@ -49,6 +47,10 @@ class Context:
         self.scope = config.get("slurm_scope", "project")
         self.binaries: dict[str, str] = config.get("slurm_binaries", {})
         self.ledger = Ledger(config["state_dir"], self.session_id, self.project_dir)
+        self.user = config.get("user") or ""
+        self.lock = threading.Lock()
+        self.gone: set[str] = set()      # ledger ids Slurm has forgotten (scope.live_ids)
+        self.cache: dict = {}            # per-session facts (sacct's field table, …)
 
     def binary(self, name: str) -> str | None:
         return self.binaries.get(name)
@@ -120,12 +122,20 @@ def blocked(ctx: Context, request, out) -> int:
 
 
 def _table() -> dict:
-    from . import passthrough, sbatch, squeue, srun
+    from . import (passthrough, sacct, sacctmgr, sbatch, scancel, scontrol, sprio, squeue,
+                   srun, sshare, sstat)
 
     return {
         "sbatch": sbatch.handle,
         "srun": srun.handle,
         "squeue": squeue.handle,
+        "scancel": scancel.handle,
+        "scontrol": scontrol.handle,
+        "sstat": sstat.handle,
+        "sacct": sacct.handle,
+        "sacctmgr": sacctmgr.handle,
+        "sprio": sprio.handle,
+        "sshare": sshare.handle,
         "sinfo": passthrough.handle,
         "sdiag": passthrough.handle,
     }

@@ -144,7 +144,8 @@ def handle(ctx, request, out) -> int:
         line, _, rest = chunk.partition(b"\n")
         job_id = line.decode(errors="replace").split(";")[0].strip()
         try:
-            ctx.ledger.record(job_id, token)
+            ctx.ledger.record(job_id, token, kind="batch",
+                              **({"array": True} if merged.has("array") else {}))
         except LedgerError as exc:
             _cancel(ctx, job_id)
             out.stderr(f"agent-sandbox: sbatch: job {job_id} was cancelled — the job ledger "

@@ -1,68 +1,251 @@
-"""squeue, scoped: the real squeue restricted to the jobs in scope (SPEC §9
-scope). Output formats stay the user's own (-o, -O, --json, -h, …), so what
-comes back is Slurm's exact output. Under session/project scope the ledger
-names the jobs; under user/none scope squeue runs with --me.
+"""squeue, scoped (SPEC §9 scope): the real squeue restricted to the jobs in
+scope, with the caller's own format options, so the answer is Slurm's.
+
+- No ids named: `--jobs=<in-scope ids> --me` (session/project scope) or
+  `--me` (user/none scope).
+- Ids named (-j, -s, positional): out-of-scope ones become placeholders that
+  no job has, so they behave as jobs that do not exist (scope.py).
+- The comment tag never shows: %k / -O comment fields are printed in full
+  between sentinels and rendered again at the caller's width; --json and
+  --yaml (which ignore every filter in Slurm 22.05 and list all jobs) are
+  cut down to the in-scope jobs and untagged.
+- SQUEUE_FORMAT / SQUEUE_FORMAT2 from the caller's environment become -o / -O
+  (the other SQUEUE_* variables never reach squeue: they would act as
+  filters the sandbox does not see).
 """
 from __future__ import annotations
 
+import json
 import os
 
 from ..environment import command_env
+from ..options import (COUNT, HOSTLIST, OTHER_CLUSTER, OPT, REQ, TEXT, CommandSpec,
+                       Denial, OptionRefused, allow, deny, flag)
+from ..scope import (PLACEHOLDER_TOP, Filter, Placeholders, Scope, SqueueFormat, bad_refs, by_lines,
+                     foreign_users, job_refs, parse_permuted, untag_json, untag_yaml)
+from ..submit import Refusal, from_option
 from . import refuse, run_real
 
-# Options that would select other users' jobs: refused with a reason.
-REFUSED = {"-u": "--user", "--user": "--user", "-A": "--account", "--account": "--account",
-           "--me": "--me", "-a": "--all", "--all": "--all"}
-JOB_OPTIONS = ("-j", "--jobs")
+ACCOUNTS = Denial("foreign_jobs", "the sandbox lists only the jobs in its scope, and {opt} "
+                  "selects jobs by account, across users",
+                  "Leave it out; squeue inside already lists exactly the jobs you may see")
+JOB_LIST = TEXT
 
-
-def _split_jobs(args: list[str]) -> tuple[list[str], list[str] | None]:
-    """Remove -j/--jobs from args; return (other args, requested ids or None)."""
-    rest, wanted = [], None
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        value = None
-        if arg in JOB_OPTIONS:
-            value = args[i + 1] if i + 1 < len(args) else ""
-            i += 1
-        elif arg.startswith("--jobs="):
-            value = arg[len("--jobs="):]
-        elif arg.startswith("-j") and len(arg) > 2:
-            value = arg[2:]
-        else:
-            rest.append(arg)
-        if value is not None:
-            wanted = (wanted or []) + [v for v in value.split(",") if v]
-        i += 1
-    return rest, wanted
+SQUEUE = CommandSpec("squeue", [
+    deny("account", "A", REQ, ACCOUNTS, aliases=("accounts",)),
+    flag("all", "a"),
+    flag("array", "r"),
+    flag("array-unique"),
+    deny("clusters", "M", REQ, OTHER_CLUSTER, aliases=("cluster",)),
+    flag("federation"),
+    allow("format", "o", TEXT),
+    allow("Format", "O", TEXT),
+    flag("help"),
+    flag("hide"),
+    allow("iterate", "i", COUNT),
+    allow("jobs", "j", JOB_LIST, arg=OPT, aliases=("job",)),
+    flag("json"),
+    allow("licenses", "L", aliases=("license",)),
+    flag("local"),
+    flag("long", "l"),
+    flag("me"),
+    allow("name", "n", TEXT),
+    flag("noconvert"),
+    allow("nodelist", "w", HOSTLIST, aliases=("nodes", "node")),
+    flag("noheader", "h"),
+    allow("partition", "p", aliases=("partitions",)),
+    flag("priority", "P"),
+    allow("qos", "q"),
+    allow("reservation", "R"),
+    flag("sibling"),
+    allow("sort", "S"),
+    flag("start"),
+    allow("states", "t", aliases=("state",)),
+    allow("steps", "s", JOB_LIST, arg=OPT, aliases=("step",)),
+    flag("usage"),
+    allow("user", "u", aliases=("users",)),
+    flag("verbose", "v"),
+    flag("version", "V"),
+    flag("yaml"),
+])
+# Rebuilt by the handler, never passed as written.
+REBUILT = ("jobs", "steps", "user", "me", "format", "Format")
+NO_MATCH = "agent-sandbox-no-job"
 
 
 def handle(ctx, request, out) -> int:
-    args = [os.fsdecode(a) for a in request.args]
-    for arg in args:
-        name = arg.split("=", 1)[0]
-        if name in REFUSED or (arg.startswith("-u") and len(arg) > 2):
-            return refuse(ctx, out, "squeue", "foreign_jobs", f"{name} is refused",
-                          "the sandbox only shows the jobs in its scope",
-                          "Run squeue without it; it lists exactly the jobs you may see")
-    binary = ctx.binary("squeue")
-    if binary is None:
-        return refuse(ctx, out, "squeue", "not_installed", "squeue is not available",
-                      "it is not installed on this host", "Ask your site admin")
-    rest, wanted = _split_jobs(args)
-    if ctx.scope in ("user", "none"):
-        selection = ["--me"] + ([f"--jobs={','.join(wanted)}"] if wanted else [])
+    try:
+        binary = ctx.binary("squeue")
+        if binary is None:
+            raise Refusal("not_installed", "squeue is refused", "it is not installed here",
+                          "Ask your site admin")
+        try:
+            parsed = parse_permuted(SQUEUE, request.args_str)
+        except OptionRefused as refused:
+            raise from_option(refused) from None
+        others = foreign_users(ctx, parsed)
+        if others:
+            raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
+                          "the sandbox lists only your own jobs in its scope",
+                          "Leave it out; squeue inside already lists exactly the jobs you "
+                          "may see")
+        positional = list(parsed.rest)
+        jobs = _listed(parsed, "jobs", positional)
+        steps = _listed(parsed, "steps", positional)
+        wrong = bad_refs((jobs or []) + (steps or []))
+        if wrong:
+            raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
+                          "it is not a job id the sandbox can check",
+                          "Give job ids such as 123, 123_4 or 123.0")
+    except Refusal as refusal:
+        return refuse(ctx, out, "squeue", refusal.reason, refusal.what, refusal.why,
+                      refusal.fix)
+
+    scope = Scope(ctx, request)
+    placeholders = Placeholders()
+    selection: list[str] = ["--me"]
+    if jobs is not None or steps is not None:
+        if jobs is not None:
+            selection.append("--jobs=" + ",".join(scope.substitute(jobs, placeholders))
+                             if jobs else "--jobs")
+        if steps is not None:
+            selection.append("--steps=" + ",".join(scope.substitute(steps, placeholders))
+                             if steps else "--steps")
+    elif not scope.by_user:
+        ids = scope.live_ids()
+        if len(ids) == 1:
+            ids.append(str(PLACEHOLDER_TOP))   # stay on squeue's list path (no job has it)
+        selection.append(f"--jobs={','.join(ids)}" if ids
+                         else f"--name={NO_MATCH}-{os.urandom(4).hex()}")
+
+    env_in = request.env_str
+    fmt = parsed.last("format")
+    long_fmt = parsed.last("Format")
+    if fmt is None and long_fmt is None and not parsed.has("long") and not parsed.has("steps"):
+        fmt = env_in.get("SQUEUE_FORMAT")
+        long_fmt = env_in.get("SQUEUE_FORMAT2") if fmt is None else None
+    rewrite = None
+    formats: list[str] = []
+    if not parsed.has("steps"):
+        if long_fmt is not None and fmt is None:
+            rewrite = SqueueFormat(long_fmt, long=True)
+            formats.append(f"--Format={rewrite.text}")
+        elif fmt is not None:
+            rewrite = SqueueFormat(fmt, long=False)
+            formats.append(f"--format={rewrite.text}")
+            if long_fmt is not None:
+                formats.append(f"--Format={long_fmt}")   # squeue refuses the pair itself
     else:
-        in_scope = ctx.ledger.jobs(ctx.scope)
-        ids = [j for j in (wanted or in_scope) if j.split("_")[0] in set(in_scope)]
-        if wanted and len(ids) < len(wanted):
-            out.stderr(b"slurm_load_jobs error: Invalid job id specified\n")
-            return 1
-        # No job in scope: a job-name filter nothing matches keeps squeue's own
-        # empty output (header and all) and exit code.
-        selection = (["--me", f"--jobs={','.join(ids)}"] if ids
-                     else ["--me", f"--name=agent-sandbox-none-{os.urandom(4).hex()}"])
-    code, _ = run_real(out, [binary, *rest, *selection], env=command_env(request.env),
-                       cwd=ctx.project_dir)
+        formats += [f"--format={fmt}"] if fmt is not None else []
+        formats += [f"--Format={long_fmt}"] if long_fmt is not None else []
+
+    argv = [binary, *parsed.argv(skip=REBUILT), *formats, *selection, *positional]
+    env = command_env(request.env)
+    if parsed.has("json") or parsed.has("yaml"):
+        code, data = run_real(_Restore(out, placeholders), argv, env=env, cwd=ctx.project_dir,
+                              capture=True)
+        if parsed.has("json"):
+            data = untag_json(_json_jobs(data, scope.owns), empty=b'""')
+        else:
+            data = untag_yaml(_yaml_jobs(data, scope.owns))
+        out.stdout(data)
+        return code
+
+    def fix(line: bytes) -> bytes:
+        line = placeholders.restore(line)
+        return rewrite.line(line) if rewrite else line
+
+    target = Filter(out, by_lines(fix), placeholders.restore)
+    code, _ = run_real(target, argv, env=env, cwd=ctx.project_dir)
+    target.flush()
     return code
+
+
+def _listed(parsed, name: str, positional: list[str]) -> list[str] | None:
+    """Ids given with -j / -s (or, as squeue reads them, the next positional
+    word after a bare -j / -s); None when the option was not given."""
+    if not parsed.has(name):
+        return None
+    values = [v for v in parsed.values[name] if v]
+    if not values and positional:
+        values = [positional.pop(0)]
+    return job_refs(values)
+
+
+class _Restore:
+    """stderr with placeholders turned back (stdout is captured)."""
+
+    def __init__(self, out, placeholders):
+        self.out, self.placeholders = out, placeholders
+
+    def stdout(self, data):
+        self.out.stdout(data)
+
+    def stderr(self, data):
+        self.out.stderr(self.placeholders.restore(data))
+
+
+def _json_jobs(data: bytes, keep) -> bytes:
+    """Slurm's pretty JSON with only the jobs `keep` accepts in its "jobs"
+    array; every other byte as Slurm wrote it."""
+    lines = data.split(b"\n")
+    try:
+        start = lines.index(b'  "jobs": [')
+        end = next(i for i in range(start + 1, len(lines)) if lines[i] in (b"  ]", b"  ],"))
+    except (ValueError, StopIteration):
+        return data
+    elements, current = [], None
+    for line in lines[start + 1:end]:
+        if line == b"    {":
+            current = [line]
+        elif current is not None:
+            current.append(line)
+            if line in (b"    }", b"    },"):
+                elements.append(current)
+                current = None
+    kept = []
+    for element in elements:
+        try:
+            job = json.loads(b"\n".join(element).rstrip(b","))
+        except ValueError:
+            continue
+        if keep(job):
+            kept.append(element)
+    body: list[bytes] = []
+    for index, element in enumerate(kept):
+        body += element[:-1] + [b"    }," if index < len(kept) - 1 else b"    }"]
+    return b"\n".join(lines[:start + 1] + body + lines[end:])
+
+
+_YAML_KEYS = {b"  !!str job_id: !!int ": "job_id", b"  !!str array_job_id: !!int ": "array_job_id",
+              b"  !!str het_job_id: !!int ": "het_job_id", b"  !!str user_id: !!int ": "user_id"}
+
+
+def _yaml_jobs(data: bytes, keep) -> bytes:
+    lines = data.split(b"\n")
+    try:
+        start = lines.index(b"!!str jobs: !!seq")
+    except ValueError:
+        return data
+    end = start + 1
+    while end < len(lines) and lines[end].startswith((b"- ", b"  ")):
+        end += 1
+    elements, current = [], None
+    for line in lines[start + 1:end]:
+        if line.startswith(b"- "):
+            current = [line]
+            elements.append(current)
+        elif current is not None:
+            current.append(line)
+    kept = []
+    for element in elements:
+        job = {}
+        for line in element:
+            for prefix, key in _YAML_KEYS.items():
+                if line.startswith(prefix):
+                    job[key] = line[len(prefix):].decode(errors="replace")
+        if keep(job):
+            kept.append(element)
+    if not kept:
+        return b"\n".join(lines[:start] + [b"!!str jobs: !!seq []"] + lines[end:])
+    return b"\n".join(lines[:start + 1] + [line for e in kept for line in e] + lines[end:])

@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import os
 
+from ..ledger import LedgerError
 from ..options import OptionRefused
+from ..scope import AllocationWatcher, known_job
 from ..srun_options import parse
-from ..submit import Refusal, preflight, check_limits, from_option, job_env, working_dir, within
+from ..submit import (Refusal, check_limits, comment_tag, from_option, job_env, preflight,
+                      working_dir, within)
 from . import refuse, run_real
 
 REBUILT = ("output", "error", "input")
@@ -80,7 +83,7 @@ def handle(ctx, request, out) -> int:
         keep: tuple[str, ...] = ()
         if step:
             job = env_in.get("SLURM_JOB_ID") or env_in.get("SLURM_JOBID", "")
-            if job not in ctx.ledger.jobs("project"):
+            if not known_job(ctx, request, job, "project"):
                 raise Refusal("job_out_of_scope", f"a step in job {job} is refused",
                               "that job was not submitted from a sandbox of this project",
                               "Run srun inside a job you submitted from this project")
@@ -107,13 +110,34 @@ def handle(ctx, request, out) -> int:
         return refuse(ctx, out, "srun", refusal.reason, refusal.what, refusal.why, refusal.fix)
 
     launcher = ctx.config["launcher"] + ["run", "--project-dir", ctx.project_dir, "--"]
-    argv = [binary, *parsed.argv(skip=REBUILT), *launcher, *parsed.rest]
+    tagged: list[str] = []
+    watcher = None
+    if not step:
+        # An allocation is a job: tagged like sbatch's, and recorded in the
+        # ledger as soon as Slurm has it (srun prints no job id to read).
+        token = os.urandom(8).hex()
+        try:
+            ctx.ledger.reserve(token)
+        except LedgerError as exc:
+            for fd in fds:
+                os.close(fd)
+            return refuse(ctx, out, "srun", "ledger_unwritable", "the allocation is refused",
+                          f"the job ledger cannot be written ({exc.strerror})",
+                          "Free space in your home directory (~/.local/state) and retry")
+        tag = comment_tag(ctx, parsed.last("comment"))
+        tagged = [f"--comment={tag}"]
+        watcher = AllocationWatcher(ctx, request, tag, token)
+    argv = [binary, *parsed.argv(skip=REBUILT + ("comment",)), *tagged, *launcher, *parsed.rest]
     ctx.log.event("step" if step else "allocation", command="srun", argv=argv[1:])
     try:
+        if watcher:
+            watcher.start()
         target = FileOut(out, streams.get("output"), streams.get("error", streams.get("output")))
         code, _ = run_real(target if streams else out, argv,
                            env=job_env(ctx, request, keep_slurm=keep), cwd=cwd, stdin=stdin)
     finally:
+        if watcher:
+            watcher.stop()
         for fd in fds:
             os.close(fd)
     return code

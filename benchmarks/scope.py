@@ -1,0 +1,155 @@
+#!/usr/bin/env python3
+"""Scoped squeue with a crowded queue, against the same-run baseline (issue 6).
+
+Setup: another user holds 10,000 jobs in the queue (each its own job record:
+a 10,000-task array would be ONE record for slurmctld and squeue, so it
+would not crowd anything; it is not used), and a sandbox of a project holds
+100 jobs of its own (submitted through the stub, so they are in its ledger).
+
+Measured, median of --runs calls each:
+  inside    `squeue` in the sandbox (project scope: the real squeue with
+            --jobs=<the 100 ids> --me, answer streamed back through the stub);
+  outside   the real `squeue -j <the 100 ids>` as the same user;
+  overhead  the stub round trip itself: `sinfo --version` inside minus outside
+            (no slurmctld work either way).
+Target: inside <= 2 x outside + overhead.
+
+Run as root with the cluster up (scripts/slurm-cluster.sh start) and two
+users in the Slurm accounting (--user, default astest, runs the sandbox in
+~/scope-bench; --other, default asother, holds the crowd); every job it
+submits is cancelled at the end, also on failure:
+    python3 benchmarks/scope.py [--foreign 10000] [--mine 100] [--runs 30]
+Prints the figures and PASS/FAIL; exits 1 if the target is missed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pwd
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+AGENT_SANDBOX = shutil.which("agent-sandbox") or "/opt/agent-sandbox/venv/bin/agent-sandbox"
+INSIDE = r'''
+import json, subprocess, sys, time
+mine, runs = int(sys.argv[1]), int(sys.argv[2])
+ids = []
+t = time.perf_counter()
+for _ in range(mine):
+    r = subprocess.run(["sbatch", "--parsable", "--hold", "--job-name=scope-bench",
+                        "--wrap", "true"], capture_output=True, text=True)
+    if r.returncode:
+        print(json.dumps({"error": r.stderr})); sys.exit(1)
+    ids.append(r.stdout.strip())
+submit = time.perf_counter() - t
+seen = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True).stdout.split()
+def timed(argv):
+    out = []
+    subprocess.run(argv, capture_output=True)
+    for _ in range(runs):
+        t = time.perf_counter(); subprocess.run(argv, capture_output=True)
+        out.append((time.perf_counter() - t) * 1000)
+    return out
+print(json.dumps({"ids": ids, "submit_s": submit, "seen": seen,
+                  "squeue_ms": timed(["squeue"]), "stub_ms": timed(["sinfo", "--version"])}))
+'''
+
+
+def as_user(name: str, argv, **kw) -> subprocess.CompletedProcess:
+    entry = pwd.getpwnam(name)
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": entry.pw_dir, "USER": name,
+           "LOGNAME": name, "LANG": "C.UTF-8", "SANDBOX_QUIET": "1"}
+    return subprocess.run(argv, user=entry.pw_uid, group=entry.pw_gid, extra_groups=[],
+                          env=env, capture_output=True, text=True, **kw)
+
+
+def timed(name: str, argv, runs: int) -> list[float]:
+    as_user(name, argv)
+    out = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        as_user(name, argv)
+        out.append((time.perf_counter() - start) * 1000)
+    return out
+
+
+def flood(user: str, count: int, workers: int) -> tuple[list[str], float]:
+    """`count` held jobs of `user`, each its own record, submitted in parallel."""
+    def one(_):
+        r = as_user(user, ["sbatch", "--parsable", "--hold", "--job-name=scope-crowd",
+                           "--output=/dev/null", "--wrap", "true"], cwd="/tmp")
+        return r.stdout.strip() if r.returncode == 0 else None
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        ids = [i for i in pool.map(one, range(count)) if i]
+    return ids, time.perf_counter() - start
+
+
+def cancel(ids: list[str]) -> float:
+    start = time.perf_counter()
+    for i in range(0, len(ids), 2000):
+        subprocess.run(["scancel", *ids[i:i + 2000]], capture_output=True)
+    return time.perf_counter() - start
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--foreign", type=int, default=10000)
+    parser.add_argument("--mine", type=int, default=100)
+    parser.add_argument("--runs", type=int, default=30)
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--user", default="astest")
+    parser.add_argument("--other", default="asother")
+    args = parser.parse_args()
+    if os.geteuid() != 0:
+        sys.exit("run as root: the benchmark acts as two users (--user, --other)")
+    entry = pwd.getpwnam(args.user)
+    project = os.path.join(entry.pw_dir, "scope-bench")
+    crowd: list[str] = []
+    mine: list[str] = []
+    try:
+        crowd, took = flood(args.other, args.foreign, args.workers)
+        print(f"queue: {len(crowd)} held jobs of {args.other} submitted in {took:.1f} s "
+              f"({len(crowd) / took:.0f} jobs/s, {args.workers} parallel sbatch)")
+        os.makedirs(project, exist_ok=True)
+        os.chown(project, entry.pw_uid, entry.pw_gid)
+        inside = as_user(args.user, [AGENT_SANDBOX, "run", "--", "/usr/bin/python3", "-c",
+                                     INSIDE, str(args.mine), str(args.runs)],
+                         cwd=project, timeout=3600)
+        if inside.returncode != 0:
+            print(f"the in-sandbox part failed: {inside.stdout[-1000:]}{inside.stderr[-2000:]}")
+            return 1
+        data = json.loads(inside.stdout)
+        mine = data["ids"]
+        print(f"sandbox: {len(mine)} held jobs submitted through the stub in "
+              f"{data['submit_s']:.1f} s")
+        exact = sorted(data["seen"], key=int) == sorted(mine, key=int)
+        print(f"scoped squeue lists exactly the sandbox's {len(mine)} jobs: {exact}")
+        joined = ",".join(mine)
+        outside = timed(args.user, ["squeue", "-j", joined], args.runs)
+        whole = timed(args.user, ["squeue"], max(5, args.runs // 3))
+        stub_out = timed(args.user, ["sinfo", "--version"], args.runs)
+        m_in, m_out = statistics.median(data["squeue_ms"]), statistics.median(outside)
+        overhead = max(0.0, statistics.median(data["stub_ms"]) - statistics.median(stub_out))
+        print(f"squeue inside (scoped)           median {m_in:7.1f} ms")
+        print(f"squeue -j <{len(mine)} ids> outside    median {m_out:7.1f} ms")
+        print(f"squeue outside, whole queue      median {statistics.median(whole):7.1f} ms")
+        print(f"stub round trip (sinfo --version) overhead {overhead:6.1f} ms")
+        limit = 2 * m_out + overhead
+        verdict = exact and m_in <= limit
+        print(f"target: inside <= 2 x outside + overhead = {limit:.1f} ms: "
+              f"{'PASS' if verdict else 'FAIL'} ({m_in / m_out:.2f}x outside)")
+        return 0 if verdict else 1
+    finally:
+        took = cancel(mine + crowd)
+        print(f"cleanup: {len(mine) + len(crowd)} jobs cancelled in {took:.1f} s")
+        shutil.rmtree(project, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""scancel, scoped (SPEC §9 scope): a job out of scope cannot be signalled.
+
+- Ids named: out-of-scope ones become placeholders no job has, so scancel
+  answers exactly as for a job that does not exist (scope.py).
+- Filters without ids (--name, --state, --partition, --me, -u self, …):
+  scancel gets the in-scope jobs Slurm still knows as ids together with the
+  filters, so it cancels only in-scope jobs that match (user/none scope:
+  the filters with --me, every job of the user).
+- Nothing named at all: scancel's own "No job identification provided".
+"""
+from __future__ import annotations
+
+from ..environment import command_env
+from ..options import (HOSTLIST, NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial,
+                       OptionRefused, allow, deny, flag)
+from ..scope import (Filter, Placeholders, Scope, bad_refs, by_lines, foreign_users,
+                     parse_permuted)
+from ..submit import Refusal, from_option
+from . import refuse, run_real
+
+ACCOUNT = Denial("foreign_jobs", "the sandbox touches only the jobs in its scope, and {opt} "
+                 "selects jobs by account, across users",
+                 "Name the jobs by id, or filter with --name, --state or --partition")
+INTERACTIVE = Denial("interactive", "scancel would ask for a confirmation on the terminal, "
+                     "which the Slurm proxy does not forward", "Leave out -i and name the jobs")
+
+SCANCEL = CommandSpec("scancel", [
+    deny("account", "A", REQ, ACCOUNT),
+    flag("batch", "b"),
+    deny("clusters", "M", REQ, OTHER_CLUSTER, aliases=("cluster",)),
+    flag("ctld"),
+    flag("full", "f"),
+    flag("help"),
+    flag("hurry", "H"),
+    deny("interactive", "i", NONE, INTERACTIVE),
+    flag("me"),
+    allow("name", "n", TEXT, aliases=("jobname",)),
+    allow("nodelist", "w", HOSTLIST),
+    allow("partition", "p"),
+    allow("qos", "q"),
+    flag("quiet", "Q"),
+    allow("reservation", "R"),
+    deny("sibling", None, REQ, OTHER_CLUSTER),
+    allow("signal", "s"),
+    allow("state", "t"),
+    flag("usage"),
+    allow("user", "u"),
+    flag("verbose", "v"),
+    flag("version", "V"),
+    allow("wckey"),
+])
+FILTERS = ("name", "nodelist", "partition", "qos", "reservation", "state", "user", "me",
+           "wckey")
+
+
+def handle(ctx, request, out) -> int:
+    try:
+        binary = ctx.binary("scancel")
+        if binary is None:
+            raise Refusal("not_installed", "scancel is refused", "it is not installed here",
+                          "Ask your site admin")
+        try:
+            parsed = parse_permuted(SCANCEL, request.args_str)
+        except OptionRefused as refused:
+            raise from_option(refused) from None
+        others = foreign_users(ctx, parsed)
+        if others:
+            raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
+                          "the sandbox touches only your own jobs in its scope",
+                          "Leave it out; name the jobs by id or filter with --name")
+        refs = list(parsed.rest)
+        wrong = bad_refs(refs)
+        if wrong:
+            raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
+                          "it is not a job id the sandbox can check",
+                          "Give job ids such as 123, 123_4, 123_[1-3] or 123.0")
+    except Refusal as refusal:
+        return refuse(ctx, out, "scancel", refusal.reason, refusal.what, refusal.why,
+                      refusal.fix)
+
+    scope = Scope(ctx, request)
+    placeholders = Placeholders()
+    options = parsed.argv()
+    if refs:
+        targets = scope.substitute(refs, placeholders)
+    elif any(parsed.has(name) for name in FILTERS):
+        if scope.by_user:
+            targets = [] if parsed.has("me") else ["--me"]
+        else:
+            ids = scope.live_ids()
+            existing = scope.related(set(ids), active=True)
+            targets = [job for job in ids if job in existing]
+            if not targets:
+                return 0   # no in-scope job matches the filters: scancel says nothing
+            if not parsed.has("me"):
+                targets.insert(0, "--me")
+    else:
+        targets = []   # scancel's own "No job identification provided"
+    target = Filter(out, by_lines(placeholders.restore))
+    code, _ = run_real(target, [binary, *options, *targets], env=command_env(request.env),
+                       cwd=ctx.project_dir)
+    target.flush()
+    return code

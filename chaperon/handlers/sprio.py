@@ -1,0 +1,104 @@
+"""sprio, scoped (SPEC §9): the priorities of the pending jobs in scope.
+
+sprio lists every pending job of every user by default, and `-u` changes its
+columns (a USER column appears), so the scope is always given as job ids:
+the in-scope ids (session/project scope) or the caller's pending jobs
+(user/none scope, one squeue call). Ids the caller names are scoped like
+everywhere else (out of scope: a placeholder no job has). With nothing in
+scope sprio gets a partition filter nothing matches, which prints its own
+empty listing.
+"""
+from __future__ import annotations
+
+import os
+
+from ..environment import command_env
+from ..options import OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, OptionRefused, allow, deny, \
+    flag
+from ..scope import (PLACEHOLDER_TOP, Filter, Placeholders, Scope, bad_refs, by_lines,
+                     foreign_users, job_refs, parse_permuted)
+from ..submit import Refusal, from_option
+from . import refuse, run_real
+
+NOT_FOUND = b"Unable to find jobs matching user/id(s) specified\n"
+NO_MATCH = "agent-sandbox-none"
+
+SPRIO = CommandSpec("sprio", [
+    deny("clusters", "M", REQ, OTHER_CLUSTER, aliases=("cluster",)),
+    flag("federation"),
+    allow("format", "o", TEXT),
+    flag("help", "h"),
+    allow("jobs", "j", TEXT, arg=OPT, aliases=("job",)),
+    flag("local"),
+    flag("long", "l"),
+    flag("noheader", "n"),
+    flag("norm"),
+    allow("partition", "p"),
+    flag("sibling"),
+    allow("sort", "S"),
+    flag("usage"),
+    allow("user", "u", aliases=("users",)),
+    flag("verbose", "v"),
+    flag("version", "V"),
+    flag("weights", "w"),
+])
+
+
+def handle(ctx, request, out) -> int:
+    try:
+        binary = ctx.binary("sprio")
+        if binary is None:
+            raise Refusal("not_installed", "sprio is refused", "it is not installed here",
+                          "Ask your site admin")
+        try:
+            parsed = parse_permuted(SPRIO, request.args_str)
+        except OptionRefused as refused:
+            raise from_option(refused) from None
+        others = foreign_users(ctx, parsed)
+        if others:
+            raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
+                          "the sandbox shows only the jobs in its scope",
+                          "Leave it out; sprio inside lists exactly the jobs you may see")
+        positional = list(parsed.rest)
+        named = None
+        if parsed.has("jobs"):
+            named = job_refs([v for v in parsed.values["jobs"] if v] or positional[:1])
+            if not any(parsed.values["jobs"]) and positional:
+                positional.pop(0)
+        wrong = bad_refs(named or [])
+        if wrong:
+            raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
+                          "it is not a job id the sandbox can check", "Give job ids such as 123")
+    except Refusal as refusal:
+        return refuse(ctx, out, "sprio", refusal.reason, refusal.what, refusal.why,
+                      refusal.fix)
+    scope = Scope(ctx, request)
+    placeholders = Placeholders()
+    if named:
+        selection = ["--jobs=" + ",".join(scope.substitute(named, placeholders))]
+    else:
+        if scope.by_user:
+            _, data = scope.capture("squeue", ["--me", "--noheader", "--states=PD",
+                                               "--format=%i"])
+            ids = data.decode(errors="replace").split()
+        else:
+            ids = scope.live_ids()
+        if len(ids) == 1:
+            ids.append(str(PLACEHOLDER_TOP))
+        selection = ([f"--jobs={','.join(ids)}"] if ids else
+                     [f"--partition={NO_MATCH}-{os.urandom(4).hex()}"])
+    argv = [binary, *parsed.argv(skip=("jobs", "user")), *positional]
+    env = command_env(request.env)
+    if named:
+        target = Filter(out, by_lines(placeholders.restore))
+        code, _ = run_real(target, argv + selection, env=env, cwd=ctx.project_dir)
+        target.flush()
+        return code
+    code, data = run_real(out, argv + selection, env=env, cwd=ctx.project_dir, capture=True)
+    if data == NOT_FOUND and code == 0:
+        # None of the in-scope jobs is pending: sprio's own empty listing,
+        # as for a queue holding only the jobs in scope.
+        code, data = run_real(out, argv + [f"--partition={NO_MATCH}-{os.urandom(4).hex()}"],
+                              env=env, cwd=ctx.project_dir, capture=True)
+    out.stdout(data)
+    return code

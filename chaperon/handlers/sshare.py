@@ -1,0 +1,61 @@
+"""sshare, scoped to the caller (SPEC §9): the fair-share lines of the
+caller's own associations, which is what sshare shows an ordinary user by
+default. --all, --accounts and another user's name would list other people's
+shares and are refused; naming yourself is a no-op.
+"""
+from __future__ import annotations
+
+import os
+
+from ..environment import command_env
+from ..options import (NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, OptionRefused,
+                       allow, deny, flag)
+from ..scope import foreign_users, parse_permuted
+from ..submit import Refusal, from_option
+from . import refuse, run_real
+
+OTHERS = Denial("foreign_jobs", "it lists the shares of other users and accounts",
+                "Leave it out; sshare inside shows your own associations")
+
+SSHARE = CommandSpec("sshare", [
+    deny("all", "a", NONE, OTHERS),
+    deny("accounts", "A", REQ, OTHERS),
+    deny("clusters", "M", REQ, OTHER_CLUSTER, aliases=("cluster",)),
+    allow("format", "o", TEXT),
+    flag("help", "h"),
+    flag("helpformat", "e"),
+    flag("long", "l"),
+    flag("noheader", "n"),
+    flag("parsable", "p"),
+    flag("parsable2", "P"),
+    flag("partition", "m", aliases=("part",)),
+    allow("user", "u", aliases=("users",)),
+    flag("Users", "U", aliases=("User",)),
+    flag("usage"),
+    flag("verbose", "v"),
+    flag("version", "V"),
+])
+
+
+def handle(ctx, request, out) -> int:
+    try:
+        binary = ctx.binary("sshare")
+        if binary is None:
+            raise Refusal("not_installed", "sshare is refused", "it is not installed here",
+                          "Ask your site admin")
+        try:
+            parsed = parse_permuted(SSHARE, request.args_str)
+        except OptionRefused as refused:
+            raise from_option(refused) from None
+        others = foreign_users(ctx, parsed)
+        if others:
+            raise Refusal("foreign_jobs", f"--users={','.join(others)} is refused",
+                          "it would list another user's shares",
+                          "Leave it out; sshare inside shows your own associations")
+    except Refusal as refusal:
+        return refuse(ctx, out, "sshare", refusal.reason, refusal.what, refusal.why,
+                      refusal.fix)
+    user = [] if parsed.has("user") else [f"--users={ctx.user or os.getuid()}"]
+    code, _ = run_real(out, [binary, *parsed.argv(), *user, *parsed.rest],
+                       env=command_env(request.env), cwd=ctx.project_dir)
+    return code

@@ -1,0 +1,190 @@
+"""The scope machinery without a cluster: job references, placeholders,
+untagging in every output shape, squeue's and sacct's field rendering
+(checked against outputs of the real 22.05 binaries), the permuting parser,
+the scontrol update key table, and the ledger's incremental reading."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from chaperon import scope
+from chaperon.handlers import scontrol, squeue
+from chaperon.ledger import Ledger
+
+TAG = b"chaperon:sid=0123456789ab,proj=0123456789abcdef,user=my%20note:END"
+BARE = b"chaperon:sid=0123456789ab,proj=0123456789abcdef:END"
+
+
+@pytest.mark.parametrize("ref,base", [
+    ("123", "123"), ("123_4", "123"), ("123_[1-3]", "123"), ("123_[1,3-5%2]", "123"),
+    ("123.0", "123"), ("123.batch", "123"), ("123_4.extern", "123"), ("123+1", "123"),
+    ("123+1.0", "123"), (" 123", None), ("+123", None), ("abc", None), ("123x", None),
+    ("", None), ("0x7b", None), ("123.0.1", None),
+])
+def test_job_references(ref, base):
+    assert scope.ref_base(ref) == base
+
+
+def test_placeholders_turn_back_into_the_caller_ids():
+    holder = scope.Placeholders()
+    assert holder.replace("530") == "67108863"
+    assert holder.replace("531_2.0") == "67108862_2.0"
+    text = (b"Invalid job id specified for job 67108863\n"
+            b"Kill job error on job step id 67108862_2.0: x 167108863 671088630\n")
+    assert holder.restore(text) == (b"Invalid job id specified for job 530\n"
+                                    b"Kill job error on job step id 531_2.0: x 167108863 "
+                                    b"671088630\n")
+
+
+def test_scontrol_comment_entry():
+    multi = b"   WorkDir=/tmp\n   Comment=" + TAG + b" \n   StdErr=/x\n"
+    assert scope.untag_scontrol(multi) == b"   WorkDir=/tmp\n   Comment=my note \n   StdErr=/x\n"
+    bare = b"   WorkDir=/tmp\n   Comment=" + BARE + b" \n   StdErr=/x\n"
+    assert scope.untag_scontrol(bare) == b"   WorkDir=/tmp\n   StdErr=/x\n"
+    one = b"WorkDir=/tmp Comment=" + BARE + b"  StdErr=/x"
+    assert scope.untag_scontrol(one) == b"WorkDir=/tmp StdErr=/x"
+
+
+def test_json_and_yaml():
+    assert scope.untag_json(b'"comment": "' + TAG + b'",', empty=b'""') == \
+        b'"comment": "my note",'
+    assert scope.untag_json(b'"job": "' + BARE + b'",', empty=b"null") == b'"job": null,'
+    odd = b"chaperon:sid=0123456789ab,proj=0123456789abcdef,user=a%2Fb%22%0A%C3%A9:END"
+    assert scope.untag_json(b'"' + odd + b'"', empty=b'""') == '"a\\/b\\"\\né"'.encode()
+    assert scope.untag_yaml(b"  !!str comment: !!str " + TAG + b"\n") == \
+        b"  !!str comment: !!str my note\n"
+    assert scope.untag_yaml(b"  !!str job: !!str " + BARE + b"\n") == \
+        b"  !!str job: !!null null\n"
+    colon = b"chaperon:sid=0123456789ab,proj=0123456789abcdef,user=a%3A%20b:END"
+    assert scope.untag_yaml(b"x: !!str " + colon + b"\n") == b"x: !!str 'a: b'\n"
+
+
+# squeue 22.05, job 531 with comment "my note", job 532 without one:
+#   squeue -o "%k|%10k|%.10k|%.3k|%3k"
+#   COMMENT|COMMENT   |   COMMENT|COM|COM
+#   (null)|(null)    |    (null)|(nu|
+REAL_SHORT = [
+    (b"COMMENT", [b"COMMENT", b"COMMENT   ", b"   COMMENT", b"COM", b"COM"]),
+    (None, [b"(null)", b"(null)    ", b"    (null)", b"(nu", b"   "]),
+    (b"my note", [b"my note", b"my note   ", b"   my note", b"my ", b"my "]),
+]
+
+
+@pytest.mark.parametrize("value,expected", REAL_SHORT)
+def test_squeue_short_format_renders_like_squeue(value, expected):
+    fmt = scope.SqueueFormat("%k|%10k|%.10k|%.3k|%3k", long=False)
+    assert fmt.text == "\x01%k\x02|\x01%k\x02|\x01%k\x02|\x01%k\x02|\x01%k\x02"
+    raw = b"(null)" if value is None else (TAG if value == b"my note" else value)
+    line = b"|".join(b"\x01" + raw + b"\x02" for _ in range(5))
+    assert fmt.line(line) == b"|".join(expected)
+
+
+def test_squeue_formats_keep_everything_else():
+    fmt = scope.SqueueFormat("x%.18i %k%%j", long=False)
+    assert fmt.text == "x%.18i \x01%k\x02%j"
+    assert fmt.line(b"x               531 \x01" + TAG + b"\x02wrap") == \
+        b"x               531 my notewrap"
+    assert scope.SqueueFormat("%i", long=False).text == "%i"
+    everything = scope.SqueueFormat("%all", long=False)
+    assert everything.line(b"a|" + TAG + b"|b") == b"a|my note|b"
+
+
+def test_squeue_long_format():
+    fmt = scope.SqueueFormat("jobid,comment,comment:.12,comment:5x,name", long=True)
+    assert fmt.text == "jobid:20\x01,comment:0\x02\x01,comment:0\x02\x01,comment:0\x02x,name"
+    line = (b"531".ljust(20) + b"\x01" + TAG + b"\x02\x01" + TAG + b"\x02\x01" + TAG +
+            b"\x02x" + b"wrap".ljust(20))
+    assert fmt.line(line) == (b"531".ljust(20) + b"my note".ljust(20) + b"     my note" +
+                              b"my nox" + b"wrap".ljust(20))
+    first = scope.SqueueFormat("comment:30,jobid", long=True)
+    assert first.text == "comment:0\x02,jobid"
+    assert first.line(BARE + b"\x02531") == b"(null)".ljust(30) + b"531"
+
+
+def test_sacct_columns():
+    names = ["Account", "AdminComment", "Cluster", "Comment", "Constraints", "JobID",
+             "JobName"]
+    columns = scope.SacctColumns("jobid,comm%-5,jobname,ALL", names, 14)
+    assert columns.lengths == [-5, 14]
+    assert "comm%-4096" in columns.text and "Comment%-4096" in columns.text
+    wide = b"-" * 4096
+    header = b"JobID        " + b"Comment".ljust(4096) + b"    JobName "
+    dashes = b"-" * 12 + b" " + wide + b" " + b"-" * 10 + b" "
+    row = b"535          " + TAG.ljust(4096) + b"       wrap "
+    bare = b"536          " + BARE.ljust(4096) + b"       wrap "
+    data = b"\n".join([header, dashes, row, bare, b""])
+    columns = scope.SacctColumns("jobid,comm%-5,jobname", names, 14)
+    rows = [b"535          my n+       wrap ", b"536          " + b" " * 5 + b"       wrap "]
+    assert columns.lines(data, header=True) == b"\n".join([
+        b"JobID        Comme    JobName ", b"------------ ----- ---------- ", *rows, b""])
+    assert columns.lines(data, header=False) == b"\n".join([*rows, b""])
+
+
+def test_sacct_render_matches_print_fields_str():
+    assert scope.render_sacct(b"my note", 14) == b"       my note"
+    assert scope.render_sacct(b"my note", -5) == b"my n+"
+    assert scope.render_sacct(None, 4) == b"    "
+    assert scope.render_sacct(b"abc", -6) == b"abc   "
+
+
+def test_parse_permuted_reads_options_anywhere():
+    parsed = scope.parse_permuted(squeue.SQUEUE, ["-j", "12", "-h", "--", "-x"])
+    assert parsed.has("noheader") and parsed.rest == ("12", "-x")
+    parsed = scope.parse_permuted(scontrol.SCONTROL, ["show", "job", "-d", "5"])
+    assert parsed.rest == ("show", "job", "5") and parsed.has("details")
+
+
+@pytest.mark.parametrize("tag,key", [("TimeL", "TimeLimit"), ("Time", None),
+                                     ("timelimit", "TimeLimit"), ("Na", "Name"),
+                                     ("Com", "Comment"), ("Us", None), ("userid", "UserID"),
+                                     ("dep", "Dependency"), ("W", "WCKey"), ("wo", "WorkDir")])
+def test_update_keys_resolve_as_scontrol_does(tag, key):
+    assert scontrol._key(tag)[0] == key
+
+
+def test_time_limits():
+    assert scontrol._minutes("UNLIMITED") == float("inf")
+    assert scontrol._minutes("30") == 30
+    assert scontrol._minutes("1:30:00") == 90
+    assert scontrol._minutes("2-00:00:00") == 2880
+    assert scontrol._minutes("1-2") == 1440 + 120
+    assert scontrol._minutes("x") is None
+
+
+def test_ledger_reads_incrementally_and_tolerates_torn_lines(tmp_path):
+    mine = Ledger(str(tmp_path), "aaaa", str(tmp_path / "p"))
+    other = Ledger(str(tmp_path), "bbbb", str(tmp_path / "q"))
+    mine.record("1", "t", kind="batch")
+    other.record("2", "t")
+    assert mine.jobs("project") == ["1"] and mine.jobs("user") in (["1", "2"], ["2", "1"])
+    with open(mine.path, "ab") as handle:
+        handle.write(b'{"job":"3","session":"aaaa","proj')     # a writer mid-line
+    assert mine.jobs("session") == ["1"]
+    with open(mine.path, "ab") as handle:
+        handle.write(b'ect":"' + mine.project.encode() + b'"}\n')
+    assert mine.jobs("session") == ["1", "3"]
+    assert mine.jobs("project") == ["1", "3"]
+    state = mine._files[os.path.basename(mine.path)]
+    assert state.offset == os.path.getsize(mine.path)
+
+
+def test_ledger_reading_thousands_of_records_is_fast(tmp_path):
+    import time
+
+    writer = Ledger(str(tmp_path), "cccc", str(tmp_path / "p"))
+    os.makedirs(writer.directory)
+    with open(writer.path, "w") as handle:
+        for n in range(20000):
+            handle.write(json.dumps({"job": str(n), "session": "cccc",
+                                     "project": writer.project}) + "\n")
+    reader = Ledger(str(tmp_path), "dddd", str(tmp_path / "p"))
+    first = time.perf_counter()
+    assert len(reader.jobs("project")) == 20000
+    cold = time.perf_counter() - first
+    start = time.perf_counter()
+    for _ in range(10):
+        reader.jobs("project")
+    warm = (time.perf_counter() - start) / 10
+    assert warm < cold and warm < 0.05, (cold, warm)
