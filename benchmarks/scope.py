@@ -9,7 +9,9 @@ would not crowd anything; it is not used), and a sandbox of a project holds
 Measured, median of --runs calls each:
   inside    `squeue` in the sandbox (project scope: the real squeue with
             --jobs=<the 100 ids> --me, answer streamed back through the stub);
-  outside   the real `squeue -j <the 100 ids>` as the same user;
+  outside   the real `squeue -j <the 100 ids>` as the same user (also shown:
+            the argv the chaperon runs, which is faster because --me makes
+            slurmctld send one user's jobs instead of all 10,100);
   overhead  the stub round trip itself: `sinfo --version` inside minus outside
             (no slurmctld work either way).
 Target: inside <= 2 x outside + overhead.
@@ -132,12 +134,15 @@ def main() -> int:
         print(f"scoped squeue lists exactly the sandbox's {len(mine)} jobs: {exact}")
         joined = ",".join(mine)
         outside = timed(args.user, ["squeue", "-j", joined], args.runs)
+        same_argv = timed(args.user, ["squeue", "--me", f"--jobs={joined}"], args.runs)
         whole = timed(args.user, ["squeue"], max(5, args.runs // 3))
         stub_out = timed(args.user, ["sinfo", "--version"], args.runs)
         m_in, m_out = statistics.median(data["squeue_ms"]), statistics.median(outside)
         overhead = max(0.0, statistics.median(data["stub_ms"]) - statistics.median(stub_out))
         print(f"squeue inside (scoped)           median {m_in:7.1f} ms")
         print(f"squeue -j <{len(mine)} ids> outside    median {m_out:7.1f} ms")
+        print(f"squeue --me --jobs=<ids> outside median {statistics.median(same_argv):7.1f} ms"
+              "  (the argv the chaperon runs: --me asks slurmctld for one user's jobs only)")
         print(f"squeue outside, whole queue      median {statistics.median(whole):7.1f} ms")
         print(f"stub round trip (sinfo --version) overhead {overhead:6.1f} ms")
         limit = 2 * m_out + overhead

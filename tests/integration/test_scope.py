@@ -304,9 +304,11 @@ def test_sacct_shows_the_user_comment_not_the_tag(user, project, sessions):
     twin = outside(user, "sbatch", "--parsable", "--wait", "--job-name=twin",
                    "--comment=my note", "--wrap", "true").stdout.strip()
     deadline = time.monotonic() + 60
-    while "chaperon:" not in outside(user, "sacct", "-n", "-X", "-P", "-j", job, "-o",
-                                     "comment").stdout:
-        assert time.monotonic() < deadline, "the comment never reached the accounting"
+    while not ("chaperon:" in outside(user, "sacct", "-n", "-X", "-P", "-j", job, "-o",
+                                      "comment").stdout
+               and outside(user, "sacct", "-n", "-X", "-P", "-j", twin, "-o",
+                           "comment,jobname").stdout.strip() == "my note|twin"):
+        assert time.monotonic() < deadline, "the jobs never fully reached the accounting"
         time.sleep(0.5)
     recent = "--starttime=now-10minutes"     # not an older job that had the same id
     for fmt in (["-o", "jobid,comment"], ["-o", "jobid,comment%40,jobname"],
