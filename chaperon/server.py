@@ -38,6 +38,10 @@ OPEN_TIMEOUT = 10.0        # the client must open its response FIFO within this
 MAX_THREADS = 64
 
 
+class Stopped(Exception):
+    """SIGTERM/SIGHUP: leave the main loop at once."""
+
+
 class ClientGone(Exception):
     """The stub stopped reading its answer."""
 
@@ -256,13 +260,19 @@ def main(argv: list[str] | None = None) -> int:
     chaperon = Chaperon(config)
 
     def stop(_signum, _frame):
+        # Raise rather than set a flag: Python retries an interrupted select,
+        # so a flag alone would be seen only after the 1 s poll — on every
+        # launch that has a chaperon.
         chaperon.stopping = True
+        raise Stopped
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C belongs to the sandboxed command
     signal.signal(signal.SIGHUP, stop)
     try:
         chaperon.serve()
+    except Stopped:
+        pass
     finally:
         chaperon.shutdown()
     return 0
