@@ -82,6 +82,7 @@ def test_chaperon_ends_with_the_launcher_and_leaves_nothing(user, project):
 
 
 def test_sigkill_of_the_launcher_leaves_no_chaperon(user, project):
+    before = {d for d in Path("/tmp").glob("agent-sandbox-*") if d.owner() == user.name}
     proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", "touch ready; sleep 300"],
                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
                             cwd=project)
@@ -92,7 +93,8 @@ def test_sigkill_of_the_launcher_leaves_no_chaperon(user, project):
     children = psutil.Process(proc.pid).children(recursive=True)
     chaperons = [c for c in children if "chaperon.server" in " ".join(c.cmdline())]
     assert len(chaperons) == 1
-    session_dirs = [d for d in Path("/tmp").glob("agent-sandbox-*") if d.owner() == user.name]
+    session_dirs = [d for d in Path("/tmp").glob("agent-sandbox-*")
+                    if d.owner() == user.name and d not in before]   # this launch's own
     assert session_dirs
     proc.kill()
     proc.wait()
