@@ -228,12 +228,18 @@ def test_secrets_do_not_appear_in_the_backend_command_line(jail, project):
     """Other users of a login node can read /proc/PID/cmdline."""
     script = ("import os\nfor p in os.listdir('/proc'):\n if p.isdigit():\n"
               "  try: print(open(f'/proc/{p}/cmdline','rb').read())\n  except OSError: pass\n")
-    proc = _start(jail, project, "sleep", "5")
+    proc = _start(jail, project, "sleep", "60")
     try:
-        time.sleep(1.5)
-        outside = subprocess.run(["/usr/bin/python3", "-c", script], capture_output=True,
-                                 text=True).stdout
-        assert "sleep" in outside and "sandbox_exec" in outside
+        # Poll: a cold first launch on a fresh machine can take seconds.
+        deadline = time.monotonic() + 30
+        while True:
+            outside = subprocess.run(["/usr/bin/python3", "-c", script], capture_output=True,
+                                     text=True).stdout
+            if "sleep" in outside and "sandbox_exec" in outside:
+                break
+            assert proc.poll() is None, f"launch ended early: {proc.communicate()}"
+            assert time.monotonic() < deadline, "the sandboxed sleep never appeared in /proc"
+            time.sleep(0.2)
         assert SECRET_ENV["ANTHROPIC_API_KEY"] not in outside
     finally:
         proc.terminate()
