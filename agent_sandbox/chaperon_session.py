@@ -27,15 +27,17 @@ def wanted(settings, policy) -> bool:
         os.path.basename(p) == "sbatch" for p in policy.slurm_binaries)
 
 
-def runtime_dir() -> str:
-    candidate = os.environ.get("XDG_RUNTIME_DIR", "")
-    try:
-        info = os.stat(candidate)
-        if candidate.startswith("/") and info.st_uid == os.getuid() and not info.st_mode & 0o077:
-            return candidate
-    except OSError:
-        pass
-    return tempfile.gettempdir()
+def session_parent(home: str) -> str:
+    """Where session directories go: the state directory, which every backend
+    hides from the sandbox (it is among the credential dirs). Not /tmp: a
+    sandbox that shares /tmp (PRIVATE_TMP=false, or landlock, which cannot
+    hide part of a tree it grants) could drive every other session's
+    chaperon there (SPEC §9)."""
+    from .confload import state_dir
+
+    base = os.path.join(state_dir(home), "run")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return base
 
 
 def staging_dir(home: str, project_dir: str) -> str:
@@ -63,20 +65,22 @@ class ChaperonSession:
 
     @classmethod
     def start(cls, settings, policy) -> "ChaperonSession":
-        from chaperon.session import ANNOUNCE_FIFO, CONN_DIR, SANDBOX_DIR
+        from chaperon.session import ANNOUNCE_FIFO, CONN_DIR, visible_paths
 
         from .confload import state_dir
         from .errors import SandboxError
 
         directory = tempfile.mkdtemp(prefix=f"agent-sandbox-{policy.session_id}-",
-                                     dir=runtime_dir())
+                                     dir=session_parent(policy.home))
         os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
         os.mkdir(os.path.join(directory, CONN_DIR), 0o700)
+        if policy.backend != "bwrap":
+            _write_stubs(directory, cls.stub_script())
         staging = staging_dir(policy.home, policy.project_dir)
         os.makedirs(staging, mode=0o700, exist_ok=True)
         config = {
             "session_id": policy.session_id, "session_dir": directory,
-            "visible_dir": SANDBOX_DIR if policy.backend != "landlock" else directory,
+            "visible_dir": visible_paths(policy.backend, directory)[0],
             "project_dir": policy.project_dir, "staging_dir": staging,
             "state_dir": state_dir(policy.home), "launcher_pid": os.getpid(),
             "slurm_scope": settings.SLURM_SCOPE, "slurm_binaries": _real_binaries(policy),
@@ -115,18 +119,21 @@ class ChaperonSession:
             handle.write(json.dumps(config).encode())
         return cls(directory, staging, pid, policy.session_id)
 
-    def stub_payload(self):
+    @staticmethod
+    def stub_script() -> bytes:
         """The stub every Slurm name inside points to: the system python in
         isolated mode, importing only our stdlib-only client code."""
+        site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        return ("#!/usr/bin/python3 -IS\n"
+                "import sys\n"
+                f"sys.path.insert(0, {site!r})\n"
+                "from stubs.client import main\n"
+                "sys.exit(main())\n").encode()
+
+    def stub_payload(self):
         from .backends.base import Payload
 
-        site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        script = ("#!/usr/bin/python3 -IS\n"
-                  "import sys\n"
-                  f"sys.path.insert(0, {site!r})\n"
-                  "from stubs.client import main\n"
-                  "sys.exit(main())\n")
-        return Payload(data=script.encode())
+        return Payload(data=self.stub_script())
 
     def stop(self) -> None:
         try:
@@ -148,6 +155,21 @@ class ChaperonSession:
         import shutil
 
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _write_stubs(directory: str, script: bytes) -> None:
+    """bin/ in the session dir: the stub once, every Slurm name a symlink to
+    it. Nothing here needs protecting: the stub decides nothing, so a
+    sandbox that rewrites its own copy gains nothing."""
+    from chaperon.session import BIN_DIR, STUB_COMMANDS
+
+    bin_dir = os.path.join(directory, BIN_DIR)
+    os.mkdir(bin_dir, 0o700)
+    fd = os.open(os.path.join(bin_dir, ".stub"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o500)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(script)
+    for name in STUB_COMMANDS:
+        os.symlink(".stub", os.path.join(bin_dir, name))
 
 
 def _overrides(settings) -> dict:

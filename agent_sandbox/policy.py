@@ -278,10 +278,11 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
                 "SANDBOX_BACKEND": backend, "SANDBOX_PROJECT_DIR": project,
                 "AGENT_SANDBOX_SESSION": ctx.session_id, "PWD": workdir})
     if chaperon:
-        from chaperon.session import ENV_SESSION_DIR, SANDBOX_DIR, STUB_BIN
+        from chaperon.session import ENV_SESSION_DIR, visible_paths
 
-        env["PATH"] = f"{STUB_BIN}:{env.get('PATH', '/usr/bin:/bin')}"
-        env[ENV_SESSION_DIR] = SANDBOX_DIR
+        session_dir, stub_bin = visible_paths(backend, chaperon[0])
+        env["PATH"] = f"{stub_bin}:{env.get('PATH', '/usr/bin:/bin')}"
+        env[ENV_SESSION_DIR] = session_dir
     if settings.PRIVATE_TMP and "TMPDIR" in env and not _is_within(env["TMPDIR"], project):
         env["TMPDIR"] = "/tmp"   # the caller's TMPDIR is not visible inside
 

@@ -1,10 +1,13 @@
 """The chaperon session directory: names and limits both sides agree on.
 
 Layout of a session directory (created by the launcher, mode 0700, outside
-the sandbox, bound into it at SANDBOX_DIR):
+the sandbox, bound into it at SANDBOX_DIR by bwrap, seen at its own path by
+the other backends):
 
     req        the announcement FIFO (0600): one short line per request
     conn/      per-request FIFO pairs made by the stubs: NAME.req, NAME.resp
+    bin/       the stub under every Slurm name (firejail, landlock; bwrap mounts
+               its own copy at STUB_BIN)
 
 Why two levels: a FIFO shared by concurrent writers interleaves any write
 larger than PIPE_BUF, and a writer that stalls mid-frame would hold everyone
@@ -17,10 +20,11 @@ Stdlib only, no imports beyond os: the stubs import this on every Slurm call.
 """
 from __future__ import annotations
 
-SANDBOX_DIR = "/run/agent-sandbox/chaperon"   # where the sandbox sees the session dir
-STUB_BIN = "/run/agent-sandbox/bin"           # stubs, first on PATH inside
+SANDBOX_DIR = "/run/agent-sandbox/chaperon"   # where bwrap shows the session dir
+STUB_BIN = "/run/agent-sandbox/bin"           # bwrap's stubs, first on PATH inside
 ANNOUNCE_FIFO = "req"
 CONN_DIR = "conn"
+BIN_DIR = "bin"   # stubs on disk in the session dir, for backends that cannot mount
 ENV_SESSION_DIR = "AGENT_SANDBOX_CHAPERON"
 # "\n" first: whatever garbage a hostile writer left without a newline, the
 # announcement still starts a line of its own.
@@ -34,6 +38,14 @@ STUB_COMMANDS = ("sbatch", "srun", "squeue", "scancel", "scontrol", "sacct", "sa
                  "scrontab", "scrun", "strigger", "sreport")
 SILENCE_TIMEOUT = 30.0     # the stub gives up after this long without a byte
 HEARTBEAT_INTERVAL = 5.0   # the chaperon sends ALIVE at least this often
+
+
+def visible_paths(backend: str, session_dir: str) -> tuple[str, str]:
+    """(session dir, stub directory) as the sandbox sees them. Only bwrap
+    mounts them at fixed places; firejail and landlock see the host paths."""
+    if backend == "bwrap":
+        return SANDBOX_DIR, STUB_BIN
+    return session_dir, session_dir + "/" + BIN_DIR
 
 
 def valid_name(name: str) -> bool:

@@ -175,7 +175,6 @@ class View:
         writable = list(policy.home_writable) + list(policy.extra_writable)
         chaperon = getattr(policy, "chaperon_dir", None)
         staging = getattr(policy, "staging_dir", None)
-        writable += [chaperon] if chaperon else []
         writable.append(policy.project_dir)
         overlays = list(policy.readonly_overlays) + ([staging] if staging else [])
         needed = (list(policy.system_readonly) + writable + overlays + list(policy.devices)
@@ -188,6 +187,10 @@ class View:
         self.whitelist.append("/run/" + SENTINEL)
         self.whitelist.append("/var/tmp")
         self.home()
+        if chaperon:
+            # The session dir lies in the hidden state directory on purpose
+            # (no other session's is reachable); only this one is whitelisted.
+            self.whitelist.append(chaperon)
         for path in writable:
             if _is_within(path, home):
                 if not self._hidden(path):

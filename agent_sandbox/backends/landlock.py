@@ -151,7 +151,9 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
         r.grant(path, RW)
     chaperon = getattr(policy, "chaperon_dir", None)
     if chaperon:
-        r.grant(chaperon, RW)
+        # Inside the hidden state directory on purpose, so no other session's
+        # is reachable: granted as an exact rule, past the hidden-path carving.
+        r.rules.append((RW, chaperon))
     r.grant(policy.project_dir, RW)
     for path in readonly:
         r.grant(path, ll.READ)

@@ -21,13 +21,15 @@ def outside(user, *argv):
                           env=user.env(), capture_output=True, cwd=str(user.home))
 
 
-def audit_records(user) -> list[dict]:
+def session_dirs(user) -> list[Path]:
+    return list((user.home / ".local/state/agent-sandbox/run").glob("agent-sandbox-*"))
+
+
+def audit_lines(user) -> set[str]:
+    """Every audit record of the user, as its raw JSON line (one log file per
+    session, so "the new ones" is a set difference, not a tail)."""
     directory = user.home / ".local/state/agent-sandbox/chaperon"
-    records = []
-    for path in sorted(directory.glob("*.log")):
-        for line in path.read_text().splitlines():
-            records.append(json.loads(line))
-    return records
+    return {line for path in directory.glob("*.log") for line in path.read_text().splitlines()}
 
 
 def test_allowed_command_gives_the_real_bytes_and_exit_code(user, project):
@@ -69,7 +71,7 @@ def test_real_slurm_and_munge_are_unreachable_inside(user, project):
 
 
 def test_chaperon_ends_with_the_launcher_and_leaves_nothing(user, project):
-    before = {d for d in Path("/tmp").glob("agent-sandbox-*") if d.owner() == user.name}
+    before = set(session_dirs(user))
     result = user.sandbox("sinfo", "-h", cwd=project)
     assert result.returncode == 0
     # The launcher waits for its chaperon before it exits; allow a slow machine a moment.
@@ -82,12 +84,12 @@ def test_chaperon_ends_with_the_launcher_and_leaves_nothing(user, project):
             break
         time.sleep(0.1)
     assert leftovers == []
-    after = {d for d in Path("/tmp").glob("agent-sandbox-*") if d.owner() == user.name}
+    after = set(session_dirs(user))
     assert after <= before   # this launch left no session directory
 
 
 def test_sigkill_of_the_launcher_leaves_no_chaperon(user, project):
-    before = {d for d in Path("/tmp").glob("agent-sandbox-*") if d.owner() == user.name}
+    before = set(session_dirs(user))
     proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", "touch ready; sleep 300"],
                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
                             cwd=project)
@@ -98,18 +100,17 @@ def test_sigkill_of_the_launcher_leaves_no_chaperon(user, project):
     children = psutil.Process(proc.pid).children(recursive=True)
     chaperons = [c for c in children if "chaperon.server" in " ".join(c.cmdline())]
     assert len(chaperons) == 1
-    session_dirs = [d for d in Path("/tmp").glob("agent-sandbox-*")
-                    if d.owner() == user.name and d not in before]   # this launch's own
-    assert session_dirs
+    own_dirs = [d for d in session_dirs(user) if d not in before]   # this launch's own
+    assert own_dirs
     proc.kill()
     proc.wait()
     gone, alive = psutil.wait_procs(children, timeout=10)
     alive = [p for p in alive if p.status() != psutil.STATUS_ZOMBIE]
     assert alive == [], [p.cmdline() for p in alive]
     deadline = time.monotonic() + 5
-    while any(d.exists() for d in session_dirs) and time.monotonic() < deadline:
+    while any(d.exists() for d in own_dirs) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(d.exists() for d in session_dirs)
+    assert not any(d.exists() for d in own_dirs)
 
 
 HOSTILE = r'''
@@ -152,9 +153,58 @@ def test_response_fifo_outside_the_session_or_a_symlink_is_refused(user, project
     site = subprocess.run(["/opt/agent-sandbox/venv/bin/python", "-I", "-c",
                            "import chaperon, os; print(os.path.dirname(os.path.dirname("
                            "chaperon.__file__)))"], capture_output=True, text=True).stdout.strip()
-    before = len(audit_records(user))
+    before = audit_lines(user)
     result = user.sandbox("/usr/bin/python3", "-c", HOSTILE, site, mode, cwd=project)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "no-answer"
-    new = audit_records(user)[before:]
+    new = [json.loads(line) for line in audit_lines(user) - before]
     assert any(r.get("event") == "refusal" and r.get("reason") == reason for r in new), new
+
+
+REACH_SCRIPT = """
+import errno, json, os, sys
+out = {}
+for path in sys.argv[1:]:
+    try:
+        if path.endswith("/req"):      # the announcement FIFO: announce a request
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        else:                          # a connection: make its request FIFO
+            os.mkfifo(path)
+        out[path] = "done"
+    except OSError as e:
+        out[path] = errno.errorcode[e.errno]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("backend,private_tmp", [
+    ("bwrap", "true"), ("firejail", "true"), ("landlock", "true"),
+    ("bwrap", "false"), ("landlock", "false")])     # a shared /tmp must not expose it
+def test_another_sessions_chaperon_cannot_be_driven_from_inside(user, project, backend,
+                                                                  private_tmp):
+    """SPEC §9: only this session's chaperon directory is reachable — also on
+    landlock, which has no mount namespace to hide the others."""
+    before = set(session_dirs(user))
+    other = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", "touch ready; sleep 60"],
+                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                             cwd=project)
+    try:
+        deadline = time.monotonic() + 20
+        while not (project / "ready").exists():
+            assert time.monotonic() < deadline, "the first session never started"
+            time.sleep(0.05)
+        theirs = [d for d in session_dirs(user) if d not in before]
+        assert len(theirs) == 1
+        targets = [str(theirs[0] / "req"), str(theirs[0] / "conn" / ("a" * 32 + ".req"))]
+        result = user.sandbox("/usr/bin/python3", "-c", REACH_SCRIPT, *targets,
+                              options=("--backend", backend), cwd=project,
+                              env=user.env(PRIVATE_TMP=private_tmp))
+        assert result.returncode == 0, result.stderr
+        seen = json.loads(result.stdout)
+        assert set(seen.values()) <= {"ENOENT", "EACCES"}, seen
+        # while this session's own chaperon answers
+        assert user.sandbox("sinfo", "-h", options=("--backend", backend),
+                            cwd=project).returncode == 0
+    finally:
+        other.terminate()
+        other.wait(timeout=20)

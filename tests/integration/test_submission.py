@@ -70,6 +70,27 @@ def test_sbatch_job_runs_sandboxed_on_the_compute_node(user, project, marker_in_
     assert output.is_symlink()   # slurmstepd wrote to staging; the job linked it
 
 
+@pytest.mark.parametrize("backend", ["firejail", "landlock"])
+def test_slurm_works_inside_the_other_backends(user, project, marker_in_home, backend):
+    """The stubs and the session directory are on disk for backends that
+    cannot mount: the same calls work, and the job runs under the session's
+    backend on the compute node."""
+    options = ("--backend", backend)
+    real = subprocess.run(["sinfo", "-h"], capture_output=True)
+    inside = user.sandbox("sinfo", "-h", options=options, cwd=project, text=False)
+    assert (inside.returncode, inside.stdout) == (real.returncode, real.stdout), inside.stderr
+    refused = user.sandbox("salloc", options=options, cwd=project)
+    assert refused.returncode == 1 and refused.stderr.startswith("agent-sandbox: salloc:")
+    write(user, project / "probe.sh", PROBE + 'echo "BACKEND=$SANDBOX_BACKEND"\n')
+    result = user.sandbox("sbatch", "probe.sh", options=options, cwd=project)
+    assert result.returncode == 0, result.stderr
+    job = re.fullmatch(r"Submitted batch job (\d+)\n", result.stdout).group(1)
+    assert job_state(job) == "COMPLETED"
+    text = wait_for_file(project / f"slurm-{job}.out")
+    assert text.split()[:3] == ["AGENT_SANDBOX=1", "ssh=hidden", "GH_TOKEN=absent"]
+    assert text.split()[-1] == f"BACKEND={backend}"
+
+
 def test_job_environment_cannot_steer_the_compute_side_sandbox(user, project, marker_in_home):
     """The agent sets every variable that could steer the job's sandbox or
     hook its interpreter before submitting; the job still runs sandboxed."""
