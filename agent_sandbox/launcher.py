@@ -74,14 +74,14 @@ def _install_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
-def launch_context(project_dir: str | None, environ):
+def launch_context(project_dir: str | None, environ, session_id: str | None = None):
     from .policy import LaunchContext
 
     entry = pwd.getpwuid(os.getuid())
     return LaunchContext(
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
-        install_paths=_install_paths(), session_id=os.urandom(6).hex())
+        install_paths=_install_paths(), session_id=session_id or os.urandom(6).hex())
 
 
 def choose_backend(settings, requested: str | None, *, home: str | None = None,
@@ -314,14 +314,16 @@ def marker_payload(policy):
 
 # ---------------------------------------------------------------- building
 def build(command: list[str], *, project_dir: str | None, backend: str | None,
-          environ, chaperon=None, profile=None) -> tuple:
+          environ, chaperon=None, profile=None, session_id: str | None = None) -> tuple:
     """Everything up to the plan; returns (settings, policy, plan, denied syscalls).
     `chaperon` is the running ChaperonSession whose directory the sandbox gets;
-    `profile` the agent profile whose layer and note apply."""
+    `profile` the agent profile whose layer and note apply; `session_id`
+    keeps the id of a first build (one id per launch, in the sandbox's
+    environment, the chaperon's audit log and the ledger alike)."""
     from .confload import load_settings
     from .policy import resolve_policy
 
-    ctx = launch_context(project_dir, environ)
+    ctx = launch_context(project_dir, environ, session_id)
     flags = {"SANDBOX_BACKEND": backend} if backend else {}
     settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags,
                              project_dir=ctx.project_dir or ctx.cwd, profile=profile)
@@ -747,7 +749,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 session = ChaperonSession.start(settings, policy)
                 settings, policy, plan, denied = build(command, project_dir=project_dir,
                                                        backend=backend, environ=environ,
-                                                       chaperon=session, profile=profile)
+                                                       chaperon=session, profile=profile,
+                                                       session_id=policy.session_id)
             created = create_placeholders(policy)
             # The session registry (`agent-sandbox status`): written right before
             # the sandbox starts, removed whatever way it ends; named by the
@@ -755,7 +758,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             from . import registry
 
             record = registry.register(
-                policy.home, session=session.session_id if session else policy.session_id,
+                policy.home, session=policy.session_id,
                 backend=plan.backend, project=policy.project_dir,
                 chaperon_pid=session.pid if session else None,
                 command=os.path.basename(command[0]))

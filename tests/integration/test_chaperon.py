@@ -208,3 +208,14 @@ def test_another_sessions_chaperon_cannot_be_driven_from_inside(user, project, b
     finally:
         other.terminate()
         other.wait(timeout=20)
+
+
+def test_one_session_id_inside_and_in_the_chaperon_audit_log(user, project):
+    before = audit_lines(user)
+    result = user.sandbox("/bin/sh", "-c", 'echo "$AGENT_SANDBOX_SESSION"; sinfo -h >/dev/null',
+                          cwd=project)
+    assert result.returncode == 0, result.stderr
+    inside = result.stdout.strip()
+    assert len(inside) == 12
+    sessions = {json.loads(line)["session"] for line in audit_lines(user) - before}
+    assert sessions == {inside}
