@@ -247,8 +247,8 @@ BURST = r'''
 import json, subprocess, sys
 from concurrent.futures import ThreadPoolExecutor
 def submit(i):
-    r = subprocess.run(["sbatch", "--parsable", "--hold", f"--job-name=restart{i}", "--wrap",
-                        "true"], capture_output=True, text=True)
+    r = subprocess.run(["sbatch", "--parsable", "--hold", f"--job-name={sys.argv[2]}{i}",
+                        "--wrap", "true"], capture_output=True, text=True)
     return r.returncode, r.stdout.strip(), r.stderr.strip()[-200:]
 with ThreadPoolExecutor(8) as pool:
     print(json.dumps(list(pool.map(submit, range(int(sys.argv[1]))))))
@@ -257,7 +257,9 @@ with ThreadPoolExecutor(8) as pool:
 
 def test_slurmctld_restart_mid_burst_loses_and_doubles_nothing(user, project):
     count = 60
-    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", BURST, str(count)],
+    prefix = f"restart{os.urandom(3).hex()}-"      # this run's jobs only
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", BURST, str(count),
+                             prefix],
                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
@@ -270,11 +272,12 @@ def test_slurmctld_restart_mid_burst_loses_and_doubles_nothing(user, project):
     assert proc.returncode == 0, err
     outcomes = json.loads(out.strip().splitlines()[-1])
     ids = [o[1] for o in outcomes if o[0] == 0]
+    queued_ids: set[str] = set()
     try:
         queue = subprocess.run(["squeue", "-h", "-u", user.name, "-o", "%i %j %k"],
                                capture_output=True, text=True).stdout.splitlines()
-        names = [line.split()[1] for line in queue if line.split()[1].startswith("restart")]
-        queued_ids = {line.split()[0] for line in queue if line.split()[1].startswith("restart")}
+        names = [line.split()[1] for line in queue if line.split()[1].startswith(prefix)]
+        queued_ids = {line.split()[0] for line in queue if line.split()[1].startswith(prefix)}
         print(f"\nslurmctld restart mid-burst: {len(ids)} of {count} submissions accepted, "
               f"{count - len(ids)} refused with Slurm's error, {len(names)} jobs queued")
         assert len(set(ids)) == len(ids)                 # no id handed out twice
@@ -283,5 +286,154 @@ def test_slurmctld_restart_mid_burst_loses_and_doubles_nothing(user, project):
         for code, _, message in outcomes:
             assert code == 0 or message, "a failed submission must say why"
     finally:
-        subprocess.run(["scancel", "-u", user.name, "--name",
-                        ",".join(f"restart{i}" for i in range(count))])
+        subprocess.run(["scancel", *ids, *queued_ids])
+
+
+LOAD = r'''
+import json, os, queue, random, subprocess, sys, threading, time
+requests, clients, prefix = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+open("load-ready", "w").close()
+while not os.path.exists("load-go"):
+    time.sleep(0.05)
+kinds = ["sbatch", "squeue", "scontrol", "scancel"]
+tasks = iter([(i, kinds[i % 4]) for i in range(requests)])
+task_lock = threading.Lock()
+submitted, to_cancel, results = [], queue.Queue(), []
+
+def call(i, kind):
+    if kind == "sbatch":
+        return ["sbatch", "--parsable", "--hold", f"--job-name={prefix}{i}", "--wrap", "true"]
+    if kind == "squeue":
+        return ["squeue", "-h", "-o", "%i %j %T"]
+    if kind == "scontrol":
+        while not submitted:
+            time.sleep(0.01)
+        return ["scontrol", "show", "job", random.choice(submitted)]
+    return ["scancel", to_cancel.get(timeout=300)]   # each held job cancelled exactly once
+
+def client():
+    while True:
+        with task_lock:
+            task = next(tasks, None)
+        if task is None:
+            return
+        i, kind = task
+        argv = call(i, kind)
+        start = time.monotonic()
+        r = subprocess.run(argv, capture_output=True, text=True)
+        took = time.monotonic() - start
+        if kind == "sbatch" and r.returncode == 0:
+            submitted.append(r.stdout.strip())
+            to_cancel.put(r.stdout.strip())
+        results.append([kind, r.returncode, round(took, 3), r.stdout.strip()[:40],
+                        r.stderr.strip()[-200:]])
+
+start = time.monotonic()
+threads = [threading.Thread(target=client) for _ in range(clients)]
+for t in threads: t.start()
+for t in threads: t.join()
+wall = time.monotonic() - start
+open("load-done", "w").close()
+while not os.path.exists("load-end"):
+    time.sleep(0.05)
+print(json.dumps({"wall": wall, "results": results, "session": os.environ["AGENT_SANDBOX_SESSION"]}))
+'''
+
+
+def _wait_file(path: Path, proc, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, f"{path.name} never appeared"
+        time.sleep(0.05)
+
+
+def test_mixed_load_of_1000_requests_from_32_clients(user, project):
+    """SPEC/issue #8 load: sbatch --hold, squeue, scontrol show job and
+    scancel of in-scope jobs, 1,000 requests from 32 clients in one sandbox."""
+    from chaperon.ledger import Ledger
+
+    requests, clients = 1000, 32
+    prefix = f"load{os.urandom(3).hex()}-"
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", LOAD,
+                             str(requests), str(clients), prefix],
+                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    ids: list[str] = []
+    try:
+        _wait_file(project / "load-ready", proc, 30)
+        chaperon = next(c for c in psutil.Process(proc.pid).children(recursive=True)
+                        if "chaperon.server" in " ".join(c.cmdline()))
+        rss_before = chaperon.memory_info().rss
+        peak = [rss_before]
+        sampling = threading.Event()
+
+        def sample():
+            while not sampling.wait(0.2):
+                try:
+                    peak.append(chaperon.memory_info().rss)
+                except psutil.Error:
+                    return
+
+        sampler = threading.Thread(target=sample)
+        sampler.start()
+        (project / "load-go").touch()
+        try:
+            _wait_file(project / "load-done", proc, 900)
+        finally:
+            sampling.set()
+            sampler.join()
+        rss_after = chaperon.memory_info().rss
+        (project / "load-end").touch()
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        report = json.loads(out.strip().splitlines()[-1])
+        results = report["results"]
+        ids = [r[3] for r in results if r[0] == "sbatch" and r[1] == 0]
+        failed = [r for r in results if r[1] != 0]
+        slowest = max(r[2] for r in results)
+        by_kind = {k: sorted(r[2] for r in results if r[0] == k)
+                   for k in ("sbatch", "squeue", "scontrol", "scancel")}
+        medians = {k: v[len(v) // 2] for k, v in by_kind.items()}
+
+        # Slurm's own view: every accepted job exists once, with its tag.
+        listed = subprocess.run(["squeue", "-h", "-t", "all", "-u", user.name,
+                                 "-o", "%i|%j|%k"], capture_output=True, text=True).stdout
+        rows = [line.split("|", 2) for line in listed.splitlines()
+                if line.split("|")[1].startswith(prefix)]
+        deadline = time.monotonic() + 60      # slurmdbd records asynchronously
+        while True:
+            accounted = subprocess.run(["sacct", "-X", "-n", "-P", "-j", ",".join(ids),
+                                        "-o", "JobID,JobName,State"], capture_output=True,
+                                       text=True).stdout
+            sacct_rows = [line.split("|") for line in accounted.splitlines()
+                          if len(line.split("|")) == 3 and line.split("|")[1].startswith(prefix)]
+            if len(sacct_rows) >= len(ids) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        ledger = [r for r in Ledger(str(user.home / ".local/state/agent-sandbox"), "reader",
+                                    str(project)).records("user")
+                  if r.get("job") in set(ids)]
+        print(f"\nload: {len(results)} of {requests} requests answered by {clients} clients in "
+              f"{report['wall']:.1f} s; {len(failed)} failed; slowest {slowest:.2f} s; "
+              f"median s {medians}; {len(ids)} jobs submitted, {len(rows)} in squeue, "
+              f"{len(sacct_rows)} in sacct, {len(ledger)} ledger records; chaperon RSS "
+              f"{rss_before / 2**20:.1f} MB before, peak {max(peak) / 2**20:.1f} MB, "
+              f"{rss_after / 2**20:.1f} MB after")
+        assert len(results) == requests                      # every request answered
+        assert failed == [], failed[:5]
+        assert slowest < 30.0                                # the stub's silence timeout
+        assert len(ids) == requests // 4 and len(set(ids)) == len(ids)
+        assert sorted(r[0] for r in rows) == sorted(ids)     # 0 lost, 0 doubled (squeue)
+        assert sorted(r[0] for r in sacct_rows) == sorted(ids)                     # (sacct)
+        assert all(f"sid={report['session']}" in r[2] for r in rows)               # (tags)
+        assert sorted(r["job"] for r in ledger) == sorted(ids)                     # (ledger)
+        assert {r[2].split()[0] for r in sacct_rows} == {"CANCELLED"}   # every scancel acted
+        assert rss_after - rss_before < 20 * 2**20           # bounded, not growing per request
+    finally:
+        if proc.poll() is None:
+            (project / "load-end").touch()
+            proc.kill()
+        if ids:
+            subprocess.run(["scancel", *ids])
