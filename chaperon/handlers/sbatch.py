@@ -65,6 +65,23 @@ def _script(ctx, cwd: str, parsed, request) -> tuple[bytes, list[str]]:
     return data, args
 
 
+def job_name(merged, request) -> list[str]:
+    """The name the real sbatch would give: Slurm would otherwise name every
+    job after our wrapper. SBATCH_JOB_NAME is honoured as sbatch does (the
+    other SBATCH_* input variables are dropped, see environment.py)."""
+    if merged.has("job-name"):
+        return []                      # re-emitted as the user wrote it
+    name = request.env_str.get("SBATCH_JOB_NAME")
+    if not name:
+        if merged.has("wrap"):
+            name = "wrap"
+        elif merged.rest:
+            name = os.path.basename(merged.rest[0]) or "sbatch"
+        else:
+            name = "sbatch"            # the script came on stdin
+    return [f"--job-name={name}"]
+
+
 def _stage(ctx, cwd: str, merged, body: bytes, args: list[str], token: str) -> tuple:
     """Write the snapshot, the jobstart spec and the wrapper; return the
     options that point Slurm at them."""
@@ -129,7 +146,7 @@ def handle(ctx, request, out) -> int:
     except Refusal as refusal:
         return refuse(ctx, out, "sbatch", refusal.reason, refusal.what, refusal.why, refusal.fix)
 
-    argv = [binary, *merged.argv(skip=REBUILT), *options,
+    argv = [binary, *merged.argv(skip=REBUILT), *options, *job_name(merged, request),
             f"--comment={comment_tag(ctx, merged.last('comment'))}", "--parsable", wrapper]
     ctx.log.event("submit", command="sbatch", token=token, script_bytes=len(data),
                   argv=argv[1:-1])

@@ -213,3 +213,28 @@ def test_script_from_stdin(user, project):
                           input="#!/bin/sh\necho from-stdin\n", timeout=120)
     assert result.returncode == 0, result.stderr
     assert wait_for_file(project / f"slurm-{result.stdout.strip()}.out") == "from-stdin\n"
+
+
+def test_job_names_are_those_the_real_sbatch_gives(user, project):
+    """Slurm would name every job after the chaperon's wrapper; the names
+    must be the ones a direct submission gets."""
+    write(user, project / "myjob.sh", "#!/bin/sh\ntrue\n")
+    cases = [(["myjob.sh"], {}, None), (["./myjob.sh"], {}, None),
+             (["--wrap", "true"], {}, None), ([], {}, "#!/bin/sh\ntrue\n"),
+             (["-J", "given", "myjob.sh"], {}, None),
+             (["myjob.sh"], {"SBATCH_JOB_NAME": "fromenv"}, None)]
+    ids = []
+    try:
+        for args, extra, stdin in cases:
+            argv = ["sbatch", "--parsable", "--hold", *args]
+            real = user.run(argv, env=user.env(**extra), cwd=project, input=stdin)
+            inside = user.sandbox(*argv, env=user.env(**extra), cwd=project, input=stdin)
+            assert real.returncode == 0 and inside.returncode == 0, (real.stderr, inside.stderr)
+            pair = [real.stdout.strip(), inside.stdout.strip()]
+            ids += pair
+            names = subprocess.run(["squeue", "-h", "-j", ",".join(pair), "-o", "%i %j"],
+                                   capture_output=True, text=True).stdout.split()
+            named = dict(zip(names[::2], names[1::2]))
+            assert named[pair[0]] == named[pair[1]], (args, extra, named)
+    finally:
+        subprocess.run(["scancel", *ids])
