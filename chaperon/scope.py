@@ -43,6 +43,7 @@ JOB_REF = re.compile(r"(\d{1,10})((?:_(?:\d+|\[[0-9,\-:%]*\]|\*)|\+\d+)?"
                      r"(?:\.(?:\d+|batch|extern|interactive)(?:\+\d+)?)?)")
 PLACEHOLDER_TOP = 0x3FFFFFF          # 67108863: the largest local job id Slurm allows
 PRUNE_ABOVE = 256                    # ledger ids before forgotten ones are pruned
+PRUNE_EVERY = 10.0                   # seconds between prunes: each costs a squeue call
 
 
 def ref_base(text: str) -> str | None:
@@ -115,8 +116,9 @@ class Scope:
         records = ctx.ledger.records(self.kind)
         with ctx.lock:
             ids = list(dict.fromkeys(r.job for r in records if r.job not in ctx.gone))
-        if len(ids) <= PRUNE_ABOVE:
-            return ids
+        if len(ids) <= PRUNE_ABOVE or time.monotonic() - ctx.pruned_at < PRUNE_EVERY:
+            return ids   # a forgotten id in the list is harmless, only a little slower
+        ctx.pruned_at = time.monotonic()
         asked = time.time()
         code, out = self.capture("squeue", ["--me", "--noheader", "--states=all",
                                             "--format=%F"])

@@ -16,9 +16,8 @@ FIFO and only announces it on the shared one with a line far below PIPE_BUF
 (atomic). A stalled, flooding or hostile client then ties up only its own
 handler thread, never another client's answer.
 
-Stdlib only, no imports beyond os: the stubs import this on every Slurm call.
+Imports nothing: the stubs import this on every Slurm call.
 """
-from __future__ import annotations
 
 SANDBOX_DIR = "/run/agent-sandbox/chaperon"   # where bwrap shows the session dir
 STUB_BIN = "/run/agent-sandbox/bin"           # bwrap's stubs, first on PATH inside

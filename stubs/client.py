@@ -10,9 +10,7 @@ lives in the chaperon outside the sandbox.
 Runs on every Slurm call inside the jail: stdlib only, started with
 `python3 -IS`, nothing imported that the call does not need.
 """
-from __future__ import annotations
-
-import os
+import posix   # not os: its import costs a millisecond on every Slurm call
 import sys
 
 from chaperon import protocol
@@ -21,6 +19,7 @@ from chaperon.session import (ANNOUNCE_FIFO, CONN_DIR, ENV_SESSION_DIR, SANDBOX_
 
 READS_STDIN = {"sbatch"}   # only sbatch takes its script from stdin; others never read it
 MAX_STDIN = 4 * 1024 * 1024
+ENXIO = 6
 
 
 def fail(command: str, what: str, why: str, fix: str) -> int:
@@ -29,7 +28,7 @@ def fail(command: str, what: str, why: str, fix: str) -> int:
 
 
 def _wants_stdin(command: str, args: list[str]) -> bool:
-    if command not in READS_STDIN or sys.stdin is None or os.isatty(0):
+    if command not in READS_STDIN or sys.stdin is None or posix.isatty(0):
         return False
     # sbatch reads stdin only when no script file and no --wrap are given; the
     # chaperon parses for real, this is only to avoid blocking on a pipe.
@@ -42,7 +41,7 @@ def _wants_stdin(command: str, args: list[str]) -> bool:
 def _read_stdin() -> bytes:
     chunks, size = [], 0
     while True:
-        chunk = os.read(0, 65536)
+        chunk = posix.read(0, 65536)
         if not chunk:
             return b"".join(chunks)
         size += len(chunk)
@@ -51,17 +50,29 @@ def _read_stdin() -> bytes:
         chunks.append(chunk)
 
 
-def _open_fifo(path: str, flags: int, deadline: float) -> int:
-    """Open a FIFO end without blocking forever on a missing peer."""
-    import time
+class _Alarm(Exception):
+    pass
 
-    while True:
-        try:
-            return os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC)
-        except OSError as exc:
-            if exc.errno != 6 or time.monotonic() > deadline:   # ENXIO: no reader yet
-                raise
-            time.sleep(0.002)
+
+def _on_alarm(signum, frame):
+    raise _Alarm
+
+
+def _open_for_writing(path: str, seconds: float) -> int:
+    """Open a FIFO's write end as soon as the chaperon opens its read end —
+    a blocking open wakes at that instant, where polling would sleep past it —
+    but never longer than `seconds` (SIGALRM interrupts the open)."""
+    import _signal   # built in and already loaded: no import cost
+
+    previous = _signal.signal(_signal.SIGALRM, _on_alarm)
+    _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        return posix.open(path, posix.O_WRONLY | posix.O_CLOEXEC)
+    except _Alarm:
+        raise TimeoutError("the chaperon did not take the request") from None
+    finally:
+        _signal.setitimer(_signal.ITIMER_REAL, 0)
+        _signal.signal(_signal.SIGALRM, previous)
 
 
 def _announce(fd: int, line: bytes, deadline: float) -> None:
@@ -72,7 +83,7 @@ def _announce(fd: int, line: bytes, deadline: float) -> None:
 
     while True:
         try:
-            os.write(fd, line)
+            posix.write(fd, line)
             return
         except BlockingIOError:
             left = deadline - time.monotonic()
@@ -82,36 +93,38 @@ def _announce(fd: int, line: bytes, deadline: float) -> None:
 
 
 def exchange(command: str, request: bytes, session_dir: str, name: str) -> tuple:
-    """Send `request` on the connection `name`; return (decoder events, error)."""
+    """Send `request` on the connection `name`; return (exit code, error)."""
     import select
     import time
 
-    conn = os.path.join(session_dir, CONN_DIR)
-    req_path = os.path.join(conn, f"{name}.req")
-    resp_path = os.path.join(conn, f"{name}.resp")
-    os.mkfifo(req_path, 0o600)
-    os.mkfifo(resp_path, 0o600)
+    conn = f"{session_dir}/{CONN_DIR}"
+    req_path = f"{conn}/{name}.req"
+    resp_path = f"{conn}/{name}.resp"
+    posix.mkfifo(req_path, 0o600)
+    posix.mkfifo(resp_path, 0o600)
     try:
-        resp_fd = os.open(resp_path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        resp_fd = posix.open(resp_path, posix.O_RDONLY | posix.O_NONBLOCK | posix.O_CLOEXEC)
         try:
-            announce_fd = os.open(os.path.join(session_dir, ANNOUNCE_FIFO),
-                                  os.O_WRONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            announce_fd = posix.open(f"{session_dir}/{ANNOUNCE_FIFO}",
+                                     posix.O_WRONLY | posix.O_NONBLOCK | posix.O_CLOEXEC)
         except OSError:
             return None, "not_running"
         deadline = time.monotonic() + SILENCE_TIMEOUT
         try:
             _announce(announce_fd, announcement(name), deadline)
         finally:
-            os.close(announce_fd)
-        req_fd = _open_fifo(req_path, os.O_WRONLY, deadline)
+            posix.close(announce_fd)
         try:
-            os.set_blocking(req_fd, True)
+            req_fd = _open_for_writing(req_path, deadline - time.monotonic())
+        except TimeoutError:
+            return None, "timeout"
+        try:
             view = memoryview(request)
             while view:
-                written = os.write(req_fd, view)
+                written = posix.write(req_fd, view)
                 view = view[written:]
         finally:
-            os.close(req_fd)
+            posix.close(req_fd)
         decoder = protocol.ResponseDecoder()
         poller = select.poll()
         poller.register(resp_fd, select.POLLIN)
@@ -119,10 +132,10 @@ def exchange(command: str, request: bytes, session_dir: str, name: str) -> tuple
         while True:
             if not poller.poll(SILENCE_TIMEOUT * 1000):
                 return None, "timeout"
-            data = os.read(resp_fd, 65536)
+            data = posix.read(resp_fd, 65536)
             if not data:
                 if not writer_seen:
-                    time.sleep(0.002)   # the chaperon has not opened its end yet
+                    time.sleep(0.0005)   # the chaperon has not opened its end yet
                     if time.monotonic() > deadline:
                         return None, "timeout"
                     continue
@@ -140,7 +153,7 @@ def exchange(command: str, request: bytes, session_dir: str, name: str) -> tuple
     finally:
         for path in (req_path, resp_path):
             try:
-                os.unlink(path)
+                posix.unlink(path)
             except OSError:
                 pass
 
@@ -152,12 +165,22 @@ def yield_event(event) -> None:
         stream.flush()
 
 
+def _is_dir(path: str) -> bool:
+    try:
+        return posix.stat(path).st_mode & 0o170000 == 0o040000
+    except OSError:
+        return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv if argv is None else argv
-    command = os.path.basename(argv[0])
+    command = argv[0].rpartition("/")[2]
     args = argv[1:]
-    session_dir = os.environ.get(ENV_SESSION_DIR, SANDBOX_DIR)
-    if not os.path.isdir(session_dir):
+    environ = posix.environ   # bytes to bytes, as the protocol carries it
+    fs_encoding, fs_errors = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
+    session_dir = environ.get(ENV_SESSION_DIR.encode(), SANDBOX_DIR.encode()).decode(
+        fs_encoding, fs_errors)
+    if not _is_dir(session_dir):
         return fail(command, "Slurm is not available in this sandbox",
                     "no chaperon session is attached (CHAPERON=false, or Slurm is not "
                     "installed on this host)", "Run Slurm commands outside the sandbox")
@@ -168,12 +191,11 @@ def main(argv: list[str] | None = None) -> int:
         except OverflowError:
             return fail(command, "the script on stdin was refused",
                         "it is larger than 4 MiB", "Pass a script file instead")
-    env = [(k.encode(), v.encode("utf-8", "surrogateescape")) for k, v in os.environ.items()]
-    name = os.urandom(16).hex()
+    name = posix.urandom(16).hex()
     request = protocol.encode_request(protocol.Request(
-        command=command, args=tuple(os.fsencode(a) for a in args),
-        cwd=os.fsencode(os.getcwd()), env=tuple(env), stdin=stdin,
-        resp_path=os.path.join(session_dir, CONN_DIR, f"{name}.resp")))
+        command=command, args=tuple(a.encode(fs_encoding, fs_errors) for a in args),
+        cwd=posix.getcwdb(), env=tuple(environ.items()), stdin=stdin,
+        resp_path=f"{session_dir}/{CONN_DIR}/{name}.resp"))
     try:
         code, error = exchange(command, request, session_dir, name)
     except protocol.ProtocolError as exc:

@@ -50,6 +50,7 @@ class Context:
         self.user = config.get("user") or ""
         self.lock = threading.Lock()
         self.gone: set[str] = set()      # ledger ids Slurm has forgotten (scope.live_ids)
+        self.pruned_at = float("-inf")   # when `gone` was last brought up to date
         self.cache: dict = {}            # per-session facts (sacct's field table, …)
 
     def binary(self, name: str) -> str | None:
