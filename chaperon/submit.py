@@ -10,6 +10,7 @@ from urllib.parse import quote
 from .environment import command_env
 from .jobwrap import STEERING
 from .options import OptionRefused
+from .scope import ref_base
 
 TAG_PREFIX = "chaperon:"
 TAG_END = ":END"
@@ -116,3 +117,37 @@ def check_limits(ctx, partition: str | None) -> None:
         raise Refusal("too_many_jobs", "another job is refused",
                       f"this session already submitted {limit} jobs (SLURM_MAX_JOBS)",
                       "Wait for jobs to finish in a new session, or ask your site admin")
+
+
+DEPENDENCY_TYPES = ("after", "afterany", "afterburstbuffer", "aftercorr", "afternotok",
+                    "afterok", "expand", "singleton")
+
+
+def check_dependency(value: str, scope) -> str:
+    """A dependency expression (sbatch/srun --dependency, scontrol update
+    Dependency=) whose job ids are all in `scope`; refused otherwise."""
+    def ids(part: str) -> str:
+        kind, _, rest = part.partition(":")
+        if kind.lower() not in DEPENDENCY_TYPES:
+            raise Refusal("bad_dependency", f"the dependency {value!r} is refused",
+                          f"{kind!r} is not a dependency type",
+                          "Use afterok:ID, afterany:ID, afternotok:ID, after:ID or singleton")
+        if not rest:
+            return part
+        jobs = []
+        for item in rest.split(":"):
+            ref, plus, delay = item.partition("+")
+            if ref_base(ref) is None:
+                raise Refusal("bad_dependency", f"the dependency {value!r} is refused",
+                              f"{item!r} is not a job id", "Give job ids: afterok:123:124")
+            jobs.append((ref, plus + delay))
+        refs = [j for j, _ in jobs]
+        outside = [r for r, ok in zip(refs, scope.in_scope(refs)) if not ok]
+        if outside:
+            raise Refusal("job_out_of_scope", f"a dependency on job {outside[0]} is refused",
+                          "it is not a job this sandbox can see (Slurm would keep the "
+                          "dependency unfulfilled forever)",
+                          "Depend on jobs submitted from this sandbox's scope")
+        return part
+    separator = "?" if "?" in value else ","
+    return separator.join(ids(p) for p in value.split(separator) if p)

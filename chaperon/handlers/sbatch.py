@@ -26,8 +26,9 @@ from ..directives import parse_script
 from ..ledger import LedgerError
 from ..options import OptionRefused, merge
 from ..sbatch_options import parse
-from ..submit import (Refusal, check_limits, comment_tag, from_option, job_env, output_pattern,
-                      preflight, project_file, working_dir)
+from ..scope import Scope
+from ..submit import (Refusal, check_dependency, check_limits, comment_tag, from_option,
+                      job_env, output_pattern, preflight, project_file, working_dir)
 from ..jobwrap import wrapper_script
 from . import refuse, run_real
 
@@ -135,6 +136,8 @@ def handle(ctx, request, out) -> int:
             raise from_option(refused) from None
         merged = merge(directives.parsed, cmdline)
         check_limits(ctx, merged.last("partition"))
+        for dependency in merged.values.get("dependency", []):
+            check_dependency(dependency, Scope(ctx, request))
         token = os.urandom(8).hex()
         options, wrapper = _stage(ctx, cwd, merged, directives.body, args, token)
         try:

@@ -31,7 +31,8 @@ from ..options import (HOSTLIST, JOB_NAME, NICE, OTHER_CLUSTER, REQ, TEXT, TIME,
                        CommandSpec, Denial, OptionRefused, deny, flag)
 from ..scope import (Filter, Placeholders, Scope, bad_refs, parse_permuted, ref_base,
                      untag_scontrol)
-from ..submit import TAG_END, TAG_PREFIX, Refusal, check_limits, from_option
+from ..submit import (TAG_END, TAG_PREFIX, Refusal, check_dependency, check_limits,
+                      from_option)
 from . import refuse, run_real
 
 UID = Denial("identity", "it makes scontrol act as another user", "Leave it out")
@@ -125,8 +126,6 @@ KEYS = [
 ]
 CHECKS: dict[str, Check] = {"Name": JOB_NAME, "JobName": JOB_NAME, "Nice": NICE,
                             "TimeLimit": TIME, "TimeMin": TIME, "Comment": TEXT}
-DEPENDENCY_TYPES = ("after", "afterany", "afterburstbuffer", "aftercorr", "afternotok",
-                    "afterok", "expand", "singleton")
 
 
 def _resolve(word: str, table: dict) -> str | None:
@@ -334,35 +333,6 @@ def _current_limit(scope, job: str) -> float | None:
     return _minutes(lines[0]) if code == 0 and lines else None
 
 
-def _dependency(value: str, scope) -> str:
-    """A dependency expression whose job ids are all in scope."""
-    def ids(part: str) -> str:
-        kind, _, rest = part.partition(":")
-        if kind.lower() not in DEPENDENCY_TYPES:
-            raise Refusal("bad_dependency", f"the dependency {value!r} is refused",
-                          f"{kind!r} is not a dependency type",
-                          "Use afterok:ID, afterany:ID, afternotok:ID, after:ID or singleton")
-        if not rest:
-            return part
-        jobs = []
-        for item in rest.split(":"):
-            ref, plus, delay = item.partition("+")
-            if ref_base(ref) is None:
-                raise Refusal("bad_dependency", f"the dependency {value!r} is refused",
-                              f"{item!r} is not a job id", "Give job ids: afterok:123:124")
-            jobs.append((ref, plus + delay))
-        refs = [j for j, _ in jobs]
-        outside = [r for r, ok in zip(refs, scope.in_scope(refs)) if not ok]
-        if outside:
-            raise Refusal("job_out_of_scope", f"a dependency on job {outside[0]} is refused",
-                          "it is not a job this sandbox can see (Slurm would keep the "
-                          "dependency unfulfilled forever)",
-                          "Depend on jobs submitted from this sandbox's scope")
-        return part
-    separator = "?" if "?" in value else ","
-    return separator.join(ids(p) for p in value.split(separator) if p)
-
-
 def _update(ctx, request, out, binary, parsed, scope, placeholders, args) -> int:
     pairs: list[tuple[str, str, str]] = []   # (tag, operator, value)
     i = 0
@@ -423,7 +393,7 @@ def _update(ctx, request, out, binary, parsed, scope, placeholders, args) -> int
             raise Refusal("bad_value", f"{name}={value} is refused", check.test(value),
                           check.fix)
         if name == "Dependency":
-            value = _dependency(value, scope)
+            value = check_dependency(value, scope)
         if name == "Partition":
             check_limits(ctx, value)
         if name == "Comment":

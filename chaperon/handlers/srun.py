@@ -18,10 +18,10 @@ import os
 
 from ..ledger import LedgerError
 from ..options import OptionRefused
-from ..scope import AllocationWatcher, known_job
+from ..scope import AllocationWatcher, Scope, known_job
 from ..srun_options import parse
-from ..submit import (Refusal, check_limits, comment_tag, from_option, job_env, preflight,
-                      working_dir, within)
+from ..submit import (Refusal, check_dependency, check_limits, comment_tag, from_option,
+                      job_env, preflight, working_dir, within)
 from . import refuse, run_real
 
 REBUILT = ("output", "error", "input")
@@ -91,6 +91,8 @@ def handle(ctx, request, out) -> int:
                          and n not in STEP_ENV_REFUSED)
         else:
             check_limits(ctx, parsed.last("partition"))
+            for dependency in parsed.values.get("dependency", []):
+                check_dependency(dependency, Scope(ctx, request))
         streams = {}
         for name in ("output", "error"):
             target = parsed.last(name)

@@ -484,3 +484,30 @@ def test_agent_sandbox_sbatch_from_outside_runs_the_job_sandboxed(user, project,
     srun = user.run([INSTALLED, "srun", "/bin/sh", "-c", PROBE], cwd=project, timeout=120)
     assert srun.returncode == 0, srun.stderr
     assert srun.stdout.split() == ["AGENT_SANDBOX=1", "ssh=hidden"]
+
+
+def test_submissions_depend_only_on_jobs_in_scope(user, project, sessions, jobs):
+    """sbatch and srun --dependency, in every spelling and in #SBATCH lines,
+    name only jobs the sandbox can see — like scontrol update Dependency=."""
+    session = sessions(project)
+    own = session.submit()
+    other = outside(user, "sbatch", "--parsable", "--hold", "--wrap", "true").stdout.strip()
+    jobs += [own, other]
+    for spelling in ([f"--dependency=afterok:{other}"], ["-d", f"afterany:{own}:{other}"],
+                     [f"--dependency=afterok:{own},afternotok:{other}"]):
+        refused = session.run("sbatch", "--parsable", "--hold", *spelling, "--wrap", "true")
+        assert refused.returncode == 1, (spelling, refused)
+        assert refused.stderr.startswith("agent-sandbox: sbatch: a dependency on job "), refused
+    script = project / "dep.sh"
+    script.write_text(f"#!/bin/sh\n#SBATCH --dependency=afterok:{other}\ntrue\n")
+    os.chown(script, user.uid, user.gid)
+    refused = session.run("sbatch", "--parsable", "--hold", "dep.sh")
+    assert refused.returncode == 1 and "not a job this sandbox can see" in refused.stderr
+    srun = session.run("srun", f"--dependency=afterok:{other}", "true", timeout=60)
+    assert srun.returncode == 1 and "not a job this sandbox can see" in srun.stderr
+    accepted = session.run("sbatch", "--parsable", "--hold", f"--dependency=afterok:{own}",
+                           "--wrap", "true")
+    assert accepted.returncode == 0, accepted
+    jobs.append(accepted.stdout.strip())
+    assert f"afterok:{own}" in outside(user, "squeue", "-h", "-j", accepted.stdout.strip(),
+                                       "-o", "%E").stdout
