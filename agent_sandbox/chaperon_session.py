@@ -28,14 +28,12 @@ def wanted(settings, policy) -> bool:
 
 
 def session_parent(home: str) -> str:
-    """Where session directories go: the state directory, which every backend
-    hides from the sandbox (it is among the credential dirs). Not /tmp: a
-    sandbox that shares /tmp (PRIVATE_TMP=false, or landlock, which cannot
-    hide part of a tree it grants) could drive every other session's
-    chaperon there (SPEC §9)."""
-    from .confload import state_dir
-
-    base = os.path.join(state_dir(home), "run")
+    """Where session directories go: a directory every backend hides from
+    the sandbox (policy.CREDENTIAL_DIRS) and grants only this session's
+    part of. Not /tmp: a sandbox that shares /tmp (PRIVATE_TMP=false, or
+    landlock, which cannot hide part of a tree it grants) could drive every
+    other session's chaperon there (SPEC §9)."""
+    base = os.path.join(home, ".local", "state", "agent-sandbox-run")
     os.makedirs(base, mode=0o700, exist_ok=True)
     return base
 

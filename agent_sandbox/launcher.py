@@ -35,20 +35,46 @@ def say(message: str) -> None:
 
 # ---------------------------------------------------------------- nesting
 def inside_sandbox(environ) -> bool:
-    """True only with both pieces of evidence: the AGENT_SANDBOX=1 marker and
-    the session's marker file on a read-only mount, which only a sandbox has
-    (outside, /run/agent-sandbox would need root to create). A stray
-    AGENT_SANDBOX=1 in a login shell is not enough."""
+    """True only with the AGENT_SANDBOX=1 marker and evidence no process
+    outside a sandbox has (a stray AGENT_SANDBOX=1 in a login shell is not
+    enough, and nothing the sandbox can write may stand in for it):
+    - bwrap: the session's marker file on a read-only mount under /run, which
+      outside would need root to create;
+    - firejail: PID 1 is our own process (its PID namespace); outside, PID 1
+      is the system's init, owned by root;
+    - landlock: our own state directory, which we may list, refuses us
+      (the ruleset never grants it unless HOME_ACCESS=write; then a nested
+      run wraps once more, which is safe)."""
     if environ.get("AGENT_SANDBOX") != "1":
-        return False
-    try:
-        flags = os.statvfs(MARKER_PATH).f_flag
-        info = os.lstat(MARKER_PATH)
-    except OSError:
         return False
     import stat
 
-    return bool(flags & os.ST_RDONLY) and stat.S_ISREG(info.st_mode)
+    try:
+        flags = os.statvfs(MARKER_PATH).f_flag
+        info = os.lstat(MARKER_PATH)
+        if flags & os.ST_RDONLY and stat.S_ISREG(info.st_mode):
+            return True
+    except OSError:
+        pass
+    backend = environ.get("SANDBOX_BACKEND")
+    if backend == "firejail":
+        try:
+            return os.stat("/proc/1").st_uid == os.getuid() != 0
+        except OSError:
+            return False
+    if backend == "landlock":
+        state = os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".local", "state",
+                             "agent-sandbox")
+        try:
+            info = os.stat(state)
+            if info.st_uid != os.getuid() or info.st_mode & 0o500 != 0o500:
+                return False
+            os.listdir(state)
+        except PermissionError:
+            return True
+        except OSError:
+            return False
+    return False
 
 
 def exec_nested(command: list[str], environ) -> int:
@@ -78,6 +104,14 @@ def launch_context(project_dir: str | None, environ, session_id: str | None = No
     from .policy import LaunchContext
 
     entry = pwd.getpwuid(os.getuid())
+    # The user config dir is kept read-only inside only if it exists; made
+    # here so that a session with a writable home cannot create it and plant
+    # a config that weakens the next launch.
+    try:
+        os.makedirs(os.path.join(entry.pw_dir, ".config", "agent-sandbox"), mode=0o700,
+                    exist_ok=True)
+    except OSError:
+        pass   # a read-only home: nothing can be planted there either
     return LaunchContext(
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,

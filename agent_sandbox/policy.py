@@ -22,10 +22,13 @@ from .envfilter import scrub
 from .errors import PolicyError
 
 # Always hidden, in every HOME_ACCESS mode; not configurable away (SPEC §4).
+# The last one holds the chaperon session directories: hidden so that no
+# sandbox reaches another session's chaperon (firejail shows the parents of
+# its own session's directory, nothing else).
 CREDENTIAL_DIRS = (
     ".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud",
     ".password-store", ".local/state/agent-sandbox", ".local/share/keyrings",
-    ".netrc", ".config/gh",
+    ".netrc", ".config/gh", ".local/state/agent-sandbox-run",
 )
 # /run is a tmpfs; only what DNS needs comes back (never munge or D-Bus).
 RUN_DNS_PATHS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager/resolv.conf")

@@ -188,7 +188,7 @@ class View:
         self.whitelist.append("/var/tmp")
         self.home()
         if chaperon:
-            # The session dir lies in the hidden state directory on purpose
+            # The session dir lies in an always-hidden directory on purpose
             # (no other session's is reachable); only this one is whitelisted.
             self.whitelist.append(chaperon)
         for path in writable:
@@ -309,8 +309,6 @@ def notes(policy: Policy, view: View, unavailable) -> tuple[str, ...]:
     if unavailable:
         out.append("DEVICES not available on firejail (--private-dev has no such class): "
                    + " ".join(unavailable))
-    out.append("nested `agent-sandbox run` inside cannot tell it is sandboxed (firejail "
-               "cannot place the read-only session marker) and starts a nested sandbox")
     return tuple(out)
 
 

@@ -151,7 +151,7 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
         r.grant(path, RW)
     chaperon = getattr(policy, "chaperon_dir", None)
     if chaperon:
-        # Inside the hidden state directory on purpose, so no other session's
+        # Inside an always-hidden directory on purpose, so no other session's
         # is reachable: granted as an exact rule, past the hidden-path carving.
         r.rules.append((RW, chaperon))
     r.grant(policy.project_dir, RW)
@@ -189,8 +189,10 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     if policy.network_isolated:
         out.append("NETWORK_MODE=isolated: partial — Landlock denies TCP bind and connect; "
                    "UDP and other protocols are not restricted")
-    out.append("nested `agent-sandbox run` inside cannot tell it is sandboxed (no session "
-               "marker without a mount namespace) and starts a nested, stricter sandbox")
+    if policy.home_access == "write":
+        out.append("HOME_ACCESS=write: a nested `agent-sandbox run` inside cannot tell it is "
+                   "sandboxed (the state directory it checks is granted) and starts a nested, "
+                   "stricter sandbox")
     return tuple(out)
 
 

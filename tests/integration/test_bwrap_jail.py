@@ -8,6 +8,7 @@ from __future__ import annotations
 import errno
 import glob
 import json
+import shutil
 import marshal
 import os
 import signal
@@ -265,6 +266,22 @@ def test_writes_outside_the_project_fail_and_the_project_is_writable(jail, proje
     assert (project / "result.txt").read_text() == "planted"
     assert not Path("/etc/planted").exists()
     assert (user.home / ".bashrc").read_text() == "# test user's bashrc\n"
+
+
+def test_a_writable_home_cannot_plant_a_user_config(jail, project):
+    """Even when ~/.config/agent-sandbox did not exist before the launch, a
+    session with HOME_ACCESS=write cannot create the config the next launch
+    would read."""
+    config_dir = jail.user.home / ".config" / "agent-sandbox"
+    shutil.rmtree(config_dir, ignore_errors=True)
+    target = config_dir / "sandbox.conf"
+    mkdir = ("import os, sys\ntry:\n    os.makedirs(os.path.dirname(sys.argv[1]), "
+             "exist_ok=True)\nexcept OSError:\n    pass\n")
+    result = jail.sandbox("/usr/bin/python3", "-c", mkdir + WRITE_SCRIPT, str(target),
+                          cwd=project, env=jail.env(HOME_ACCESS="write"))
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)[str(target)] in ("EROFS", "EACCES", "ENOENT")
+    assert not target.exists()
 
 
 def test_tmpwrite_home_writes_vanish(jail, project):
@@ -633,19 +650,28 @@ def test_banner_says_which_backend_and_what_it_does_not_enforce(jail, project):
         assert "partly enforced: passwd.filtered" in result.stderr
 
 
-def test_nested_run_does_not_rewrap(user, project):
-    result = user.sandbox(INSTALLED, "run", "--", "/bin/sh", "-c",
-                          "readlink /proc/1/exe; echo $AGENT_SANDBOX", cwd=project,
-                          env=user.env(SANDBOX_QUIET=None, SANDBOX_BACKEND="bwrap"))
+def test_nested_run_does_not_rewrap(jail, project):
+    """On every backend: the nested run executes the command under the
+    current policy (no second sandbox, no second chaperon)."""
+    script = (f'echo "$AGENT_SANDBOX_SESSION"; {INSTALLED} run -- /bin/sh -c '
+              '\'echo "$AGENT_SANDBOX $SANDBOX_BACKEND $AGENT_SANDBOX_SESSION"\'')
+    result = jail.sandbox("/bin/sh", "-c", script, cwd=project,
+                          env=jail.env(SANDBOX_QUIET=None))
     assert result.returncode == 0, result.stderr
     assert "without re-wrapping" in result.stderr
-    assert result.stdout.splitlines()[-1] == "1"
+    outer, inner = result.stdout.splitlines()
+    assert inner.split() == ["1", jail.backend, outer]     # the same session: not re-wrapped
 
 
-@pytest.mark.parametrize("backend", ["firejail", "landlock"])
-def test_nested_run_on_other_backends_is_a_stated_difference(user, project, backend):
-    _, text = Jail(user, backend).report(cwd=project)
-    assert "nested `agent-sandbox run` inside cannot tell it is sandboxed" in text
+def test_forged_evidence_outside_does_not_skip_the_sandbox(user, project):
+    """AGENT_SANDBOX=1 with each backend's name outside: the command is
+    still sandboxed (the evidence is checked, not the variables)."""
+    key = str(user.home / ".ssh" / "id_rsa")
+    for backend in ("bwrap", "firejail", "landlock"):
+        result = user.sandbox("/bin/sh", "-c", f"cat {key} >/dev/null 2>&1 && echo READ",
+                              cwd=project, env=user.env(AGENT_SANDBOX="1",
+                                                        SANDBOX_BACKEND=backend))
+        assert result.returncode == 1 and "READ" not in result.stdout, (backend, result)
 
 
 def _bin_dir(user, project, tools) -> Path:

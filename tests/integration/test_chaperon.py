@@ -22,7 +22,7 @@ def outside(user, *argv):
 
 
 def session_dirs(user) -> list[Path]:
-    return list((user.home / ".local/state/agent-sandbox/run").glob("agent-sandbox-*"))
+    return list((user.home / ".local/state/agent-sandbox-run").glob("agent-sandbox-*"))
 
 
 def audit_lines(user) -> set[str]:
