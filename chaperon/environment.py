@@ -47,8 +47,15 @@ def export_name_denied(name: str) -> bool:
             or upper.startswith("XDG_") or upper in ("SLURM_CONF",))
 
 
+# Slurm variables that only change how times are printed: kept, so that
+# output inside matches output outside.
+OUTPUT_ONLY = frozenset({"SLURM_TIME_FORMAT"})
+
+
 def allowed_name(name: str) -> bool:
     """May a caller's variable reach a real Slurm command (and so a job)?"""
+    if name in OUTPUT_ONLY:
+        return True
     return (not is_hook(name) and not name.startswith(SLURM_PREFIXES)
             and name not in ("HOME_ACCESS", "SANDBOX_CONF", "AGENT_SANDBOX_CHAPERON")
             and name.replace("_", "a").isalnum() and not name[:1].isdigit())

@@ -12,7 +12,7 @@ from .options import (ADMIN_ONLY, ARRAY, BCAST, BURST_BUFFER, CHDIR, COMMAND, CO
                       EXPORT, EXPORT_FILE, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
                       MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
                       PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, CommandSpec,
-                      Denial, Parsed, allow, choice, deny, flag, other, path)
+                      Denial, OptionRefused, Parsed, allow, choice, deny, flag, other, path)
 from .options import parse as _parse
 
 WRAP_IN_SCRIPT = Denial(
@@ -140,3 +140,74 @@ def parse(argv: Sequence[str], *, allow_mail: bool = False) -> Parsed:
     """sbatch's command line: options, then the script and its arguments.
     `--wrap` is accepted and left to the handler (`parsed.last("wrap")`)."""
     return _parse(SBATCH, argv, unlock=("mail",) if allow_mail else ())
+
+
+# sbatch's input environment variables (the names in Slurm 22.05's
+# libslurmfull, each with the option it sets). Slurm applies them after the
+# #SBATCH lines and before the command line; the handler does the same, with
+# the same allow-list, so a variable cannot smuggle a denied option. Not
+# mapped (dropped, as before): SBATCH_DEBUG, SBATCH_REQ_SWITCH and
+# SBATCH_WAIT4SWITCH (halves of --switches), SBATCH_MEM_BIND_* (set by Slurm
+# for the job, not read).
+INPUT_ENV = {
+    "SBATCH_ACCOUNT": "account", "SBATCH_ACCTG_FREQ": "acctg-freq", "SBATCH_ARRAY_INX": "array",
+    "SBATCH_BATCH": "batch", "SBATCH_BURST_BUFFER": "bb", "SBATCH_CLUSTERS": "clusters",
+    "SBATCH_CLUSTER_CONSTRAINT": "cluster-constraint", "SBATCH_CONSTRAINT": "constraint",
+    "SBATCH_CONTAINER": "container", "SBATCH_CORE_SPEC": "core-spec",
+    "SBATCH_CPUS_PER_GPU": "cpus-per-gpu", "SBATCH_CPU_FREQ_REQ": "cpu-freq",
+    "SBATCH_DELAY_BOOT": "delay-boot", "SBATCH_DISTRIBUTION": "distribution",
+    "SBATCH_ERROR": "error", "SBATCH_EXCLUSIVE": "exclusive", "SBATCH_EXPORT": "export",
+    "SBATCH_GET_USER_ENV": "get-user-env", "SBATCH_GPUS": "gpus",
+    "SBATCH_GPUS_PER_NODE": "gpus-per-node", "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket",
+    "SBATCH_GPUS_PER_TASK": "gpus-per-task", "SBATCH_GPU_BIND": "gpu-bind",
+    "SBATCH_GPU_FREQ": "gpu-freq", "SBATCH_GRES": "gres", "SBATCH_GRES_FLAGS": "gres-flags",
+    "SBATCH_HINT": "hint", "SBATCH_IGNORE_PBS": "ignore-pbs", "SBATCH_INPUT": "input",
+    "SBATCH_JOB_NAME": "job-name", "SBATCH_MEM_BIND": "mem-bind",
+    "SBATCH_MEM_PER_CPU": "mem-per-cpu", "SBATCH_MEM_PER_GPU": "mem-per-gpu",
+    "SBATCH_MEM_PER_NODE": "mem", "SBATCH_NETWORK": "network", "SBATCH_NO_KILL": "no-kill",
+    "SBATCH_NO_REQUEUE": "no-requeue", "SBATCH_OPEN_MODE": "open-mode",
+    "SBATCH_OUTPUT": "output", "SBATCH_OVERCOMMIT": "overcommit",
+    "SBATCH_PARTITION": "partition", "SBATCH_POWER": "power", "SBATCH_PROFILE": "profile",
+    "SBATCH_QOS": "qos", "SBATCH_REQUEUE": "requeue", "SBATCH_RESERVATION": "reservation",
+    "SBATCH_SIGNAL": "signal", "SBATCH_SPREAD_JOB": "spread-job",
+    "SBATCH_THREADS_PER_CORE": "threads-per-core", "SBATCH_THREAD_SPEC": "thread-spec",
+    "SBATCH_TIMELIMIT": "time", "SBATCH_USE_MIN_NODES": "use-min-nodes",
+    "SBATCH_WAIT": "wait", "SBATCH_WAIT_ALL_NODES": "wait-all-nodes", "SBATCH_WCKEY": "wckey",
+}
+
+
+def env_words(env: dict[str, str]) -> list[tuple[str, str]]:
+    """(variable, command-line word) for each input variable set in `env`,
+    as sbatch reads it: a flag option is on when its variable is empty,
+    "yes" or a non-zero number, and off for any other value."""
+    words = []
+    for variable, name in INPUT_ENV.items():
+        value = env.get(variable)
+        if value is None:
+            continue
+        option = SBATCH.by_long.get(name)
+        arg = option.arg if option else REQ
+        if arg is NONE:
+            if value == "" or value.lower() == "yes" or (value.isdigit() and int(value)):
+                words.append((variable, f"--{name}"))
+        elif arg is OPT and value == "":
+            words.append((variable, f"--{name}"))
+        else:
+            words.append((variable, f"--{name}={value}"))
+    return words
+
+
+def parse_env(env: dict[str, str], *, allow_mail: bool = False) -> Parsed:
+    """The input variables as options, through the same allow-list. A refusal
+    names the variable the option came from."""
+    words = env_words(env)
+    try:
+        return parse([w for _, w in words], allow_mail=allow_mail)
+    except OptionRefused as refused:
+        variable = words[refused.index][0] if refused.index is not None and \
+            0 <= refused.index < len(words) else "an SBATCH_* variable"
+        raise OptionRefused(refused.command, refused.written, refused.reason,
+                            refused.why, f"Unset {variable}, or: {refused.instead[:1].lower()}{refused.instead[1:]}",
+                            option=refused.option, index=refused.index,
+                            subject=f"{variable} (read by sbatch as {refused.written})"
+                            ) from None

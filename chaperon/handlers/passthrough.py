@@ -14,6 +14,10 @@ def handle(ctx, request, out) -> int:
         return refuse(ctx, out, request.command, "not_installed",
                       f"{request.command} is not available", "it is not installed on this host",
                       "Ask your site admin")
+    # The command's own input variables (SINFO_FORMAT, SINFO_SORT, …) only
+    # shape this read-only view, so they reach it as they would outside.
+    own = request.command.upper() + "_"
+    keep = tuple(name for name in request.env_str if name.startswith(own))
     code, _ = run_real(out, [binary, *map(os.fsdecode, request.args)],
-                       env=command_env(request.env), cwd=ctx.project_dir)
+                       env=command_env(request.env, keep_slurm=keep), cwd=ctx.project_dir)
     return code

@@ -25,7 +25,7 @@ import shutil
 from ..directives import parse_script
 from ..ledger import LedgerError
 from ..options import OptionRefused, merge
-from ..sbatch_options import parse
+from ..sbatch_options import parse, parse_env
 from ..scope import Scope
 from ..submit import (Refusal, check_dependency, check_limits, comment_tag, from_option,
                       job_env, output_pattern, preflight, project_file, working_dir)
@@ -66,21 +66,16 @@ def _script(ctx, cwd: str, parsed, request) -> tuple[bytes, list[str]]:
     return data, args
 
 
-def job_name(merged, request) -> list[str]:
+def job_name(merged) -> list[str]:
     """The name the real sbatch would give: Slurm would otherwise name every
-    job after our wrapper. SBATCH_JOB_NAME is honoured as sbatch does (the
-    other SBATCH_* input variables are dropped, see environment.py)."""
+    job after our wrapper."""
     if merged.has("job-name"):
-        return []                      # re-emitted as the user wrote it
-    name = request.env_str.get("SBATCH_JOB_NAME")
-    if not name:
-        if merged.has("wrap"):
-            name = "wrap"
-        elif merged.rest:
-            name = os.path.basename(merged.rest[0]) or "sbatch"
-        else:
-            name = "sbatch"            # the script came on stdin
-    return [f"--job-name={name}"]
+        return []                      # re-emitted as given (-J, #SBATCH, SBATCH_JOB_NAME)
+    if merged.has("wrap"):
+        return ["--job-name=wrap"]
+    if merged.rest:
+        return [f"--job-name={os.path.basename(merged.rest[0]) or 'sbatch'}"]
+    return ["--job-name=sbatch"]       # the script came on stdin
 
 
 def _stage(ctx, cwd: str, merged, body: bytes, args: list[str], token: str) -> tuple:
@@ -126,15 +121,18 @@ def handle(ctx, request, out) -> int:
         binary = preflight(ctx, request, "sbatch")
         try:
             cmdline = parse(request.args_str)
+            from_env = parse_env(request.env_str)
         except OptionRefused as refused:
             raise from_option(refused) from None
         cwd = working_dir(ctx, request)
         data, args = _script(ctx, cwd, cmdline, request)
         try:
-            directives = parse_script(data, ignore_pbs=cmdline.has("ignore-pbs"))
+            directives = parse_script(data, ignore_pbs=cmdline.has("ignore-pbs")
+                                      or from_env.has("ignore-pbs"))
         except OptionRefused as refused:
             raise from_option(refused) from None
-        merged = merge(directives.parsed, cmdline)
+        # Slurm's order: #SBATCH lines, then SBATCH_* variables, then the command line.
+        merged = merge(merge(directives.parsed, from_env), cmdline)
         check_limits(ctx, merged.last("partition"))
         for dependency in merged.values.get("dependency", []):
             check_dependency(dependency, Scope(ctx, request))
@@ -149,7 +147,7 @@ def handle(ctx, request, out) -> int:
     except Refusal as refusal:
         return refuse(ctx, out, "sbatch", refusal.reason, refusal.what, refusal.why, refusal.fix)
 
-    argv = [binary, *merged.argv(skip=REBUILT), *options, *job_name(merged, request),
+    argv = [binary, *merged.argv(skip=REBUILT), *options, *job_name(merged),
             f"--comment={comment_tag(ctx, merged.last('comment'))}", "--parsable", wrapper]
     ctx.log.event("submit", command="sbatch", token=token, script_bytes=len(data),
                   argv=argv[1:-1])

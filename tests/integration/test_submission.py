@@ -238,3 +238,38 @@ def test_job_names_are_those_the_real_sbatch_gives(user, project):
             assert named[pair[0]] == named[pair[1]], (args, extra, named)
     finally:
         subprocess.run(["scancel", *ids])
+
+
+def test_sbatch_input_variables_act_as_with_the_real_sbatch(user, project):
+    """SBATCH_* variables apply between #SBATCH lines and the command line,
+    through the same allow-list; sinfo's own variables reach sinfo."""
+    write(user, project / "timed.sh", "#!/bin/sh\n#SBATCH --time=5\ntrue\n")
+    cases = [({"SBATCH_TIMELIMIT": "7", "SBATCH_JOB_NAME": "envjob"}, ["timed.sh"]),
+             ({"SBATCH_TIMELIMIT": "7"}, ["--time=9", "timed.sh"]),
+             ({"SBATCH_REQUEUE": "", "SBATCH_OVERCOMMIT": "no"}, ["timed.sh"])]
+    ids = []
+    try:
+        for extra, args in cases:
+            argv = ["sbatch", "--parsable", "--hold", *args]
+            real = user.run(argv, env=user.env(**extra), cwd=project)
+            inside = user.sandbox(*argv, env=user.env(**extra), cwd=project)
+            assert real.returncode == 0 and inside.returncode == 0, (real.stderr, inside.stderr)
+            pair = [real.stdout.strip(), inside.stdout.strip()]
+            ids += pair
+            shown = [subprocess.run(["scontrol", "show", "job", job], capture_output=True,
+                                    text=True).stdout for job in pair]
+            fields = [{k: v for k, v in re.findall(r"(JobName|TimeLimit|Requeue|OverSubscribe)"
+                                                   r"=(\S+)", text)} for text in shown]
+            assert fields[0] == fields[1], (extra, args, fields)
+        assert fields[0]["Requeue"] == "1"
+        refused = user.sandbox("sbatch", "--hold", "timed.sh", cwd=project,
+                               env=user.env(SBATCH_GET_USER_ENV="1"))
+        assert refused.returncode == 1
+        assert refused.stderr.startswith("agent-sandbox: sbatch: SBATCH_GET_USER_ENV (read by "
+                                         "sbatch as --get-user-env=1) is refused — ")
+    finally:
+        subprocess.run(["scancel", *ids])
+    env = user.env(SINFO_FORMAT="%P|%a|%D")
+    real = user.run(["sinfo"], env=env, cwd=project)
+    inside = user.sandbox("sinfo", env=env, cwd=project)
+    assert inside.stdout == real.stdout and "|" in real.stdout
