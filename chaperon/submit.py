@@ -99,7 +99,8 @@ def job_env(ctx, request, *, keep_slurm: tuple[str, ...] = ()) -> dict[str, str]
 def comment_tag(ctx, user_comment: str | None) -> str:
     tag = f"{TAG_PREFIX}sid={ctx.session_id},proj={ctx.ledger.project}"
     if user_comment:
-        tag += f",user={quote(user_comment, safe='')}"
+        # bytes: an argument that is not UTF-8 arrives with surrogate escapes
+        tag += f",user={quote(user_comment.encode('utf-8', 'surrogateescape'), safe='')}"
     return tag + TAG_END
 
 

@@ -188,3 +188,17 @@ def test_ledger_reading_thousands_of_records_is_fast(tmp_path):
         reader.jobs("project")
     warm = (time.perf_counter() - start) / 10
     assert warm < cold and warm < 0.05, (cold, warm)
+
+
+@pytest.mark.parametrize("comment", ["plain", "with space, comma:colon", "ünïcode",
+                                     b"\xff\xfe latin-1".decode("utf-8", "surrogateescape")])
+def test_comment_tag_round_trips_any_user_comment(comment):
+    from types import SimpleNamespace
+
+    from chaperon.submit import comment_tag
+
+    ctx = SimpleNamespace(session_id="abc123", ledger=SimpleNamespace(project="0f" * 8))
+    tag = comment_tag(ctx, comment).encode("ascii")      # Slurm stores it as given
+    match = scope.TAG.fullmatch(tag)
+    assert match is not None
+    assert scope.user_comment(match) == comment.encode("utf-8", "surrogateescape")
