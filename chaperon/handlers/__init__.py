@@ -65,6 +65,29 @@ def refuse(ctx: Context, out, command: str, reason: str, what: str, why: str,
     return 1
 
 
+def refuse_with(ctx: Context, out, command: str, refusal) -> int:
+    """`refuse` for a submit.Refusal raised by the checks."""
+    return refuse(ctx, out, command, refusal.reason, refusal.what, refusal.why, refusal.fix)
+
+
+def binary_and_args(ctx: Context, request, spec):
+    """The real binary of `spec.command` and the caller's arguments read by
+    its allow-list (options anywhere, as Slurm's getopt permutes them).
+    Raises submit.Refusal."""
+    from ..options import OptionRefused
+    from ..scope import parse_permuted
+    from ..submit import Refusal, from_option
+
+    binary = ctx.binary(spec.command)
+    if binary is None:
+        raise Refusal("not_installed", f"{spec.command} is refused",
+                      "it is not installed here", "Ask your site admin")
+    try:
+        return binary, parse_permuted(spec, request.args_str)
+    except OptionRefused as refused:
+        raise from_option(refused) from None
+
+
 def run_real(out, argv: list[str], *, env: dict, cwd: str, stdin: bytes = b"",
              capture: bool = False, on_stdout=None):
     """Run a real Slurm command and stream its stdout/stderr as produced.

@@ -12,12 +12,12 @@ reach sacct).
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import (HOSTLIST, NONE, OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial,
-                       OptionRefused, allow, deny, flag, other)
-from ..scope import (Filter, SacctColumns, Scope, by_lines, foreign_users, parse_permuted,
-                     untag_fields, untag_json, untag_yaml)
-from ..submit import Refusal, from_option
-from . import refuse, run_real
+from ..options import (HOSTLIST, NONE, OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, allow,
+                       deny, flag, other)
+from ..scope import (Filter, SacctColumns, Scope, by_lines, foreign_users, untag_fields,
+                     untag_json, untag_yaml)
+from ..submit import Refusal
+from . import binary_and_args, refuse_with, run_real
 
 ALL_USERS = Denial("foreign_jobs", "the sandbox shows only your own jobs, and {opt} selects "
                    "other users' jobs", "Leave it out; sacct inside lists your own jobs")
@@ -97,22 +97,14 @@ def _field_table(ctx, scope) -> tuple[list[str], int]:
 
 def handle(ctx, request, out) -> int:
     try:
-        binary = ctx.binary("sacct")
-        if binary is None:
-            raise Refusal("not_installed", "sacct is refused", "it is not installed here",
-                          "Ask your site admin")
-        try:
-            parsed = parse_permuted(SACCT, request.args_str)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary, parsed = binary_and_args(ctx, request, SACCT)
         others = foreign_users(ctx, parsed)
         if others:
             raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
                           "the sandbox shows only your own jobs",
                           "Leave it out; sacct inside lists your own jobs")
     except Refusal as refusal:
-        return refuse(ctx, out, "sacct", refusal.reason, refusal.what, refusal.why,
-                      refusal.fix)
+        return refuse_with(ctx, out, "sacct", refusal)
 
     scope = Scope(ctx, request)
     user = [f"--user={ctx.user or scope.uid}"]

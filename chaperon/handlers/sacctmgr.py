@@ -6,10 +6,9 @@ accounting database; both are refused, as is the interactive mode.
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import NONE, CommandSpec, Denial, OptionRefused, deny, flag
-from ..scope import parse_permuted
-from ..submit import Refusal, from_option
-from . import refuse, run_real
+from ..options import NONE, CommandSpec, Denial, deny, flag
+from ..submit import Refusal
+from . import binary_and_args, refuse_with, run_real
 
 ASSOCIATIONS = Denial("foreign_jobs", "it lists the associations of other users",
                       "Leave it out")
@@ -36,14 +35,7 @@ REFUSED = ("withassoc", "withcoord", "withsubaccounts", "withrawqos", "withusage
 
 def handle(ctx, request, out) -> int:
     try:
-        binary = ctx.binary("sacctmgr")
-        if binary is None:
-            raise Refusal("not_installed", "sacctmgr is refused", "it is not installed here",
-                          "Ask your site admin")
-        try:
-            parsed = parse_permuted(SACCTMGR, request.args_str)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary, parsed = binary_and_args(ctx, request, SACCTMGR)
         words = list(parsed.rest)
         if not words and not any(parsed.has(n) for n in ("help", "usage", "version")):
             raise Refusal("interactive", "interactive sacctmgr is refused",
@@ -70,8 +62,7 @@ def handle(ctx, request, out) -> int:
                               "Leave it out")
             words = [verb, entity, *words[2:]]
     except Refusal as refusal:
-        return refuse(ctx, out, "sacctmgr", refusal.reason, refusal.what, refusal.why,
-                      refusal.fix)
+        return refuse_with(ctx, out, "sacctmgr", refusal)
     code, _ = run_real(out, [binary, *parsed.argv(), *words], env=command_env(request.env),
                        cwd=ctx.project_dir)
     return code

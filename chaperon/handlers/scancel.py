@@ -11,12 +11,11 @@
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import (HOSTLIST, NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial,
-                       OptionRefused, allow, deny, flag)
-from ..scope import (Filter, Placeholders, Scope, bad_refs, by_lines, foreign_users,
-                     parse_permuted)
-from ..submit import Refusal, from_option
-from . import refuse, run_real
+from ..options import (HOSTLIST, NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, allow, deny,
+                       flag)
+from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, foreign_users
+from ..submit import Refusal
+from . import binary_and_args, refuse_with, run_real
 
 ACCOUNT = Denial("foreign_jobs", "the sandbox touches only the jobs in its scope, and {opt} "
                  "selects jobs by account, across users",
@@ -55,14 +54,7 @@ FILTERS = ("name", "nodelist", "partition", "qos", "reservation", "state", "user
 
 def handle(ctx, request, out) -> int:
     try:
-        binary = ctx.binary("scancel")
-        if binary is None:
-            raise Refusal("not_installed", "scancel is refused", "it is not installed here",
-                          "Ask your site admin")
-        try:
-            parsed = parse_permuted(SCANCEL, request.args_str)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary, parsed = binary_and_args(ctx, request, SCANCEL)
         others = foreign_users(ctx, parsed)
         if others:
             raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
@@ -75,8 +67,7 @@ def handle(ctx, request, out) -> int:
                           "it is not a job id the sandbox can check",
                           "Give job ids such as 123, 123_4, 123_[1-3] or 123.0")
     except Refusal as refusal:
-        return refuse(ctx, out, "scancel", refusal.reason, refusal.what, refusal.why,
-                      refusal.fix)
+        return refuse_with(ctx, out, "scancel", refusal)
 
     scope = Scope(ctx, request)
     placeholders = Placeholders()

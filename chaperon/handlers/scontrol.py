@@ -33,7 +33,7 @@ from ..scope import (Filter, Placeholders, Scope, bad_refs, parse_permuted, ref_
                      untag_scontrol)
 from ..submit import (TAG_END, TAG_PREFIX, Refusal, check_dependency, check_limits,
                       from_option)
-from . import refuse, run_real
+from . import refuse_with, run_real
 
 UID = Denial("identity", "it makes scontrol act as another user", "Leave it out")
 
@@ -207,8 +207,7 @@ def handle(ctx, request, out) -> int:
                         placeholders)
         return _update(ctx, request, out, binary, parsed, scope, placeholders, args)
     except Refusal as refusal:
-        return refuse(ctx, out, "scontrol", refusal.reason, refusal.what, refusal.why,
-                      refusal.fix)
+        return refuse_with(ctx, out, "scontrol", refusal)
 
 
 def _scoped_list(word: str, scope, placeholders, *, single: bool = False) -> str:

@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 
 from ..environment import command_env
-from ..options import OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, OptionRefused, allow, deny, \
+from ..options import OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, allow, deny, \
     flag
 from ..scope import (PLACEHOLDER_TOP, Filter, Placeholders, Scope, bad_refs, by_lines,
-                     foreign_users, job_refs, parse_permuted)
-from ..submit import Refusal, from_option
-from . import refuse, run_real
+                     foreign_users, job_refs)
+from ..submit import Refusal
+from . import binary_and_args, refuse_with, run_real
 
 NOT_FOUND = b"Unable to find jobs matching user/id(s) specified\n"
 NO_MATCH = "agent-sandbox-none"
@@ -46,14 +46,7 @@ SPRIO = CommandSpec("sprio", [
 
 def handle(ctx, request, out) -> int:
     try:
-        binary = ctx.binary("sprio")
-        if binary is None:
-            raise Refusal("not_installed", "sprio is refused", "it is not installed here",
-                          "Ask your site admin")
-        try:
-            parsed = parse_permuted(SPRIO, request.args_str)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary, parsed = binary_and_args(ctx, request, SPRIO)
         others = foreign_users(ctx, parsed)
         if others:
             raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
@@ -70,8 +63,7 @@ def handle(ctx, request, out) -> int:
             raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
                           "it is not a job id the sandbox can check", "Give job ids such as 123")
     except Refusal as refusal:
-        return refuse(ctx, out, "sprio", refusal.reason, refusal.what, refusal.why,
-                      refusal.fix)
+        return refuse_with(ctx, out, "sprio", refusal)
     scope = Scope(ctx, request)
     placeholders = Placeholders()
     if named:

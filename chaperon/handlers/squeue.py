@@ -19,12 +19,12 @@ import json
 import os
 
 from ..environment import command_env
-from ..options import (COUNT, HOSTLIST, OTHER_CLUSTER, OPT, REQ, TEXT, CommandSpec,
-                       Denial, OptionRefused, allow, deny, flag)
-from ..scope import (PLACEHOLDER_TOP, Filter, Placeholders, Scope, SqueueFormat, bad_refs, by_lines,
-                     foreign_users, job_refs, parse_permuted, untag_json, untag_yaml)
-from ..submit import Refusal, from_option
-from . import refuse, run_real
+from ..options import (COUNT, HOSTLIST, OTHER_CLUSTER, OPT, REQ, TEXT, CommandSpec, Denial, allow,
+                       deny, flag)
+from ..scope import (PLACEHOLDER_TOP, Filter, Placeholders, Scope, SqueueFormat, bad_refs,
+                     by_lines, foreign_users, job_refs, untag_json, untag_yaml)
+from ..submit import Refusal
+from . import binary_and_args, refuse_with, run_real
 
 ACCOUNTS = Denial("foreign_jobs", "the sandbox lists only the jobs in its scope, and {opt} "
                   "selects jobs by account, across users",
@@ -75,14 +75,7 @@ NO_MATCH = "agent-sandbox-no-job"
 
 def handle(ctx, request, out) -> int:
     try:
-        binary = ctx.binary("squeue")
-        if binary is None:
-            raise Refusal("not_installed", "squeue is refused", "it is not installed here",
-                          "Ask your site admin")
-        try:
-            parsed = parse_permuted(SQUEUE, request.args_str)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary, parsed = binary_and_args(ctx, request, SQUEUE)
         others = foreign_users(ctx, parsed)
         if others:
             raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
@@ -98,8 +91,7 @@ def handle(ctx, request, out) -> int:
                           "it is not a job id the sandbox can check",
                           "Give job ids such as 123, 123_4 or 123.0")
     except Refusal as refusal:
-        return refuse(ctx, out, "squeue", refusal.reason, refusal.what, refusal.why,
-                      refusal.fix)
+        return refuse_with(ctx, out, "squeue", refusal)
 
     scope = Scope(ctx, request)
     placeholders = Placeholders()

@@ -8,11 +8,10 @@ from __future__ import annotations
 import os
 
 from ..environment import command_env
-from ..options import (NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, OptionRefused,
-                       allow, deny, flag)
-from ..scope import foreign_users, parse_permuted
-from ..submit import Refusal, from_option
-from . import refuse, run_real
+from ..options import NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, allow, deny, flag
+from ..scope import foreign_users
+from ..submit import Refusal
+from . import binary_and_args, refuse_with, run_real
 
 OTHERS = Denial("foreign_jobs", "it lists the shares of other users and accounts",
                 "Leave it out; sshare inside shows your own associations")
@@ -39,22 +38,14 @@ SSHARE = CommandSpec("sshare", [
 
 def handle(ctx, request, out) -> int:
     try:
-        binary = ctx.binary("sshare")
-        if binary is None:
-            raise Refusal("not_installed", "sshare is refused", "it is not installed here",
-                          "Ask your site admin")
-        try:
-            parsed = parse_permuted(SSHARE, request.args_str)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary, parsed = binary_and_args(ctx, request, SSHARE)
         others = foreign_users(ctx, parsed)
         if others:
             raise Refusal("foreign_jobs", f"--users={','.join(others)} is refused",
                           "it would list another user's shares",
                           "Leave it out; sshare inside shows your own associations")
     except Refusal as refusal:
-        return refuse(ctx, out, "sshare", refusal.reason, refusal.what, refusal.why,
-                      refusal.fix)
+        return refuse_with(ctx, out, "sshare", refusal)
     user = [] if parsed.has("user") else [f"--users={ctx.user or os.getuid()}"]
     code, _ = run_real(out, [binary, *parsed.argv(), *user, *parsed.rest],
                        env=command_env(request.env), cwd=ctx.project_dir)

@@ -7,10 +7,10 @@ caller's, so the output is sstat's own.
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import TEXT, CommandSpec, OptionRefused, allow, flag
-from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, job_refs, parse_permuted
-from ..submit import Refusal, from_option
-from . import refuse, run_real
+from ..options import TEXT, CommandSpec, allow, flag
+from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, job_refs
+from ..submit import Refusal
+from . import binary_and_args, refuse_with, run_real
 
 SSTAT = CommandSpec("sstat", [
     flag("allsteps", "a"),
@@ -31,14 +31,7 @@ SSTAT = CommandSpec("sstat", [
 
 def handle(ctx, request, out) -> int:
     try:
-        binary = ctx.binary("sstat")
-        if binary is None:
-            raise Refusal("not_installed", "sstat is refused", "it is not installed here",
-                          "Ask your site admin")
-        try:
-            parsed = parse_permuted(SSTAT, request.args_str)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary, parsed = binary_and_args(ctx, request, SSTAT)
         refs = job_refs(parsed.values.get("jobs", [])) + job_refs(parsed.rest)
         wrong = bad_refs(refs)
         if wrong:
@@ -46,8 +39,7 @@ def handle(ctx, request, out) -> int:
                           "it is not a job id the sandbox can check",
                           "Give job ids such as 123 or 123.0")
     except Refusal as refusal:
-        return refuse(ctx, out, "sstat", refusal.reason, refusal.what, refusal.why,
-                      refusal.fix)
+        return refuse_with(ctx, out, "sstat", refusal)
     placeholders = Placeholders()
     selection = []
     if refs:
