@@ -65,7 +65,6 @@ class ChaperonSession:
     def start(cls, settings, policy) -> "ChaperonSession":
         from chaperon.session import ANNOUNCE_FIFO, CONN_DIR, visible_paths
 
-        from .confload import state_dir
         from .errors import SandboxError
 
         directory = tempfile.mkdtemp(prefix=f"agent-sandbox-{policy.session_id}-",
@@ -76,21 +75,9 @@ class ChaperonSession:
             _write_stubs(directory, cls.stub_script())
         staging = staging_dir(policy.home, policy.project_dir)
         os.makedirs(staging, mode=0o700, exist_ok=True)
-        config = {
-            "session_id": policy.session_id, "session_dir": directory,
-            "visible_dir": visible_paths(policy.backend, directory)[0],
-            "project_dir": policy.project_dir, "staging_dir": staging,
-            "state_dir": state_dir(policy.home), "launcher_pid": os.getpid(),
-            "slurm_scope": settings.SLURM_SCOPE, "slurm_binaries": _real_binaries(policy),
-            "log_level": settings.CHAPERON_LOG_LEVEL,
-            "retain_days": settings.CHAPERON_LOG_RETAIN_DAYS,
-            "allowed_partitions": list(settings.SLURM_ALLOWED_PARTITIONS),
-            "max_jobs": settings.SLURM_MAX_JOBS, "backend": policy.backend,
-            "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
-            "jobstart": os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobstart.py"),
-            "home": policy.home, "user": policy.user,
-            "overrides": {k: policy_value for k, policy_value in _overrides(settings).items()},
-        }
+        config = handler_config(settings, policy, staging)
+        config.update({"session_dir": directory, "launcher_pid": os.getpid(),
+                       "visible_dir": visible_paths(policy.backend, directory)[0]})
         # Opened here and inherited, so the FIFO has a reader from the first
         # instant: a stub called while the chaperon is still starting waits
         # for its answer instead of being told the chaperon is gone.
@@ -153,6 +140,25 @@ class ChaperonSession:
         import shutil
 
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def handler_config(settings, policy, staging: str) -> dict:
+    """What the Slurm handlers need to know of the session, whether they run
+    in a chaperon or in-process (`agent-sandbox sbatch` outside)."""
+    from .confload import state_dir
+
+    return {
+        "session_id": policy.session_id, "project_dir": policy.project_dir,
+        "staging_dir": staging, "state_dir": state_dir(policy.home),
+        "slurm_scope": settings.SLURM_SCOPE, "slurm_binaries": _real_binaries(policy),
+        "log_level": settings.CHAPERON_LOG_LEVEL,
+        "retain_days": settings.CHAPERON_LOG_RETAIN_DAYS,
+        "allowed_partitions": list(settings.SLURM_ALLOWED_PARTITIONS),
+        "max_jobs": settings.SLURM_MAX_JOBS, "backend": policy.backend,
+        "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
+        "jobstart": os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobstart.py"),
+        "home": policy.home, "user": policy.user, "overrides": _overrides(settings),
+    }
 
 
 def _write_stubs(directory: str, script: bytes) -> None:

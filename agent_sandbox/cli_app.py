@@ -264,8 +264,7 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
     from chaperon.audit import AuditLog
     from chaperon.handlers import Context, dispatch
 
-    from .chaperon_session import _overrides, _real_binaries, staging_dir
-    from .confload import state_dir
+    from .chaperon_session import _real_binaries, handler_config, staging_dir
     from .errors import SandboxError
     from .launcher import build
 
@@ -283,18 +282,7 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
         return 1
     staging = staging_dir(policy.home, policy.project_dir)
     os.makedirs(staging, mode=0o700, exist_ok=True)
-    config = {
-        "session_id": policy.session_id, "project_dir": policy.project_dir,
-        "staging_dir": staging, "state_dir": state_dir(policy.home),
-        "slurm_scope": settings.SLURM_SCOPE, "slurm_binaries": binaries,
-        "log_level": settings.CHAPERON_LOG_LEVEL,
-        "retain_days": settings.CHAPERON_LOG_RETAIN_DAYS,
-        "allowed_partitions": list(settings.SLURM_ALLOWED_PARTITIONS),
-        "max_jobs": settings.SLURM_MAX_JOBS, "backend": policy.backend,
-        "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
-        "jobstart": os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobstart.py"),
-        "home": policy.home, "user": policy.user, "overrides": _overrides(settings),
-    }
+    config = handler_config(settings, policy, staging)
     try:
         stdin = _outside_stdin(command, args)
         request = protocol.Request(command, args, cwd=os.getcwd(), env=policy.env,

@@ -244,20 +244,26 @@ class _Scanner:
         found: list[Assignment] = []
         i = 0
         while True:
-            while i < end:
-                c = text[i]
-                if c == " " or c == "\t" or c == "\n":
-                    i += 1
-                elif c == "\\" and text.startswith("\n", i + 1):
-                    i += 2
-                else:
-                    break
+            i = self.skip_blank(i)
             if i >= end:
                 return found
             if text[i] == "#":
                 i = self.skip_comment(i)
             else:
                 i = self.assignment(i, found, known_keys)
+
+    def skip_blank(self, i: int) -> int:
+        """Past spaces, tabs, newlines and backslash-newline continuations."""
+        text, end = self.text, self.end
+        while i < end:
+            c = text[i]
+            if c == " " or c == "\t" or c == "\n":
+                i += 1
+            elif c == "\\" and text.startswith("\n", i + 1):
+                i += 2
+            else:
+                break
+        return i
 
     def skip_comment(self, i: int) -> int:
         newline = self.text.find("\n", i)
@@ -392,14 +398,7 @@ class _Scanner:
         items: list[str] = []
         i = start + 1
         while True:
-            while i < end:
-                c = text[i]
-                if c == " " or c == "\t" or c == "\n":
-                    i += 1
-                elif c == "\\" and text.startswith("\n", i + 1):
-                    i += 2
-                else:
-                    break
+            i = self.skip_blank(i)
             if i >= end:
                 raise self.error(
                     start, "unterminated array: the `(` opened here is never closed by `)`"

@@ -9,28 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
-
-ADMIN_DIR = Path("/etc/agent-sandbox")
-ADMIN_FILE = ADMIN_DIR / "sandbox.conf"
-
-
-@pytest.fixture
-def admin():
-    """Write the admin file (root-owned, 0644) for one test, then remove it."""
-    created_dir = not ADMIN_DIR.exists()
-    ADMIN_DIR.mkdir(mode=0o755, exist_ok=True)
-    assert not ADMIN_FILE.exists(), "a real admin config is installed on this machine"
-
-    def write(text: str, mode: int = 0o644, uid: int = 0):
-        ADMIN_FILE.write_text(text)
-        os.chown(ADMIN_FILE, uid, 0)
-        ADMIN_FILE.chmod(mode)
-
-    yield write
-    ADMIN_FILE.unlink(missing_ok=True)
-    if created_dir:
-        ADMIN_DIR.rmdir()
+from tests.conftest import ADMIN_FILE, INSTALLED
 
 
 def show(user, project, env=None, extra=()):

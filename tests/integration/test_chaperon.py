@@ -3,7 +3,6 @@ the chaperon outside, the real Slurm cluster behind it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path

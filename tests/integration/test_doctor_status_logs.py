@@ -5,7 +5,6 @@ a SIGKILL), and logs showing a refused sbatch with its reason code."""
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import time
@@ -13,28 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
-
-ADMIN_DIR = Path("/etc/agent-sandbox")
-ADMIN_FILE = ADMIN_DIR / "sandbox.conf"
-
-
-@pytest.fixture
-def admin():
-    """A root-owned admin file for one test, removed afterwards."""
-    created_dir = not ADMIN_DIR.exists()
-    ADMIN_DIR.mkdir(mode=0o755, exist_ok=True)
-    assert not ADMIN_FILE.exists(), "a real admin config is installed on this machine"
-
-    def write(text: str):
-        ADMIN_FILE.write_text(text)
-        os.chown(ADMIN_FILE, 0, 0)
-        ADMIN_FILE.chmod(0o644)
-
-    yield write
-    ADMIN_FILE.unlink(missing_ok=True)
-    if created_dir:
-        ADMIN_DIR.rmdir()
+from tests.conftest import ADMIN_FILE, INSTALLED
 
 
 def doctor(user, project, *extra, env=None):

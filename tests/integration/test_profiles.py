@@ -2,7 +2,6 @@
 `claude` the test puts on the user's PATH; it reports what it can see."""
 from __future__ import annotations
 
-import os
 import shutil
 
 import pytest

@@ -16,37 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox import confload, report
+from agent_sandbox import report
 from agent_sandbox.backends import bwrap
 from agent_sandbox.backends.base import FdRef, Payload, Plan
 from agent_sandbox.fsview import mount_ops, placeholders
-from agent_sandbox.policy import LaunchContext, _is_within, resolve_policy
+from agent_sandbox.policy import _is_within, resolve_policy
+from tests.unit.homes import HOME_MODES, USER, context, make_home, settings_for
 
-USER = "alice"
-HOME_MODES = ("tmpwrite", "restricted", "read", "write")
-HOME_FILES = {
-    ".ssh/id_rsa": "PRIVATE KEY",
-    ".ssh/config": "Host *",
-    ".aws/credentials": "[default]",
-    ".gnupg/pubring.kbx": "gpg",
-    ".netrc": "machine x password y",
-    ".git-credentials": "https://u:p@host",
-    ".config/gh/hosts.yml": "oauth_token: gho_x",
-    ".config/other/settings.txt": "visible",
-    ".config/git/config": "[core]",
-    ".config/git/credentials": "secret",
-    ".local/state/agent-sandbox/chaperon/x.log": "log",
-    ".local/bin/tool": "#!/bin/sh",
-    ".local/share/thing": "x",
-    ".cache/uv/wheel": "w",
-    ".cache/pip/http": "h",
-    ".bashrc": "# rc",
-    ".gitconfig": "[user]\n\tname = Alice\n",
-    "notes.txt": "n",
-    "proj/src/main.py": "print()",
-    "proj/.git/hooks/pre-commit": "#!/bin/sh",
-    "proj/.git/config": "[core]",
-}
 SECRET = "sk-ant-api03-DISTINCTIVE-SECRET-VALUE-8c1f"
 OTHER_SECRET = "ghp_ANOTHER_DISTINCTIVE_TOKEN_77"
 MOUNT_KINDS = {"ro-bind", "bind", "dev-bind", "tmpfs", "symlink", "proc", "dev", "ro-data",
@@ -54,44 +30,18 @@ MOUNT_KINDS = {"ro-bind", "bind", "dev-bind", "tmpfs", "symlink", "proc", "dev",
 
 
 # ---------------------------------------------------------------- building
-def make_home(root: Path) -> Path:
-    home = root / "home" / USER
-    for relative, content in HOME_FILES.items():
-        path = home / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
-    (home / "notes-link").symlink_to(".config/other")          # harmless symlink
-    (home / "keys").symlink_to(".ssh")                         # symlink to a hidden dir
-    (home / "key-file").symlink_to(home / ".ssh" / "id_rsa")   # absolute, to a hidden file
-    (home / "proj" / "ssh-link").symlink_to(home / ".ssh")     # inside the project
-    return home
-
-
 @pytest.fixture
 def home(tmp_path) -> Path:
-    return make_home(tmp_path)
-
-
-def write_conf(home: Path, text: str) -> None:
-    conf = home / ".config" / "agent-sandbox" / "sandbox.conf"
-    conf.parent.mkdir(parents=True, exist_ok=True)
-    conf.write_text(text)
+    return make_home(tmp_path, symlinks=True)
 
 
 def build(home: Path, conf: str = "", *, environ=None, cwd=None, project_dir=None,
           install_paths=(), readonly_mounts=("/usr", "/etc"), command=("claude", "--resume")):
-    if conf:
-        write_conf(home, conf)
-    settings = confload.load_settings(home=str(home), user=USER, environ={},
-                                      admin_path=str(home.parent / "no-admin.conf"), cache=False)
+    settings = settings_for(home, conf)
     if readonly_mounts is not None:
         settings = settings.replace(READONLY_MOUNTS=tuple(str(p) for p in readonly_mounts))
-    ctx = LaunchContext(
-        uid=1000, gid=1000, user=USER, home=str(home),
-        environ=dict(environ if environ is not None else {"PATH": "/usr/bin:/bin"}),
-        cwd=str(cwd if cwd is not None else home / "proj"),
-        project_dir=None if project_dir is None else str(project_dir),
-        install_paths=tuple(str(p) for p in install_paths), session_id="sess-0001")
+    ctx = context(home, cwd=cwd, project_dir=project_dir, environ=environ,
+                  install_paths=install_paths)
     policy = resolve_policy(settings, ctx, backend="bwrap")
     return policy, make_plan(policy, list(command))
 

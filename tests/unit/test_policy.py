@@ -5,69 +5,17 @@ credentials, dotfiles and a project) and real Settings from the shipped
 defaults, so the rules are checked against the configuration users get."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from agent_sandbox import confload
 from agent_sandbox.errors import PolicyError
-from agent_sandbox.policy import CREDENTIAL_DIRS, LaunchContext, resolve_policy
-
-USER = "alice"
-HOME_MODES = ("tmpwrite", "restricted", "read", "write")
-HOME_FILES = {
-    ".ssh/id_rsa": "PRIVATE KEY",
-    ".ssh/config": "Host *",
-    ".aws/credentials": "[default]",
-    ".gnupg/pubring.kbx": "gpg",
-    ".netrc": "machine x password y",
-    ".git-credentials": "https://u:p@host",
-    ".config/gh/hosts.yml": "oauth_token: gho_x",
-    ".config/other/settings.txt": "visible",
-    ".config/git/config": "[core]",
-    ".config/git/credentials": "secret",
-    ".local/state/agent-sandbox/chaperon/x.log": "log",
-    ".local/bin/tool": "#!/bin/sh",
-    ".cache/uv/wheel": "w",
-    ".cache/pip/http": "h",
-    ".bashrc": "# rc",
-    ".gitconfig": "[user]",
-    "proj/src/main.py": "print()",
-}
-
-
-def make_home(root: Path) -> Path:
-    home = root / "home" / USER
-    for relative, content in HOME_FILES.items():
-        path = home / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
-    return home
-
+from agent_sandbox.policy import CREDENTIAL_DIRS, resolve_policy
+from tests.unit.homes import HOME_MODES, USER, context, make_home, settings_for
 
 @pytest.fixture
 def home(tmp_path) -> Path:
     return make_home(tmp_path)
-
-
-def settings_for(home: Path, user_conf: str = "", **changes):
-    if user_conf:
-        conf = home / ".config" / "agent-sandbox" / "sandbox.conf"
-        conf.parent.mkdir(parents=True, exist_ok=True)
-        conf.write_text(user_conf)
-    settings = confload.load_settings(home=str(home), user=USER, environ={},
-                                      admin_path=str(home.parent / "no-admin.conf"), cache=False)
-    return settings.replace(**changes) if changes else settings
-
-
-def context(home: Path, *, cwd=None, project_dir=None, environ=None, install_paths=()):
-    return LaunchContext(
-        uid=1000, gid=1000, user=USER, home=str(home),
-        environ=dict(environ if environ is not None else {"PATH": "/usr/bin:/bin"}),
-        cwd=str(cwd if cwd is not None else home / "proj"),
-        project_dir=None if project_dir is None else str(project_dir),
-        install_paths=tuple(str(p) for p in install_paths), session_id="sess-0001")
 
 
 def policy_for(home: Path, settings=None, **ctx_kwargs):
@@ -482,7 +430,7 @@ def test_readonly_overlays_are_existing_install_paths_and_config_tree(home, tmp_
 
 
 def test_protected_paths_resolve_against_the_project(home):
-    (home / "proj" / ".git" / "hooks").mkdir(parents=True)
+    (home / "proj" / ".git" / "hooks").mkdir(parents=True, exist_ok=True)
     (home / "proj" / ".git" / "config").write_text("[core]")
     policy = policy_for(home)
     by_path = {p.path: p for p in policy.protected}
