@@ -15,8 +15,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
-import time
 
 from .policy import SLURM_COMMANDS
 
@@ -39,7 +37,7 @@ def session_parent(home: str) -> str:
 
 
 def staging_dir(home: str, project_dir: str) -> str:
-    from chaperon.ledger import project_hash
+    from chaperon.paths import project_hash
 
     return os.path.join(home, ".local", "share", "agent-sandbox", "jobs",
                         project_hash(project_dir))
@@ -67,8 +65,11 @@ class ChaperonSession:
 
         from .errors import SandboxError
 
-        directory = tempfile.mkdtemp(prefix=f"agent-sandbox-{policy.session_id}-",
-                                     dir=session_parent(policy.home))
+        # The session id is random; the suffix only guards against a stale
+        # directory of the same name (os.mkdir, not tempfile: 3 ms of imports).
+        directory = os.path.join(session_parent(policy.home),
+                                 f"agent-sandbox-{policy.session_id}-{os.urandom(4).hex()}")
+        os.mkdir(directory, 0o700)
         os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
         os.mkdir(os.path.join(directory, CONN_DIR), 0o700)
         if policy.backend != "bwrap":
@@ -121,25 +122,43 @@ class ChaperonSession:
         return Payload(data=self.stub_script())
 
     def stop(self) -> None:
+        """SIGTERM, then up to 2 s for the chaperon to finish its requests (a
+        pidfd wakes us the instant it exits), then SIGKILL."""
         try:
-            os.kill(self.pid, signal.SIGTERM)
+            pidfd = os.pidfd_open(self.pid)
         except ProcessLookupError:
-            pass
-        deadline = time.monotonic() + 2.0
-        try:
-            while True:
-                done, _ = os.waitpid(self.pid, os.WNOHANG)
-                if done or time.monotonic() > deadline:
-                    break
-                time.sleep(0.01)
-            if not done:
-                os.kill(self.pid, signal.SIGKILL)
+            pidfd = None   # already gone
+        except OSError:    # a kernel before 5.3: no pidfd, wait in small steps
+            pidfd = -1
+        if pidfd is not None:
+            try:
+                os.kill(self.pid, signal.SIGTERM)
+                if not _exited(self.pid, pidfd, 2.0):
+                    os.kill(self.pid, signal.SIGKILL)
                 os.waitpid(self.pid, 0)
-        except ChildProcessError:
-            pass   # already reaped
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            finally:
+                if pidfd >= 0:
+                    os.close(pidfd)
         import shutil
 
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _exited(pid: int, pidfd: int, timeout: float) -> bool:
+    if pidfd >= 0:
+        import select
+
+        return bool(select.select([pidfd], [], [], timeout)[0])
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return True     # reaped here; the caller's waitpid finds no child
+        time.sleep(0.005)
+    return False
 
 
 def handler_config(settings, policy, staging: str) -> dict:

@@ -100,7 +100,7 @@ def _install_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
-def launch_context(project_dir: str | None, environ, session_id: str | None = None):
+def launch_context(project_dir: str | None, environ):
     from .policy import LaunchContext
 
     entry = pwd.getpwuid(os.getuid())
@@ -115,7 +115,7 @@ def launch_context(project_dir: str | None, environ, session_id: str | None = No
     return LaunchContext(
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
-        install_paths=_install_paths(), session_id=session_id or os.urandom(6).hex())
+        install_paths=_install_paths(), session_id=os.urandom(6).hex())
 
 
 def choose_backend(settings, requested: str | None, *, home: str | None = None,
@@ -348,23 +348,38 @@ def marker_payload(policy):
 
 # ---------------------------------------------------------------- building
 def build(command: list[str], *, project_dir: str | None, backend: str | None,
-          environ, chaperon=None, profile=None, session_id: str | None = None) -> tuple:
+          environ, chaperon=None, profile=None) -> tuple:
     """Everything up to the plan; returns (settings, policy, plan, denied syscalls).
     `chaperon` is the running ChaperonSession whose directory the sandbox gets;
-    `profile` the agent profile whose layer and note apply; `session_id`
-    keeps the id of a first build (one id per launch, in the sandbox's
-    environment, the chaperon's audit log and the ledger alike)."""
+    `profile` the agent profile whose layer and note apply."""
+    settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
+                                          environ=environ, profile=profile)
+    if chaperon:
+        from .policy import with_chaperon
+
+        policy = with_chaperon(policy, chaperon.directory, chaperon.staging)
+    policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
+                                    chaperon=chaperon)
+    return settings, policy, plan, denied
+
+
+def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None) -> tuple:
+    """(settings, backend selection, policy): the configuration resolved for
+    this user, project and host, before any payload or plan."""
     from .confload import load_settings
     from .policy import resolve_policy
 
-    ctx = launch_context(project_dir, environ, session_id)
+    ctx = launch_context(project_dir, environ)
     flags = {"SANDBOX_BACKEND": backend} if backend else {}
     settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags,
                              project_dir=ctx.project_dir or ctx.cwd, profile=profile)
     selection = choose_backend(settings, None, home=ctx.home, environ=ctx.environ)
-    name = selection.name
-    policy = resolve_policy(settings, ctx, backend=name, chaperon=chaperon and (
-        chaperon.directory, chaperon.staging))
+    return settings, selection, resolve_policy(settings, ctx, backend=selection.name)
+
+
+def plan_for(settings, selection, policy, command: list[str], *, profile=None,
+             chaperon=None) -> tuple:
+    """(policy with the profile's note, plan, denied syscalls) for `policy`."""
     payloads = {"marker": marker_payload(policy)}
     if chaperon:
         payloads["stub"] = chaperon.stub_payload()
@@ -372,13 +387,13 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
         policy, payloads["note-0"] = _with_note(policy, profile, slurm=chaperon is not None)
     denied: tuple[str, ...] = ()
     if policy.seccomp:
-        payloads["seccomp"], denied = seccomp_payload(policy, ctx.home)
-    if policy.filter_passwd and name == "bwrap":   # the others cannot bind files
+        payloads["seccomp"], denied = seccomp_payload(policy, policy.home)
+    if policy.filter_passwd and selection.name == "bwrap":   # the others cannot bind files
         payloads.update(identity_payloads(policy))
     abi = landlock_abi()
     plan = backend_plan(selection, policy, command, payloads, abi)
     check_required(plan, policy, settings, abi)
-    return settings, policy, plan, denied
+    return policy, plan, denied
 
 
 def _with_note(policy, profile, *, slurm: bool):
@@ -748,9 +763,9 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     if inside_sandbox(environ) and not dry_run:
         return exec_nested(command, environ)
     try:
-        settings, policy, plan, denied = build(command, project_dir=project_dir,
-                                               backend=backend, environ=environ,
-                                               profile=profile)
+        settings, selection, base = resolve(project_dir=project_dir, backend=backend,
+                                            environ=environ, profile=profile)
+        policy, plan, denied = plan_for(settings, selection, base, command, profile=profile)
         if profile is not None:
             from .profiles import ALWAYS_ENABLED
 
@@ -781,10 +796,12 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         try:
             if wanted(settings, policy):
                 session = ChaperonSession.start(settings, policy)
-                settings, policy, plan, denied = build(command, project_dir=project_dir,
-                                                       backend=backend, environ=environ,
-                                                       chaperon=session, profile=profile,
-                                                       session_id=policy.session_id)
+                from .policy import with_chaperon
+
+                policy, plan, denied = plan_for(
+                    settings, selection,
+                    with_chaperon(base, session.directory, session.staging),
+                    command, profile=profile, chaperon=session)
             created = create_placeholders(policy)
             # The session registry (`agent-sandbox status`): written right before
             # the sandbox starts, removed whatever way it ends; named by the

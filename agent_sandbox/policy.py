@@ -280,12 +280,6 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         forced={"HOME": home, "USER": ctx.user, "LOGNAME": ctx.user, "AGENT_SANDBOX": "1",
                 "SANDBOX_BACKEND": backend, "SANDBOX_PROJECT_DIR": project,
                 "AGENT_SANDBOX_SESSION": ctx.session_id, "PWD": workdir})
-    if chaperon:
-        from chaperon.session import ENV_SESSION_DIR, visible_paths
-
-        session_dir, stub_bin = visible_paths(backend, chaperon[0])
-        env["PATH"] = f"{stub_bin}:{env.get('PATH', '/usr/bin:/bin')}"
-        env[ENV_SESSION_DIR] = session_dir
     if settings.PRIVATE_TMP and "TMPDIR" in env and not _is_within(env["TMPDIR"], project):
         env["TMPDIR"] = "/tmp"   # the caller's TMPDIR is not visible inside
 
@@ -299,7 +293,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         if item.exists and os.path.islink(item.path):
             warnings.append(f"PROTECTED_PATHS: {item.path} is a symlink and cannot be kept "
                             "read-only; replace it with a regular file or directory")
-    return Policy(
+    policy = Policy(
         session_id=ctx.session_id, backend=backend, project_dir=project, workdir=workdir,
         uid=ctx.uid, gid=ctx.gid, user=ctx.user, home=home,
         home_access=settings.HOME_ACCESS,
@@ -314,6 +308,18 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         network_isolated=settings.NETWORK_MODE == "isolated",
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
-        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings),
-        chaperon_dir=chaperon[0] if chaperon else None,
-        staging_dir=chaperon[1] if chaperon else None)
+        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings))
+    return with_chaperon(policy, *chaperon) if chaperon else policy
+
+
+def with_chaperon(policy: Policy, session_dir: str, staging_dir: str) -> Policy:
+    """The policy of a session whose Slurm calls a chaperon serves: its
+    session directory and the job staging directory join the view, and the
+    stubs come first on PATH."""
+    from chaperon.session import ENV_SESSION_DIR, visible_paths
+
+    visible_dir, stub_bin = visible_paths(policy.backend, session_dir)
+    env = dict(policy.env)
+    env["PATH"] = f"{stub_bin}:{env.get('PATH', '/usr/bin:/bin')}"
+    env[ENV_SESSION_DIR] = visible_dir
+    return policy._replace(env=env, chaperon_dir=session_dir, staging_dir=staging_dir)

@@ -2,7 +2,9 @@
 """Launch latency of `agent-sandbox run -- true` against same-run baselines.
 
 Prints the median (and p90) wall time of:
-  * agent-sandbox run -- true           (the product, warm config/seccomp caches)
+  * agent-sandbox run -- true           (the product, warm config/seccomp caches;
+                                         with the chaperon when the host has Slurm)
+  * the same with CHAPERON=false        (no Slurm proxy), for information
   * bwrap --ro-bind / / --unshare-all --die-with-parent true   (the bare primitive)
   * python3 -I -S -c pass               (the interpreter floor)
 and checks the target: launch median <= bare bwrap median + 60 ms.
@@ -62,12 +64,19 @@ def main() -> int:
                          "true"],
         "python3 -I -S -c pass": ["/usr/bin/python3", "-I", "-S", "-c", "pass"],
     }
+    # Without Slurm's proxy too: on a host with Slurm the default launch also
+    # starts and stops the chaperon.
+    no_chaperon = dict(env, CHAPERON="false")
+    envs = {"agent-sandbox run -- true (CHAPERON=false)": no_chaperon}
+    cases["agent-sandbox run -- true (CHAPERON=false)"] = cases["agent-sandbox run -- true"]
     measure(cases["agent-sandbox run -- true"], 3, project, env)   # warm the caches
+    measure(cases["agent-sandbox run -- true"], 3, project, no_chaperon)
     results = {}
     # Interleave the cases so that machine noise hits all of them alike.
     for _ in range(args.runs):
         for name, argv in cases.items():
-            results.setdefault(name, []).extend(measure(argv, 1, project, env))
+            results.setdefault(name, []).extend(measure(argv, 1, project,
+                                                        envs.get(name, env)))
     for name, times in results.items():
         print(summary(name, times))
     launch = statistics.median(results["agent-sandbox run -- true"])

@@ -29,18 +29,15 @@ always current (its own writes).
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
 import threading
 import time
 
+from .paths import project_hash
+
 SCOPES = ("session", "project", "user", "none")
-
-
-def project_hash(project_dir: str) -> str:
-    return hashlib.sha256(os.path.realpath(project_dir).encode()).hexdigest()[:16]
 
 
 class LedgerError(OSError):
