@@ -450,51 +450,6 @@ def _payload_fd(name: str, payload) -> int:
     return fd
 
 
-def create_placeholders(policy) -> list:
-    from .fsview import placeholders
-
-    created = []
-    for item in placeholders(policy):
-        try:
-            parent = os.path.dirname(item.path)
-            missing_parents = []
-            while not os.path.lexists(parent):
-                missing_parents.append(parent)
-                parent = os.path.dirname(parent)
-            for directory in reversed(missing_parents):
-                os.mkdir(directory, 0o755)
-                created.append((directory, True, b""))
-            if item.is_dir:
-                os.mkdir(item.path, 0o755)
-            else:
-                fd = os.open(item.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             0o644)
-                os.write(fd, item.placeholder)
-                os.close(fd)
-            created.append((item.path, item.is_dir, item.placeholder))
-        except OSError as exc:
-            raise PolicyError(f"cannot create the read-only placeholder {item.path} — {exc}. "
-                              "Create it yourself or remove it from PROTECTED_PATHS.",
-                              reason="placeholder_failed") from None
-    return created
-
-
-def remove_placeholders(created: list) -> None:
-    """Remove what create_placeholders made, newest first, only while it is
-    still exactly what we wrote (an empty dir, the placeholder bytes)."""
-    for path, is_dir, content in reversed(created):
-        try:
-            if is_dir:
-                os.rmdir(path)   # fails when not empty: then it stays
-            else:
-                with open(path, "rb") as handle:
-                    if handle.read() != content:
-                        continue
-                os.unlink(path)
-        except OSError:
-            pass
-
-
 def run_plan(plan) -> int:
     """Start the backend with the plan's payloads and environment, forward
     signals to the command, return its exit code (125 for setup failures)."""
@@ -802,22 +757,26 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     settings, selection,
                     with_chaperon(base, session.directory, session.staging),
                     command, profile=profile, chaperon=session)
-            created = create_placeholders(policy)
-            # The session registry (`agent-sandbox status`): written right before
-            # the sandbox starts, removed whatever way it ends; named by the
-            # session id the chaperon's audit log and ledger carry.
-            from . import registry
+            # The session registry (`agent-sandbox status`): written before the
+            # placeholders are made (a session of the same project ending now
+            # must see this one and leave them), removed whatever way it ends;
+            # named by the session id the chaperon's audit log and ledger carry.
+            from . import placeholders, registry
 
             record = registry.register(
                 policy.home, session=policy.session_id,
                 backend=plan.backend, project=policy.project_dir,
                 chaperon_pid=session.pid if session else None,
                 command=os.path.basename(command[0]))
+            created = []
             try:
+                created = placeholders.create(policy)
+                placeholders.remember(policy.home, policy.project_dir, created)
                 return run_plan(plan)
             finally:
                 registry.unregister(record)
-                remove_placeholders(created)
+                placeholders.release(policy.home, policy.project_dir, policy.session_id,
+                                     created)
         finally:
             if session:
                 session.stop()

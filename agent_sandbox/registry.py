@@ -62,6 +62,24 @@ def start_ticks(pid: int | str = "self") -> int | None:
         return None
 
 
+def lookup_proc(pid: int):
+    """(uid, start ticks) of a running, non-zombie process, else None — the
+    `lookup` for judge() from /proc alone (no psutil on the launch path)."""
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            data = handle.read()
+    except OSError:
+        return None
+    fields = data[data.rfind(b")") + 2:].split()
+    if not fields or fields[0] == b"Z":
+        return None
+    try:
+        return uid, int(fields[19])
+    except (IndexError, ValueError):
+        return None
+
+
 # ---------------------------------------------------------------- writing (launcher)
 def register(home: str, *, session: str, backend: str, project: str,
              chaperon_pid: int | None, command: str) -> str | None:

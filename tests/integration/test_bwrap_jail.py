@@ -325,6 +325,33 @@ def test_protected_paths_stay_read_only_and_leave_nothing_behind(jail, project):
     assert sorted(p.name for p in (project / ".git").iterdir()) == ["config"]
 
 
+def test_placeholders_outlive_the_session_that_made_them_while_another_uses_them(
+        jail, project):
+    """Session A makes the .envrc placeholder; session B of the same project
+    mounts it. A ending must not end B's protection; B, the last, removes it."""
+    if jail.backend == "landlock":
+        return   # no placeholders without a mount namespace (stated above)
+    user = jail.user
+    waiter = ("touch {0}-ready; while [ ! -e {0}-stop ]; do sleep 0.05; done; {1}")
+    write_envrc = "(echo planted > .envrc) 2>/dev/null && echo written > b-result " \
+                  "|| echo refused > b-result"
+    sessions = {}
+    for name, then in (("a", "true"), ("b", write_envrc)):
+        sessions[name] = _start(jail, project, "/bin/sh", "-c", waiter.format(name, then))
+        _wait_for(project / f"{name}-ready")
+    assert (project / ".envrc").read_bytes() == b""          # A's placeholder, mounted by B
+    (project / "a-stop").touch()
+    assert sessions["a"].wait(timeout=30) == 0
+    assert (project / ".envrc").exists()                      # kept: B still runs
+    (project / "b-stop").touch()
+    assert sessions["b"].wait(timeout=30) == 0
+    assert (project / "b-result").read_text().strip() == "refused"
+    assert not (project / ".envrc").exists()                  # the last session removed it
+    assert not (project / ".vscode").exists()
+    listed = user.home / ".local/state/agent-sandbox/placeholders"
+    assert not any(listed.glob("*.jsonl")) if listed.exists() else True
+
+
 def test_user_config_tree_is_read_only_inside(jail, project):
     jail.user.set_config("# mine\n")
     result = jail.sandbox("/bin/sh", "-c",
