@@ -161,6 +161,11 @@ class Merged:
     def assign(self, kind: str, key: str, value, origin: str) -> None:
         from . import locks
 
+        if (key in locks.ADMIN_ONLY and kind not in ("default", "profile", "admin")
+                and locks.as_bool(value) is not False):
+            self.warnings.append(f"{key}={value} from {origin} ignored — only the site admin "
+                                 f"can turn it on (in {ADMIN_CONFIG})")
+            return
         if kind == "admin":
             self.admin[key] = value
             if key in locks.LOCKABLE or key == "BLOCKED_ENV_VARS":

@@ -74,6 +74,7 @@ class SandboxConfig(BaseModel):
     CHAPERON_LOG_RETAIN_DAYS: int = 7
     SLURM_ALLOWED_PARTITIONS: tuple[str, ...] = ()
     SLURM_MAX_JOBS: int = 0
+    SLURM_ALLOW_MAIL: bool = False
 
     ENABLED_AGENTS: tuple[str, ...] = ()
     SANDBOX_QUIET: bool = False

@@ -15,6 +15,7 @@ Rules:
                partitions): later layers may only narrow it
   LIMIT        a number where lower is stricter and 0 means unlimited
   AT_LEAST     a number where higher is stricter (log retention)
+  ADMIN_ONLY   a switch only the admin file turns on; other layers may turn it off
 Keys not listed are not locked: their admin value is a default users may change.
 """
 from __future__ import annotations
@@ -33,6 +34,9 @@ KEEP = ("BLOCKED_FILES", "EXTRA_BLOCKED_PATHS", "DENIED_WRITABLE_PATHS", "PROTEC
 NARROW = ("ALLOWED_PROJECT_PARENTS", "ALLOWED_BACKENDS", "SLURM_ALLOWED_PARTITIONS")
 LIMIT = ("SLURM_MAX_JOBS",)
 AT_LEAST = ("CHAPERON_LOG_RETAIN_DAYS",)
+# Switches only the admin file (or the shipped files) may turn on; any other
+# layer may only turn them off. The choice is the site's.
+ADMIN_ONLY = ("SLURM_ALLOW_MAIL",)
 LOCKABLE = tuple(ORDER) + BOOL_TRUE + BOOL_FALSE + KEEP + NARROW + LIMIT + AT_LEAST
 
 _TRUE = {"true", "1", "yes", "on"}
@@ -45,7 +49,7 @@ def _as_list(value) -> tuple:
     return tuple(value)
 
 
-def _as_bool(value):
+def as_bool(value):
     if isinstance(value, str):
         lowered = value.lower()
         if lowered in _TRUE:
@@ -85,7 +89,7 @@ def enforce(key: str, admin, candidate, *, admin_origin: str, origin: str):
         return candidate, None
     if key in BOOL_TRUE or key in BOOL_FALSE:
         strict = key in BOOL_TRUE
-        if _as_bool(admin) is strict and _as_bool(candidate) is (not strict):
+        if as_bool(admin) is strict and as_bool(candidate) is (not strict):
             return dropped(f"{key}={candidate}", admin)
         return candidate, None
     if key in KEEP:

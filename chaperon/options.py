@@ -312,7 +312,8 @@ BURST_BUFFER = Denial("burst_buffer", "burst-buffer directives stage data with t
                       "Copy data in and out from the job script")
 MAIL = Denial("mail", "mail from slurmctld leaves the cluster, an egress channel the sandbox "
               "does not control", "Follow the job with squeue or sacct, or ask the admin to "
-              "allow mail (an admin setting)", unlock="mail")
+              "allow mail (SLURM_ALLOW_MAIL=true in /etc/agent-sandbox/sandbox.conf)",
+              unlock="mail")
 EXPORT_FILE = Denial("file_read", "it makes {cmd} read a file outside the sandbox",
                      "Pass variables with --export=ALL,NAME=value")
 NODEFILE = Denial("file_read", "it makes {cmd} read a file outside the sandbox",

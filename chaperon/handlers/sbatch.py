@@ -120,15 +120,16 @@ def handle(ctx, request, out) -> int:
     try:
         binary = preflight(ctx, request, "sbatch")
         try:
-            cmdline = parse(request.args_str)
-            from_env = parse_env(request.env_str)
+            mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
+            cmdline = parse(request.args_str, allow_mail=mail)
+            from_env = parse_env(request.env_str, allow_mail=mail)
         except OptionRefused as refused:
             raise from_option(refused) from None
         cwd = working_dir(ctx, request)
         data, args = _script(ctx, cwd, cmdline, request)
         try:
             directives = parse_script(data, ignore_pbs=cmdline.has("ignore-pbs")
-                                      or from_env.has("ignore-pbs"))
+                                      or from_env.has("ignore-pbs"), allow_mail=mail)
         except OptionRefused as refused:
             raise from_option(refused) from None
         # Slurm's order: #SBATCH lines, then SBATCH_* variables, then the command line.

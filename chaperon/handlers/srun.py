@@ -73,7 +73,8 @@ def handle(ctx, request, out) -> int:
     try:
         binary = preflight(ctx, request, "srun")
         try:
-            parsed = parse(request.args_str, step=step)
+            parsed = parse(request.args_str, step=step,
+                           allow_mail=bool(ctx.config.get("allow_mail")))
         except OptionRefused as refused:
             raise from_option(refused) from None
         if not parsed.rest:

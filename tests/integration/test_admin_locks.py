@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,26 @@ def test_explain_paths_and_variables(user, project, admin):
     gh = explain("GH_TOKEN")
     assert "removed" in gh and "BLOCKED_ENV_PATTERNS" in gh
     assert "kept" in explain("ANTHROPIC_API_KEY")
+
+
+def test_mail_options_need_the_admin(user, project, admin, slurm_cluster):
+    """--mail-type is refused until the admin file sets SLURM_ALLOW_MAIL=true;
+    a user's own SLURM_ALLOW_MAIL=true does not count."""
+    argv = ("sbatch", "--parsable", "--hold", "--mail-type=END", "--wrap", "true")
+    user.set_config("SLURM_ALLOW_MAIL=true\n")
+    try:
+        refused = user.sandbox(*argv, cwd=project)
+        assert refused.returncode == 1
+        assert "--mail-type=END is refused" in refused.stderr
+        assert "SLURM_ALLOW_MAIL=true in /etc/agent-sandbox/sandbox.conf" in refused.stderr
+        admin("SLURM_ALLOW_MAIL=true\n")
+        user.set_config("")
+        accepted = user.sandbox(*argv, cwd=project)
+        assert accepted.returncode == 0, accepted.stderr
+        job = accepted.stdout.strip()
+        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True,
+                               text=True).stdout
+        subprocess.run(["scancel", job])
+        assert "MailType=END" in shown
+    finally:
+        user.set_config("")

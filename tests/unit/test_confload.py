@@ -506,3 +506,18 @@ def test_unwritable_state_dir_does_not_break_loading(home, no_admin):
     (home / ".local" / "state").write_text("not a directory")
     settings = load(home, no_admin, cache=True)
     assert settings.HOME_ACCESS == "tmpwrite"
+
+
+# ---------------------------------------------------------------- admin-only keys
+def test_mail_can_be_allowed_by_the_admin_only(home, tmp_path, no_admin):
+    write_user(home, "SLURM_ALLOW_MAIL=true\n")
+    settings = load(home, no_admin)
+    assert settings.SLURM_ALLOW_MAIL is False
+    assert any(w.startswith("SLURM_ALLOW_MAIL=true from ") and "only the site admin" in w
+               for w in settings.warnings), settings.warnings
+    admin = tmp_path / "admin.conf"
+    admin.write_text("SLURM_ALLOW_MAIL=true\n")
+    write_user(home, "SLURM_ALLOW_MAIL=false\n")     # a user may still switch it off
+    assert load(home, str(admin)).SLURM_ALLOW_MAIL is False
+    write_user(home, "")
+    assert load(home, str(admin)).SLURM_ALLOW_MAIL is True
