@@ -65,6 +65,9 @@ def _open_for_writing(path: str, seconds: float) -> int:
     import _signal   # built in and already loaded: no import cost
 
     previous = _signal.signal(_signal.SIGALRM, _on_alarm)
+    # A caller may have blocked SIGALRM in the mask we inherited; the bound
+    # on this wait must hold anyway.
+    _signal.pthread_sigmask(_signal.SIG_UNBLOCK, {_signal.SIGALRM})
     _signal.setitimer(_signal.ITIMER_REAL, max(seconds, 0.001))
     try:
         return posix.open(path, posix.O_WRONLY | posix.O_CLOEXEC)

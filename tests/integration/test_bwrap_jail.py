@@ -336,15 +336,25 @@ def test_placeholders_outlive_the_session_that_made_them_while_another_uses_them
     write_envrc = "(echo planted > .envrc) 2>/dev/null && echo written > b-result " \
                   "|| echo refused > b-result"
     sessions = {}
-    for name, then in (("a", "true"), ("b", write_envrc)):
-        sessions[name] = _start(jail, project, "/bin/sh", "-c", waiter.format(name, then))
-        _wait_for(project / f"{name}-ready")
-    assert (project / ".envrc").read_bytes() == b""          # A's placeholder, mounted by B
-    (project / "a-stop").touch()
-    assert sessions["a"].wait(timeout=30) == 0
-    assert (project / ".envrc").exists()                      # kept: B still runs
-    (project / "b-stop").touch()
-    assert sessions["b"].wait(timeout=30) == 0
+    try:
+        for name, then in (("a", "true"), ("b", write_envrc)):
+            sessions[name] = _start(jail, project, "/bin/sh", "-c", waiter.format(name, then))
+            _wait_for(project / f"{name}-ready")
+        assert (project / ".envrc").read_bytes() == b""      # A's placeholder, mounted by B
+        (project / "a-stop").touch()
+        assert sessions["a"].wait(timeout=30) == 0
+        assert (project / ".envrc").exists()                  # kept: B still runs
+        (project / "b-stop").touch()
+        assert sessions["b"].wait(timeout=30) == 0
+    finally:
+        for name, proc in sessions.items():
+            (project / f"{name}-stop").touch()
+            if proc.poll() is None:
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
     assert (project / "b-result").read_text().strip() == "refused"
     assert not (project / ".envrc").exists()                  # the last session removed it
     assert not (project / ".vscode").exists()

@@ -178,6 +178,38 @@ def test_chaperon_killed_the_stub_says_so_and_the_sandbox_keeps_working(user, pr
     assert proc.returncode == 0
 
 
+def test_a_frozen_chaperon_costs_the_stub_its_timeout_not_a_hang(user, project):
+    """The chaperon is stopped (SIGSTOP) after the stub announced itself: the
+    stub gives up after its 30 s silence bound with a clear message — even
+    when its caller blocked SIGALRM, the signal that bounds the wait."""
+    script = ("import os, signal, subprocess, sys, time\n"
+              "open('ready','w').close()\n"
+              "while not os.path.exists('frozen'): time.sleep(0.05)\n"
+              "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
+              "t=time.monotonic(); r=subprocess.run(['squeue'],capture_output=True,text=True)\n"
+              "print(r.returncode, round(time.monotonic()-t, 1), r.stderr.strip())\n")
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", script],
+                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 20
+    while not (project / "ready").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    chaperon = chaperon_of(proc)
+    chaperon.suspend()
+    try:
+        (project / "frozen").touch()
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if chaperon.is_running():
+            chaperon.resume()
+    code, took, message = out.strip().split(" ", 2)
+    print(f"\nfrozen chaperon: stub exit {code} after {took} s: {message}")
+    assert code == "1" and 29 <= float(took) < 40
+    assert message.startswith("agent-sandbox: squeue: no answer from the Slurm proxy")
+
+
 def test_disk_full_in_the_state_dir_refuses_the_submission(user, project):
     ledger = user.home / ".local/state/agent-sandbox/ledger"
     ledger.mkdir(parents=True, exist_ok=True)
