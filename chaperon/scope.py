@@ -33,9 +33,13 @@ import os
 import re
 import subprocess
 import time
+from typing import TYPE_CHECKING
 from urllib.parse import unquote_to_bytes
 
 from .environment import command_env
+
+if TYPE_CHECKING:
+    from .options import Parsed
 
 # --------------------------------------------------------------------------- job ids
 # jobid, jobid_task, jobid_[range], jobid+offset, and any of them .step
@@ -478,7 +482,7 @@ def by_lines(fix_line):
 
 
 # --------------------------------------------------------------------------- handler helpers
-def parse_permuted(spec, argv) -> "Parsed":
+def parse_permuted(spec, argv) -> Parsed:
     """Parse as GNU getopt does without "+": options anywhere, the words that
     are not options collected in order as the positional rest ("--" ends the
     options). The scoped commands (squeue, scancel, scontrol, …) parse so."""

@@ -446,3 +446,31 @@ def test_tables_are_consistent():
                 for example in (option.check.examples if option.check else ()):
                     assert option.check.test(example) is None, (option.name, example)
     assert SBATCH.by_short["W"].arg is NONE and SRUN_STEP.by_short["W"].arg is REQ
+
+
+# ---------------------------------------------------------------- sbatch input variables
+def test_sbatch_input_variables_become_options_as_sbatch_reads_them():
+    from chaperon.sbatch_options import INPUT_ENV, SBATCH, env_words
+
+    assert all(SBATCH.by_long.get(name) for name in INPUT_ENV.values())   # all real options
+    env = {"SBATCH_TIMELIMIT": "10", "SBATCH_REQUEUE": "", "SBATCH_OVERCOMMIT": "no",
+           "SBATCH_SPREAD_JOB": "yes", "SBATCH_USE_MIN_NODES": "2", "SBATCH_WAIT": "0",
+           "SBATCH_EXCLUSIVE": "", "SBATCH_NO_KILL": "off", "SBATCH_DEBUG": "1",
+           "SBATCH_OTHER": "x", "PATH": "/usr/bin"}
+    assert dict(env_words(env)) == {
+        "SBATCH_TIMELIMIT": "--time=10", "SBATCH_REQUEUE": "--requeue",
+        "SBATCH_SPREAD_JOB": "--spread-job", "SBATCH_USE_MIN_NODES": "--use-min-nodes",
+        "SBATCH_EXCLUSIVE": "--exclusive", "SBATCH_NO_KILL": "--no-kill=off"}
+
+
+@pytest.mark.parametrize("variable,value", [
+    ("SBATCH_GET_USER_ENV", "1"), ("SBATCH_EXPORT", "ALL,LD_PRELOAD=/x"),
+    ("SBATCH_CONTAINER", "/img"), ("SBATCH_BURST_BUFFER", "x"), ("SBATCH_CLUSTERS", "other")])
+def test_a_refused_input_variable_is_named(variable, value):
+    from chaperon.options import OptionRefused
+    from chaperon.sbatch_options import parse_env
+
+    with pytest.raises(OptionRefused) as caught:
+        parse_env({"SBATCH_TIMELIMIT": "5", variable: value})
+    assert caught.value.what.startswith(f"{variable} (read by sbatch as --")
+    assert caught.value.instead.startswith(f"Unset {variable}, or: ")
