@@ -205,9 +205,9 @@ class View:
 
         ro_trees = list(policy.system_readonly) + [p for p in self.readonly]
         self.readonly = list(policy.system_readonly) + self.readonly
-        for path in writable:
+        for path in writable + ([chaperon] if chaperon else []):
             if os.path.lexists(path) and any(_is_within(path, t) for t in ro_trees):
-                self.readwrite.append(path)
+                self.readwrite.append(path)    # e.g. below the read-only restricted home
         roots = writable + ([home] if policy.home_access == "write" else [])
         for item in policy.protected:   # missing ones get a placeholder before the launch
             if not self._hidden(item.path) and any(_is_within(item.path, r) for r in roots) \

@@ -70,6 +70,17 @@ def test_sbatch_job_runs_sandboxed_on_the_compute_node(user, project, marker_in_
     assert output.is_symlink()   # slurmstepd wrote to staging; the job linked it
 
 
+@pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
+@pytest.mark.parametrize("home_access", ["tmpwrite", "restricted", "read", "write"])
+def test_the_stubs_answer_on_every_backend_in_every_home_mode(user, project, backend,
+                                                               home_access):
+    env = user.env(HOME_ACCESS=home_access)
+    real = subprocess.run(["sinfo", "-h"], capture_output=True)
+    inside = user.sandbox("sinfo", "-h", options=("--backend", backend), cwd=project,
+                          text=False, env=env)
+    assert (inside.returncode, inside.stdout) == (real.returncode, real.stdout), inside.stderr
+
+
 @pytest.mark.parametrize("backend", ["firejail", "landlock"])
 def test_slurm_works_inside_the_other_backends(user, project, marker_in_home, backend):
     """The stubs and the session directory are on disk for backends that
