@@ -67,15 +67,28 @@ class ChaperonSession:
 
         # The session id is random; the suffix only guards against a stale
         # directory of the same name (os.mkdir, not tempfile: 3 ms of imports).
-        directory = os.path.join(session_parent(policy.home),
-                                 f"agent-sandbox-{policy.session_id}-{os.urandom(4).hex()}")
-        os.mkdir(directory, 0o700)
-        os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
-        os.mkdir(os.path.join(directory, CONN_DIR), 0o700)
-        if policy.backend != "bwrap":
-            _write_stubs(directory, cls.stub_script())
-        staging = staging_dir(policy.home, policy.project_dir)
-        os.makedirs(staging, mode=0o700, exist_ok=True)
+        directory = None
+        try:
+            directory = os.path.join(session_parent(policy.home),
+                                     f"agent-sandbox-{policy.session_id}-{os.urandom(4).hex()}")
+            os.mkdir(directory, 0o700)
+            os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
+            os.mkdir(os.path.join(directory, CONN_DIR), 0o700)
+            if policy.backend != "bwrap":
+                _write_stubs(directory, cls.stub_script())
+            staging = staging_dir(policy.home, policy.project_dir)
+            os.makedirs(staging, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            if directory:
+                import shutil
+
+                shutil.rmtree(directory, ignore_errors=True)
+            raise SandboxError(
+                f"cannot prepare the Slurm proxy (chaperon) — {exc.strerror or exc} at "
+                f"{exc.filename or directory}: its session directory and named pipes live "
+                "in ~/.local/state/agent-sandbox-run and the job staging directory in "
+                "~/.local/share/agent-sandbox. Free space or fix the permissions there, or "
+                "set CHAPERON=false to run without Slurm; the command was not run.") from None
         config = handler_config(settings, policy, staging)
         config.update({"session_dir": directory, "launcher_pid": os.getpid(),
                        "visible_dir": visible_paths(policy.backend, directory)[0]})
