@@ -107,6 +107,22 @@ def chaperon_of(proc: subprocess.Popen):
     return None
 
 
+def start_waiting(user, project, script: str):
+    """A sandbox running the Python `script`, once it has written `ready`;
+    returns (launcher process, its chaperon)."""
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", script],
+                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    deadline = time.monotonic() + 20
+    while not (project / "ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    chaperon = chaperon_of(proc)
+    assert chaperon is not None
+    return proc, chaperon
+
+
 def test_hostile_clients_do_not_delay_others(user, project):
     baseline = user.sandbox("/usr/bin/python3", "-c",
                             "import subprocess,time\nts=[]\nfor _ in range(10):\n"
@@ -152,16 +168,7 @@ def test_chaperon_killed_the_stub_says_so_and_the_sandbox_keeps_working(user, pr
               "print(r.returncode, round(time.monotonic()-t, 2), r.stderr.strip())\n"
               "print(subprocess.run(['echo','still-working'],capture_output=True,"
               "text=True).stdout.strip())\n")
-    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", script],
-                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
-                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.monotonic() + 20
-    while not (project / "ready").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    chaperon = chaperon_of(proc)
-    assert chaperon is not None
+    proc, chaperon = start_waiting(user, project, script)
     chaperon.kill()
     deadline = time.monotonic() + 10
     while chaperon.is_running() and chaperon.status() != psutil.STATUS_ZOMBIE:
@@ -188,15 +195,7 @@ def test_a_frozen_chaperon_costs_the_stub_its_timeout_not_a_hang(user, project):
               "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n"
               "t=time.monotonic(); r=subprocess.run(['squeue'],capture_output=True,text=True)\n"
               "print(r.returncode, round(time.monotonic()-t, 1), r.stderr.strip())\n")
-    proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", script],
-                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
-                            cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-    deadline = time.monotonic() + 20
-    while not (project / "ready").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    chaperon = chaperon_of(proc)
+    proc, chaperon = start_waiting(user, project, script)
     chaperon.suspend()
     try:
         (project / "frozen").touch()
@@ -394,8 +393,7 @@ def test_mixed_load_of_1000_requests_from_32_clients(user, project):
     ids: list[str] = []
     try:
         _wait_file(project / "load-ready", proc, 30)
-        chaperon = next(c for c in psutil.Process(proc.pid).children(recursive=True)
-                        if "chaperon.server" in " ".join(c.cmdline()))
+        chaperon = chaperon_of(proc)
         rss_before = chaperon.memory_info().rss
         peak = [rss_before]
         sampling = threading.Event()
