@@ -431,6 +431,50 @@ def merge(first: Parsed, then: Parsed) -> Parsed:
     return then._replace(items=items, values=_items_values(items))
 
 
+# --- input environment variables ---------------------------------------------
+
+def input_env_words(spec: CommandSpec, table: dict[str, str],
+                    env: dict[str, str]) -> list[tuple[str, str]]:
+    """(variable, command-line word) for each of the command's input
+    variables (`table`: variable → long option) set in `env`, as Slurm reads
+    them: a flag option is on when its variable is empty, "yes" or a non-zero
+    number, and off for any other value (checked against the real sbatch and
+    srun of 22.05)."""
+    words = []
+    for variable, name in table.items():
+        value = env.get(variable)
+        if value is None:
+            continue
+        option = spec.by_long.get(name)
+        arg = option.arg if option else REQ
+        if arg is NONE:
+            if value == "" or value.lower() == "yes" or (value.isdigit() and int(value)):
+                words.append((variable, f"--{name}"))
+        elif arg is OPT and value == "":
+            words.append((variable, f"--{name}"))
+        else:
+            words.append((variable, f"--{name}={value}"))
+    return words
+
+
+def parse_input_env(spec: CommandSpec, table: dict[str, str], env: dict[str, str],
+                    parse_words: Callable[[list[str]], Parsed]) -> Parsed:
+    """The input variables as options, read by `parse_words` (the command's
+    own allow-list). A refusal names the variable the option came from."""
+    words = input_env_words(spec, table, env)
+    try:
+        return parse_words([w for _, w in words])
+    except OptionRefused as refused:
+        known = refused.index is not None and 0 <= refused.index < len(words)
+        variable = words[refused.index][0] if known else f"an input variable of {spec.command}"
+        instead = refused.instead[:1].lower() + refused.instead[1:]
+        raise OptionRefused(refused.command, refused.written, refused.reason, refused.why,
+                            f"Unset {variable}, or: {instead}", option=refused.option,
+                            index=refused.index,
+                            subject=f"{variable} (read by {spec.command} as {refused.written})"
+                            ) from None
+
+
 # --- the parser -------------------------------------------------------------
 
 def parse(spec: CommandSpec, argv: Sequence[str], *, unlock: Iterable[str] = (),

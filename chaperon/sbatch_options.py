@@ -12,7 +12,8 @@ from .options import (ADMIN_ONLY, ARRAY, BCAST, BURST_BUFFER, CHDIR, COMMAND, CO
                       EXPORT, EXPORT_FILE, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
                       MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
                       PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, CommandSpec,
-                      Denial, OptionRefused, Parsed, allow, choice, deny, flag, other, path)
+                      Denial, Parsed, allow, choice, deny, flag, input_env_words, other,
+                      parse_input_env, path)
 from .options import parse as _parse
 
 WRAP_IN_SCRIPT = Denial(
@@ -177,37 +178,10 @@ INPUT_ENV = {
 
 
 def env_words(env: dict[str, str]) -> list[tuple[str, str]]:
-    """(variable, command-line word) for each input variable set in `env`,
-    as sbatch reads it: a flag option is on when its variable is empty,
-    "yes" or a non-zero number, and off for any other value."""
-    words = []
-    for variable, name in INPUT_ENV.items():
-        value = env.get(variable)
-        if value is None:
-            continue
-        option = SBATCH.by_long.get(name)
-        arg = option.arg if option else REQ
-        if arg is NONE:
-            if value == "" or value.lower() == "yes" or (value.isdigit() and int(value)):
-                words.append((variable, f"--{name}"))
-        elif arg is OPT and value == "":
-            words.append((variable, f"--{name}"))
-        else:
-            words.append((variable, f"--{name}={value}"))
-    return words
+    return input_env_words(SBATCH, INPUT_ENV, env)
 
 
 def parse_env(env: dict[str, str], *, allow_mail: bool = False) -> Parsed:
-    """The input variables as options, through the same allow-list. A refusal
-    names the variable the option came from."""
-    words = env_words(env)
-    try:
-        return parse([w for _, w in words], allow_mail=allow_mail)
-    except OptionRefused as refused:
-        variable = words[refused.index][0] if refused.index is not None and \
-            0 <= refused.index < len(words) else "an SBATCH_* variable"
-        raise OptionRefused(refused.command, refused.written, refused.reason,
-                            refused.why, f"Unset {variable}, or: {refused.instead[:1].lower()}{refused.instead[1:]}",
-                            option=refused.option, index=refused.index,
-                            subject=f"{variable} (read by sbatch as {refused.written})"
-                            ) from None
+    """The SBATCH_* variables as options, through the same allow-list."""
+    return parse_input_env(SBATCH, INPUT_ENV, env,
+                           lambda words: parse(words, allow_mail=allow_mail))

@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 
 from ..ledger import LedgerError
-from ..options import OptionRefused
+from ..options import OptionRefused, merge
 from ..scope import AllocationWatcher, Scope, known_job
-from ..srun_options import parse
+from ..srun_options import parse, parse_env
 from ..submit import (Refusal, check_dependency, check_limits, comment_tag, from_option,
                       job_env, preflight, working_dir, within)
 from . import refuse, run_real
@@ -73,8 +73,10 @@ def handle(ctx, request, out) -> int:
     try:
         binary = preflight(ctx, request, "srun")
         try:
-            parsed = parse(request.args_str, step=step,
-                           allow_mail=bool(ctx.config.get("allow_mail")))
+            mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
+            parsed = parse(request.args_str, step=step, allow_mail=mail)
+            if not step:   # Slurm's order: input variables, then the command line
+                parsed = merge(parse_env(env_in, allow_mail=mail), parsed)
         except OptionRefused as refused:
             raise from_option(refused) from None
         if not parsed.rest:

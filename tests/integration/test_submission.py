@@ -284,3 +284,25 @@ def test_sbatch_input_variables_act_as_with_the_real_sbatch(user, project):
     real = user.run(["sinfo"], env=env, cwd=project)
     inside = user.sandbox("sinfo", env=env, cwd=project)
     assert inside.stdout == real.stdout and "|" in real.stdout
+
+
+def test_srun_input_variables_act_as_with_the_real_srun(user, project):
+    """Outside a job, srun's SLURM_* input variables become options through
+    the same allow-list (the command line still wins); a refused one is named."""
+    env = user.env(SLURM_JOB_NAME="envname", SLURM_TIMELIMIT="3", SLURM_LABELIO="1")
+    argv = ["srun", "-n1", "sh", "-c", 'echo "$SLURM_JOB_ID"']
+    real = user.run(argv, env=env, cwd=project)
+    inside = user.sandbox(*argv, env=env, cwd=project)
+    assert real.returncode == 0 and inside.returncode == 0, (real.stderr, inside.stderr)
+    assert real.stdout.startswith("0: ") and inside.stdout.startswith("0: ")   # --label
+    jobs = [out.stdout.split()[-1] for out in (real, inside)]
+    fields = [re.findall(r"(?:JobName|TimeLimit)=(\S+)", subprocess.run(
+        ["scontrol", "show", "job", job], capture_output=True, text=True).stdout)
+        for job in jobs]                                  # slurmctld keeps ended jobs 300 s
+    assert fields[0] == fields[1] == ["envname", "00:03:00"], fields
+    overridden = user.sandbox("srun", "-n1", "-J", "given", "true", env=env, cwd=project)
+    assert overridden.returncode == 0, overridden.stderr
+    refused = user.sandbox(*argv, env=user.env(SLURM_TASK_PROLOG="/tmp/x"), cwd=project)
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("agent-sandbox: srun: SLURM_TASK_PROLOG (read by srun as "
+                                     "--task-prolog=/tmp/x) is refused — "), refused.stderr
