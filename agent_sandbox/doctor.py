@@ -664,6 +664,31 @@ def slurm_item(settings, policy, environ) -> tuple[Item, bool]:
                 f"{inside}", data=data), True
 
 
+def chaperon_pipes_item(home: str) -> Item:
+    """The chaperon's session directory holds named pipes: make one there, as
+    a launch would (a home filesystem without FIFO support refuses launches)."""
+    from .chaperon_session import session_parent
+
+    probe = None
+    try:
+        parent = session_parent(home)
+        probe = os.path.join(parent, f".doctor-{os.getpid()}")
+        os.mkfifo(probe, 0o600)
+    except OSError as exc:
+        return Item("chaperon pipes", NOGO, f"cannot make a named pipe in "
+                    f"{os.path.join(home, '.local/state/agent-sandbox-run')} — "
+                    f"{exc.strerror or exc}", "free space or fix the permissions there, or set "
+                    "CHAPERON=false to run without Slurm", blocking=True,
+                    data={"ok": False, "error": str(exc)})
+    finally:
+        if probe:
+            try:
+                os.unlink(probe)
+            except OSError:
+                pass
+    return Item("chaperon pipes", GO, f"named pipes work in {parent}", data={"ok": True})
+
+
 def fs_item(name: str, path: str, mounts, *, project: bool, slurm_present: bool,
             refusal=None) -> Item:
     mount = mount_of(os.path.realpath(path), mounts)
@@ -765,6 +790,8 @@ def gather(project_dir: str | None, environ) -> Report:
     items.append(munge_item(settings, any_policy, slurm_present, environ))
     items.append(slurm)
 
+    if slurm_present and settings.CHAPERON:
+        items.append(chaperon_pipes_item(ctx.home))
     mounts = parse_mountinfo(_read("/proc/self/mountinfo", 1 << 24))
     items.append(fs_item("home fs", ctx.home, mounts, project=False,
                          slurm_present=slurm_present))
