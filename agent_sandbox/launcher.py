@@ -42,9 +42,9 @@ def inside_sandbox(environ) -> bool:
       outside would need root to create;
     - firejail: PID 1 is our own process (its PID namespace); outside, PID 1
       is the system's init, owned by root;
-    - landlock: our own state directory, which we may list, refuses us
-      (the ruleset never grants it unless HOME_ACCESS=write; then a nested
-      run wraps once more, which is safe)."""
+    - landlock: our own state directory, which we may list, refuses us (the
+      rules carve the always-hidden paths out of every grant; should that
+      ever fail, a nested run wraps once more, which is safe)."""
     if environ.get("AGENT_SANDBOX") != "1":
         return False
     import stat

@@ -189,10 +189,6 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     if policy.network_isolated:
         out.append("NETWORK_MODE=isolated: partial — Landlock denies TCP bind and connect; "
                    "UDP and other protocols are not restricted")
-    if policy.home_access == "write":
-        out.append("HOME_ACCESS=write: a nested `agent-sandbox run` inside cannot tell it is "
-                   "sandboxed (the state directory it checks is granted) and starts a nested, "
-                   "stricter sandbox")
     return tuple(out)
 
 

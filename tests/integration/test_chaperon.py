@@ -177,11 +177,14 @@ print(json.dumps(out))
 """
 
 
-@pytest.mark.parametrize("backend,private_tmp", [
-    ("bwrap", "true"), ("firejail", "true"), ("landlock", "true"),
-    ("bwrap", "false"), ("landlock", "false")])     # a shared /tmp must not expose it
+@pytest.mark.parametrize("backend,private_tmp,home_access", [
+    ("bwrap", "true", "tmpwrite"), ("firejail", "true", "tmpwrite"),
+    ("landlock", "true", "tmpwrite"),
+    ("bwrap", "false", "tmpwrite"), ("landlock", "false", "tmpwrite"),   # a shared /tmp
+    ("bwrap", "true", "read"), ("firejail", "true", "write"),            # the real home
+    ("landlock", "true", "read"), ("landlock", "true", "write")])
 def test_another_sessions_chaperon_cannot_be_driven_from_inside(user, project, backend,
-                                                                  private_tmp):
+                                                                  private_tmp, home_access):
     """SPEC §9: only this session's chaperon directory is reachable — also on
     landlock, which has no mount namespace to hide the others."""
     before = set(session_dirs(user))
@@ -198,7 +201,8 @@ def test_another_sessions_chaperon_cannot_be_driven_from_inside(user, project, b
         targets = [str(theirs[0] / "req"), str(theirs[0] / "conn" / ("a" * 32 + ".req"))]
         result = user.sandbox("/usr/bin/python3", "-c", REACH_SCRIPT, *targets,
                               options=("--backend", backend), cwd=project,
-                              env=user.env(PRIVATE_TMP=private_tmp))
+                              env=user.env(PRIVATE_TMP=private_tmp,
+                                           HOME_ACCESS=home_access))
         assert result.returncode == 0, result.stderr
         seen = json.loads(result.stdout)
         assert set(seen.values()) <= {"ENOENT", "EACCES"}, seen
