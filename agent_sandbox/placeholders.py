@@ -102,11 +102,13 @@ def release(home: str, project: str, session: str, created: list) -> None:
     """At the end of a session (after its registry record is gone): when no
     other session of the project runs, remove the project's placeholders,
     newest first, each only while it is still exactly what was written."""
+    path = _list_path(home, project)
+    if not created and not os.path.exists(path):
+        return      # nothing of this project to remove: skip reading the registry
     if _others_running(home, project, session):
         return
     import json
 
-    path = _list_path(home, project)
     entries = []
     try:
         with open(path, "rb") as handle:
