@@ -718,9 +718,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     if inside_sandbox(environ) and not dry_run:
         return exec_nested(command, environ)
     try:
-        settings, selection, base = resolve(project_dir=project_dir, backend=backend,
-                                            environ=environ, profile=profile)
-        policy, plan, denied = plan_for(settings, selection, base, command, profile=profile)
+        settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
+                                              environ=environ, profile=profile)
         if profile is not None:
             from .profiles import ALWAYS_ENABLED
 
@@ -732,31 +731,34 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         if dry_run:
             from .report import dry_run_report
 
+            policy, plan, denied = plan_for(settings, selection, policy, command,
+                                            profile=profile)
             sys.stdout.write(dry_run_report(policy, plan, denied))
             return 0
-        if not plan.argv[0].startswith("/"):
-            raise BackendUnavailable(
-                "bwrap is not installed (not found on PATH) — the sandbox cannot be built. "
-                "Install bubblewrap (apt-get install bubblewrap) or ask your admin; the "
-                "command was not run.")
-        for warning in policy.warnings:
-            say(f"warning: {warning}")
-        if not policy.quiet:
-            from .report import banner
-
-            sys.stderr.write(banner(policy, plan))
         from .chaperon_session import ChaperonSession, wanted
 
         session = None
         try:
+            # The chaperon first, so the plan is built once, with its session
+            # directory (a plan that then refuses stops it again below).
             if wanted(settings, policy):
                 session = ChaperonSession.start(settings, policy)
                 from .policy import with_chaperon
 
-                policy, plan, denied = plan_for(
-                    settings, selection,
-                    with_chaperon(base, session.directory, session.staging),
-                    command, profile=profile, chaperon=session)
+                policy = with_chaperon(policy, session.directory, session.staging)
+            policy, plan, _ = plan_for(settings, selection, policy, command,
+                                       profile=profile, chaperon=session)
+            if not plan.argv[0].startswith("/"):
+                raise BackendUnavailable(
+                    "bwrap is not installed (not found on PATH) — the sandbox cannot be "
+                    "built. Install bubblewrap (apt-get install bubblewrap) or ask your "
+                    "admin; the command was not run.")
+            for warning in policy.warnings:
+                say(f"warning: {warning}")
+            if not policy.quiet:
+                from .report import banner
+
+                sys.stderr.write(banner(policy, plan))
             # The session registry (`agent-sandbox status`): written before the
             # placeholders are made (a session of the same project ending now
             # must see this one and leave them), removed whatever way it ends;

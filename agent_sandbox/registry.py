@@ -47,8 +47,9 @@ def boot_id() -> str:
         return ""
 
 
-def start_ticks(pid: int | str = "self") -> int | None:
-    """The process's start time in clock ticks since boot (None: no such process)."""
+def _state_and_ticks(pid: int | str) -> tuple[bytes, int] | None:
+    """(state letter, start time in clock ticks since boot) from
+    /proc/PID/stat; None when there is no such process."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             data = handle.read()
@@ -57,27 +58,28 @@ def start_ticks(pid: int | str = "self") -> int | None:
     # The command name (field 2) may hold spaces and parentheses: count from its end.
     fields = data[data.rfind(b")") + 2:].split()
     try:
-        return int(fields[19])
+        return fields[0], int(fields[19])
     except (IndexError, ValueError):
         return None
+
+
+def start_ticks(pid: int | str = "self") -> int | None:
+    """The process's start time in clock ticks since boot (None: no such process)."""
+    found = _state_and_ticks(pid)
+    return found[1] if found else None
 
 
 def lookup_proc(pid: int):
-    """(uid, start ticks) of a running, non-zombie process, else None — the
-    `lookup` for judge() from /proc alone (no psutil on the launch path)."""
+    """(uid, start ticks) of a running, non-zombie process, else None: the
+    `lookup` judge() uses, from /proc alone."""
     try:
         uid = os.stat(f"/proc/{pid}").st_uid
-        with open(f"/proc/{pid}/stat", "rb") as handle:
-            data = handle.read()
     except OSError:
         return None
-    fields = data[data.rfind(b")") + 2:].split()
-    if not fields or fields[0] == b"Z":
+    found = _state_and_ticks(pid)
+    if found is None or found[0] == b"Z":
         return None
-    try:
-        return uid, int(fields[19])
-    except (IndexError, ValueError):
-        return None
+    return uid, found[1]
 
 
 # ---------------------------------------------------------------- writing (launcher)

@@ -39,20 +39,6 @@ class Status(NamedTuple):
     foreign: tuple[tuple[str, int], ...] = ()   # (host, records) judged there, not here
 
 
-def _lookup(pid: int):
-    """(uid, start ticks) of a running, non-zombie process, else None."""
-    import psutil
-
-    try:
-        process = psutil.Process(pid)
-        if process.status() == psutil.STATUS_ZOMBIE:
-            return None
-        uid = process.uids().real
-    except (psutil.Error, OSError):
-        return None
-    return uid, registry.start_ticks(pid)
-
-
 def _chaperon_alive(pid: int | None, launcher: int) -> bool:
     """The chaperon is a child of the launcher while the session runs."""
     if not pid:
@@ -86,7 +72,7 @@ def jobs_submitted(state_dir: str, host: str, session: str) -> int:
     return len(jobs)
 
 
-def collect(home: str, *, lookup=_lookup, now: float | None = None) -> Status:
+def collect(home: str, *, lookup=registry.lookup_proc, now: float | None = None) -> Status:
     from .confload import state_dir
 
     now = time.time() if now is None else now

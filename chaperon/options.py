@@ -433,6 +433,15 @@ def merge(first: Parsed, then: Parsed) -> Parsed:
 
 # --- input environment variables ---------------------------------------------
 
+def input_env_table(prefix: str, options: str, **renamed: str) -> dict[str, str]:
+    """variable → long option for a command's input variables: PREFIX plus the
+    option in upper case with "_" for "-" (SBATCH_JOB_NAME → job-name), and
+    the variables Slurm names otherwise (`renamed`: variable=option)."""
+    table = {prefix + name.upper().replace("-", "_"): name for name in options.split()}
+    table.update(renamed)
+    return table
+
+
 def input_env_words(spec: CommandSpec, table: dict[str, str],
                     env: dict[str, str]) -> list[tuple[str, str]]:
     """(variable, command-line word) for each of the command's input

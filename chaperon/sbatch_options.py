@@ -12,8 +12,8 @@ from .options import (ADMIN_ONLY, ARRAY, BCAST, BURST_BUFFER, CHDIR, COMMAND, CO
                       EXPORT, EXPORT_FILE, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
                       MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
                       PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, CommandSpec,
-                      Denial, Parsed, allow, choice, deny, flag, input_env_words, other,
-                      parse_input_env, path)
+                      Denial, Parsed, allow, choice, deny, flag, input_env_table,
+                      input_env_words, other, parse_input_env, path)
 from .options import parse as _parse
 
 WRAP_IN_SCRIPT = Denial(
@@ -150,31 +150,15 @@ def parse(argv: Sequence[str], *, allow_mail: bool = False) -> Parsed:
 # mapped (dropped, as before): SBATCH_DEBUG, SBATCH_REQ_SWITCH and
 # SBATCH_WAIT4SWITCH (halves of --switches), SBATCH_MEM_BIND_* (set by Slurm
 # for the job, not read).
-INPUT_ENV = {
-    "SBATCH_ACCOUNT": "account", "SBATCH_ACCTG_FREQ": "acctg-freq", "SBATCH_ARRAY_INX": "array",
-    "SBATCH_BATCH": "batch", "SBATCH_BURST_BUFFER": "bb", "SBATCH_CLUSTERS": "clusters",
-    "SBATCH_CLUSTER_CONSTRAINT": "cluster-constraint", "SBATCH_CONSTRAINT": "constraint",
-    "SBATCH_CONTAINER": "container", "SBATCH_CORE_SPEC": "core-spec",
-    "SBATCH_CPUS_PER_GPU": "cpus-per-gpu", "SBATCH_CPU_FREQ_REQ": "cpu-freq",
-    "SBATCH_DELAY_BOOT": "delay-boot", "SBATCH_DISTRIBUTION": "distribution",
-    "SBATCH_ERROR": "error", "SBATCH_EXCLUSIVE": "exclusive", "SBATCH_EXPORT": "export",
-    "SBATCH_GET_USER_ENV": "get-user-env", "SBATCH_GPUS": "gpus",
-    "SBATCH_GPUS_PER_NODE": "gpus-per-node", "SBATCH_GPUS_PER_SOCKET": "gpus-per-socket",
-    "SBATCH_GPUS_PER_TASK": "gpus-per-task", "SBATCH_GPU_BIND": "gpu-bind",
-    "SBATCH_GPU_FREQ": "gpu-freq", "SBATCH_GRES": "gres", "SBATCH_GRES_FLAGS": "gres-flags",
-    "SBATCH_HINT": "hint", "SBATCH_IGNORE_PBS": "ignore-pbs", "SBATCH_INPUT": "input",
-    "SBATCH_JOB_NAME": "job-name", "SBATCH_MEM_BIND": "mem-bind",
-    "SBATCH_MEM_PER_CPU": "mem-per-cpu", "SBATCH_MEM_PER_GPU": "mem-per-gpu",
-    "SBATCH_MEM_PER_NODE": "mem", "SBATCH_NETWORK": "network", "SBATCH_NO_KILL": "no-kill",
-    "SBATCH_NO_REQUEUE": "no-requeue", "SBATCH_OPEN_MODE": "open-mode",
-    "SBATCH_OUTPUT": "output", "SBATCH_OVERCOMMIT": "overcommit",
-    "SBATCH_PARTITION": "partition", "SBATCH_POWER": "power", "SBATCH_PROFILE": "profile",
-    "SBATCH_QOS": "qos", "SBATCH_REQUEUE": "requeue", "SBATCH_RESERVATION": "reservation",
-    "SBATCH_SIGNAL": "signal", "SBATCH_SPREAD_JOB": "spread-job",
-    "SBATCH_THREADS_PER_CORE": "threads-per-core", "SBATCH_THREAD_SPEC": "thread-spec",
-    "SBATCH_TIMELIMIT": "time", "SBATCH_USE_MIN_NODES": "use-min-nodes",
-    "SBATCH_WAIT": "wait", "SBATCH_WAIT_ALL_NODES": "wait-all-nodes", "SBATCH_WCKEY": "wckey",
-}
+INPUT_ENV = input_env_table("SBATCH_", """
+    account acctg-freq batch clusters cluster-constraint constraint container core-spec
+    cpus-per-gpu delay-boot distribution error exclusive export get-user-env gpus
+    gpus-per-node gpus-per-socket gpus-per-task gpu-bind gpu-freq gres gres-flags hint
+    ignore-pbs input job-name mem-bind mem-per-cpu mem-per-gpu network no-kill no-requeue
+    open-mode output overcommit partition power profile qos requeue reservation signal
+    spread-job threads-per-core thread-spec use-min-nodes wait wait-all-nodes wckey""",
+    SBATCH_ARRAY_INX="array", SBATCH_BURST_BUFFER="bb", SBATCH_CPU_FREQ_REQ="cpu-freq",
+    SBATCH_MEM_PER_NODE="mem", SBATCH_TIMELIMIT="time")
 
 
 def env_words(env: dict[str, str]) -> list[tuple[str, str]]:

@@ -18,7 +18,8 @@ from .options import (ADMIN_ONLY, BCAST, BURST_BUFFER, CHDIR, CONTAINER, COUNT, 
                       EXPORT_FILE, HET_JOB, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
                       MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
                       PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, CommandSpec,
-                      Denial, Parsed, allow, choice, deny, flag, other, parse_input_env, path)
+                      Denial, Parsed, allow, choice, deny, flag, input_env_table, other,
+                      parse_input_env, path)
 from .options import parse as _parse
 
 PTY = Denial("pty", "a pseudo-terminal would connect the task to this session outside the "
@@ -205,38 +206,20 @@ def parse(argv: Sequence[str], *, step: bool, allow_mail: bool = False) -> Parse
 # allocation and are handled by the step rules instead (handlers/srun.py).
 # Not mapped: SLURM_DEBUG, SLURM_UMASK, SLURM_STDINMODE/STDOUTMODE/STDERRMODE,
 # SLURM_REQ_SWITCH/WAIT4SWITCH and the PMI_* tuning variables.
-INPUT_ENV = {
-    "SLURM_ACCOUNT": "account", "SLURM_ACCTG_FREQ": "acctg-freq", "SLURM_BCAST": "bcast",
-    "SLURM_BURST_BUFFER": "bb", "SLURM_CLUSTERS": "clusters", "SLURM_COMPRESS": "compress",
-    "SLURM_CONSTRAINT": "constraint", "SLURM_CORE_SPEC": "core-spec",
-    "SLURM_CPUS_PER_GPU": "cpus-per-gpu", "SLURM_CPU_BIND": "cpu-bind",
-    "SLURM_CPU_FREQ_REQ": "cpu-freq", "SLURM_DELAY_BOOT": "delay-boot",
-    "SLURM_DEPENDENCY": "dependency", "SLURM_DISABLE_STATUS": "disable-status",
-    "SLURM_DISTRIBUTION": "distribution", "SLURM_EPILOG": "epilog", "SLURM_EXACT": "exact",
-    "SLURM_EXCLUSIVE": "exclusive", "SLURM_EXPORT_ENV": "export", "SLURM_GPUS": "gpus",
-    "SLURM_GPUS_PER_NODE": "gpus-per-node", "SLURM_GPUS_PER_TASK": "gpus-per-task",
-    "SLURM_GPU_BIND": "gpu-bind", "SLURM_GPU_FREQ": "gpu-freq", "SLURM_GRES": "gres",
-    "SLURM_GRES_FLAGS": "gres-flags", "SLURM_HINT": "hint", "SLURM_IMMEDIATE": "immediate",
-    "SLURM_JOB_NAME": "job-name", "SLURM_JOB_NUM_NODES": "nodes",
-    "SLURM_KILL_BAD_EXIT": "kill-on-bad-exit", "SLURM_LABELIO": "label",
-    "SLURM_MEM_BIND": "mem-bind", "SLURM_MEM_PER_CPU": "mem-per-cpu",
-    "SLURM_MEM_PER_GPU": "mem-per-gpu", "SLURM_MEM_PER_NODE": "mem", "SLURM_MPI_TYPE": "mpi",
-    "SLURM_NETWORK": "network", "SLURM_NNODES": "nodes", "SLURM_NO_KILL": "no-kill",
-    "SLURM_NPROCS": "ntasks", "SLURM_NTASKS": "ntasks", "SLURM_NTASKS_PER_CORE": "ntasks-per-core",
-    "SLURM_NTASKS_PER_GPU": "ntasks-per-gpu", "SLURM_NTASKS_PER_NODE": "ntasks-per-node",
-    "SLURM_NTASKS_PER_SOCKET": "ntasks-per-socket", "SLURM_OPEN_MODE": "open-mode",
-    "SLURM_OVERCOMMIT": "overcommit", "SLURM_OVERLAP": "overlap", "SLURM_PARTITION": "partition",
-    "SLURM_POWER": "power", "SLURM_PROFILE": "profile", "SLURM_PROLOG": "prolog",
-    "SLURM_QOS": "qos", "SLURM_RESERVATION": "reservation", "SLURM_RESV_PORTS": "resv-ports",
-    "SLURM_SEND_LIBS": "send-libs", "SLURM_SIGNAL": "signal", "SLURM_SPREAD_JOB": "spread-job",
-    "SLURM_TASK_EPILOG": "task-epilog", "SLURM_TASK_PROLOG": "task-prolog",
-    "SLURM_THREADS": "threads", "SLURM_THREADS_PER_CORE": "threads-per-core",
-    "SLURM_THREAD_SPEC": "thread-spec", "SLURM_TIMELIMIT": "time",
-    "SLURM_UNBUFFEREDIO": "unbuffered", "SLURM_USE_MIN_NODES": "use-min-nodes",
-    "SLURM_WAIT": "wait", "SLURM_WCKEY": "wckey", "SLURM_WORKING_DIR": "chdir",
-    "SRUN_CONTAINER": "container", "SRUN_CPUS_PER_TASK": "cpus-per-task",
-    "SRUN_EXPORT_ENV": "export",
-}
+INPUT_ENV = input_env_table("SLURM_", """
+    account acctg-freq bcast clusters compress constraint core-spec cpus-per-gpu cpu-bind
+    delay-boot dependency disable-status distribution epilog exact exclusive gpus
+    gpus-per-node gpus-per-task gpu-bind gpu-freq gres gres-flags hint immediate job-name
+    mem-bind mem-per-cpu mem-per-gpu network no-kill ntasks ntasks-per-core ntasks-per-gpu
+    ntasks-per-node ntasks-per-socket open-mode overcommit overlap partition power profile
+    prolog qos reservation resv-ports send-libs signal spread-job task-epilog task-prolog
+    threads threads-per-core thread-spec use-min-nodes wait wckey""",
+    SLURM_BURST_BUFFER="bb", SLURM_CPU_FREQ_REQ="cpu-freq", SLURM_EXPORT_ENV="export",
+    SLURM_JOB_NUM_NODES="nodes", SLURM_NNODES="nodes", SLURM_KILL_BAD_EXIT="kill-on-bad-exit",
+    SLURM_LABELIO="label", SLURM_MEM_PER_NODE="mem", SLURM_MPI_TYPE="mpi",
+    SLURM_NPROCS="ntasks", SLURM_TIMELIMIT="time", SLURM_UNBUFFEREDIO="unbuffered",
+    SLURM_WORKING_DIR="chdir", SRUN_CONTAINER="container", SRUN_CPUS_PER_TASK="cpus-per-task",
+    SRUN_EXPORT_ENV="export")
 
 
 def parse_env(env: dict[str, str], *, allow_mail: bool = False) -> Parsed:

@@ -228,3 +228,19 @@ def admin():
     ADMIN_FILE.unlink(missing_ok=True)
     if created_dir:
         ADMIN_DIR.rmdir()
+
+
+@pytest.fixture
+def no_session_dirs(user):
+    """A file (owned by the user) where the chaperon's session directories
+    go, so none can be made; the real directory comes back afterwards."""
+    parent = user.home / ".local/state/agent-sandbox-run"
+    moved = parent.with_name("agent-sandbox-run.moved")
+    if parent.exists():
+        parent.rename(moved)
+    parent.write_text("not a directory")
+    os.chown(parent, user.uid, user.gid)
+    yield parent
+    parent.unlink(missing_ok=True)
+    if moved.exists():
+        moved.rename(parent)

@@ -3,7 +3,6 @@ the chaperon outside, the real Slurm cluster behind it."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -225,22 +224,12 @@ def test_one_session_id_inside_and_in_the_chaperon_audit_log(user, project):
     assert sessions == {inside}
 
 
-def test_a_chaperon_that_cannot_be_prepared_refuses_the_launch(user, project):
+def test_a_chaperon_that_cannot_be_prepared_refuses_the_launch(user, project,
+                                                                no_session_dirs):
     """Fail closed, with the cause and the fix, when the session directory
     cannot be made (here: a file stands where the directory goes)."""
-    parent = user.home / ".local/state/agent-sandbox-run"
-    moved = parent.with_name("agent-sandbox-run.moved")
-    if parent.exists():
-        parent.rename(moved)
-    try:
-        parent.write_text("not a directory")
-        os.chown(parent, user.uid, user.gid)
-        result = user.sandbox("/bin/sh", "-c", "touch ran", cwd=project)
-        assert result.returncode == 125, result
-        assert "cannot prepare the Slurm proxy (chaperon)" in result.stderr
-        assert "CHAPERON=false" in result.stderr and "Traceback" not in result.stderr
-        assert not (project / "ran").exists()
-    finally:
-        parent.unlink(missing_ok=True)
-        if moved.exists():
-            moved.rename(parent)
+    result = user.sandbox("/bin/sh", "-c", "touch ran", cwd=project)
+    assert result.returncode == 125, result
+    assert "cannot prepare the Slurm proxy (chaperon)" in result.stderr
+    assert "CHAPERON=false" in result.stderr and "Traceback" not in result.stderr
+    assert not (project / "ran").exists()

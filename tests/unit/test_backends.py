@@ -175,7 +175,7 @@ def test_landlock_grants_by_allow_list(home):
     tmp = landlock_backend.scratch_tmp(policy)
     assert rules[tmp] == "rw" and "/tmp" not in rules
     assert plan.env["TMPDIR"] == tmp and plan.scratch_dirs == (tmp,)
-    assert tmp == f"/tmp/agent-sandbox.tmp-1000-sess01"
+    assert tmp == "/tmp/agent-sandbox.tmp-1000-sess01"
     argv = list(plan.argv)
     assert argv[argv.index("--cleanup") + 1] == tmp          # also after a killed launcher
     assert "GH_TOKEN" not in plan.env and plan.env["LD_LIBRARY_PATH"] == "/opt/lib"

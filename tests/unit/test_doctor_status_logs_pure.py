@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 
 import pytest
@@ -79,9 +80,19 @@ def test_register_read_unregister_round_trip(tmp_path):
     saved = records[0][1]
     assert saved["pid"] == os.getpid() and saved["start_ticks"] == registry.start_ticks()
     assert saved["boot_id"] == registry.boot_id() and saved["host"] == registry.host_name()
-    # This very process is live by psutil's account.
+    # This very process is live by /proc's account; an ended one is not.
     assert registry.judge(saved, host=registry.host_name(), boot=registry.boot_id(),
-                          lookup=status._lookup) == registry.LIVE
+                          lookup=registry.lookup_proc) == registry.LIVE
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    assert registry.lookup_proc(ended.pid) is None
+    zombie = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 5
+    while registry._state_and_ticks(zombie.pid)[0] != b"Z":    # exited, not yet reaped
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert registry.lookup_proc(zombie.pid) is None
+    zombie.wait()
     registry.unregister(path)
     assert registry.read(home, now=time.time()) == ([], [])
     registry.unregister(path)          # twice is harmless
