@@ -18,7 +18,7 @@ set -euo pipefail
 
 CLUSTER=${SLURM_CLUSTER_NAME:-agentsandbox}
 ACCOUNT=research
-TEST_USERS=(astest asother)
+TEST_USERS=(astest asother ${AGENT_SANDBOX_TEST_EXTRA_USERS:-})
 PARTITIONS=(debug other)
 PACKAGES=(slurm-wlm slurmctld slurmd slurm-client slurmdbd munge mariadb-server)
 

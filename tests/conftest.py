@@ -17,9 +17,12 @@ from pathlib import Path
 
 import pytest
 
-INSTALLED = "/opt/agent-sandbox/venv/bin/agent-sandbox"
-TEST_USER = "astest"
-OTHER_USER = "asother"
+# Overridable so that two checkouts can be tested side by side on one machine,
+# each with its own install prefix and users (never two runs with the same ones).
+PREFIX = os.environ.get("AGENT_SANDBOX_TEST_PREFIX", "/opt/agent-sandbox")
+INSTALLED = f"{PREFIX}/venv/bin/agent-sandbox"
+TEST_USER = os.environ.get("AGENT_SANDBOX_TEST_USER", "astest")
+OTHER_USER = os.environ.get("AGENT_SANDBOX_TEST_OTHER_USER", "asother")
 SECRET_ENV = {
     "GH_TOKEN": "ghp_secret_token_value",
     "AWS_SECRET_ACCESS_KEY": "aws-secret-value",

@@ -23,7 +23,7 @@ import pytest
 
 from agent_sandbox import landlock as ll
 from agent_sandbox.backends.base import HELPER_BOOT
-from tests.conftest import HIDDEN, INSTALLED, SECRET_ENV
+from tests.conftest import HIDDEN, INSTALLED, PREFIX, SECRET_ENV
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOME_MODES = ["tmpwrite", "restricted", "read", "write"]
@@ -136,7 +136,7 @@ def jail(request, user) -> Jail:
 
 def helper(user, *args, fds=(), **kwargs):
     """The installed helper, run directly as the test user."""
-    site = glob.glob("/opt/agent-sandbox/venv/lib/python3*/site-packages/agent_sandbox")[0]
+    site = glob.glob(f"{PREFIX}/venv/lib/python3*/site-packages/agent_sandbox")[0]
     return user.run(["/usr/bin/python3", "-I", "-S", "-c", HELPER_BOOT, site, *args],
                     pass_fds=fds, **kwargs)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.conftest import INSTALLED, PREFIX
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -149,7 +149,7 @@ print("got-answer" if data else "no-answer")
                                          ("symlink", "bad_connection")])
 def test_response_fifo_outside_the_session_or_a_symlink_is_refused(user, project, mode,
                                                                    reason):
-    site = subprocess.run(["/opt/agent-sandbox/venv/bin/python", "-I", "-c",
+    site = subprocess.run([f"{PREFIX}/venv/bin/python", "-I", "-c",
                            "import chaperon, os; print(os.path.dirname(os.path.dirname("
                            "chaperon.__file__)))"], capture_output=True, text=True).stdout.strip()
     before = audit_lines(user)

@@ -13,10 +13,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.conftest import INSTALLED, PREFIX
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
-SITE = "/opt/agent-sandbox/venv/lib/python3.11/site-packages"
+SITE = f"{PREFIX}/venv/lib/python3.11/site-packages"
 SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-cluster.sh"
 
 HOSTILE = r'''
