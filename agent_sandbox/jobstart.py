@@ -1,12 +1,21 @@
-"""The first step of a batch job inside its sandbox (stdlib only; run as
-`python3 -IS jobstart.py SPEC`). It links the output paths the user asked for
-to the staging files slurmstepd writes (so a symlink the agent planted at
-such a path can never redirect slurmstepd, which runs outside the sandbox),
-then execs the snapshotted job script with its arguments.
+"""The first step of a batch job or srun task inside its sandbox (stdlib only;
+run as `python3 -IS jobstart.py SPEC`). It enters the caller's working
+directory (Slurm's own working directory for the job is chaperon-owned),
+restores the caller's environment (which travelled beside Slurm, so srun and
+slurmstepd never read it), links the output paths the user asked for to the
+staging files slurmstepd writes (so a symlink the agent planted at such a
+path can never redirect slurmstepd, which runs outside the sandbox), then
+execs the snapshotted job script with its arguments, or the task's command.
 
 SPEC is a JSON file in the chaperon's staging directory (read-only here):
-{"script": path, "args": [...], "workdir": dir, "links": [[requested, staged]]}
-where both link ends may hold Slurm's filename patterns (%j %A %a %x %u %N …).
+{"script": path, "args": [...]} (sbatch) or {"argv": [...]} (srun), with
+"workdir": dir, "links": [[requested, staged]], "env": {name: value} and,
+when the user gave one, "export". Both link ends may hold Slurm's filename
+patterns (%j %A %a %x %u %N …).
+
+The restored environment fills in, it never overrides: what is already set
+here came from Slurm (SLURM_*, PMI/PMIx) or from the sandbox itself (PATH,
+HOME, AGENT_SANDBOX*), and those describe this job and this sandbox.
 """
 import json
 import os
@@ -60,14 +69,36 @@ def link(requested: str, staged: str, workdir: str, env) -> None:
                          f"{source} — {exc.strerror}. The output is in {source}.\n")
 
 
+def job_environment(spec, current) -> dict:
+    """The task's environment: the staged caller environment filling in
+    around what Slurm and the sandbox set here (see the module docstring)."""
+    env = dict(current)
+    for name, value in spec.get("env", {}).items():
+        env.setdefault(name, value)
+    # Slurm's working directory for the job is the chaperon's stage; the
+    # caller submitted from here (a step: where its job was submitted from).
+    env["SLURM_SUBMIT_DIR"] = spec.get("submit_dir") or spec["workdir"]
+    if "export" in spec and spec["export"] is not None:
+        env["SLURM_EXPORT_ENV"] = spec["export"]   # as sbatch sets it for srun inside
+    return env
+
+
 def main(argv) -> int:
     with open(argv[1], encoding="utf-8") as handle:
         spec = json.load(handle)
     os.chdir(spec["workdir"])
-    for requested, staged in spec["links"]:
-        link(requested, staged, spec["workdir"], os.environ)
+    env = job_environment(spec, os.environ)
+    for requested, staged in spec.get("links", []):
+        link(requested, staged, spec["workdir"], env)
+    if "argv" in spec:
+        command = spec["argv"]
+        try:
+            os.execvpe(command[0], command, env)
+        except OSError as exc:
+            sys.stderr.write(f"agent-sandbox: {command[0]}: {exc.strerror}\n")
+            return 127 if isinstance(exc, FileNotFoundError) else 126
     script = spec["script"]
-    os.execv(script, [script] + spec["args"])
+    os.execve(script, [script] + spec["args"], env)
 
 
 if __name__ == "__main__":

@@ -1,15 +1,27 @@
-"""Which of the caller's variables may reach a real Slurm command.
+"""Which of the caller's variables may reach a real Slurm command, and which
+travel to the job beside Slurm.
 
 The stub sends the sandbox's environment (already scrubbed of credentials by
 the launcher), but the agent controls it: it may set LD_PRELOAD, SLURM_CONF,
-SBATCH_* input variables or interpreter hooks. The real Slurm commands run
-outside the sandbox, and for sbatch/srun that environment also becomes the
-job's, which starts outside any sandbox on the compute node until our wrapper
-takes over. So everything that changes how a program loads, which Slurm
-configuration is used, or which options Slurm applies is removed here; the
-handlers pass options explicitly instead.
+SBATCH_*/SLURM_* input variables (some name files that srun or slurmstepd
+open outside the sandbox), or interpreter hooks. The real Slurm commands run
+outside the sandbox, and for sbatch/srun their environment also becomes the
+job's, which starts outside any sandbox on the compute node until our
+wrapper takes over. So:
+
+- `command_env` BUILDS the environment of a real command from allow-lists
+  (never the caller's minus a deny-list): fixed PATH, the chaperon's own
+  identity, the caller's display variables with value checks, and what a
+  handler validated through its own input-variable table;
+- `user_env` is the caller's environment by --export rules, without
+  loader/interpreter hooks, Slurm's own variables and what steers the
+  sandbox; the handlers stage it in a chaperon-owned file and the
+  compute-side launcher (agent_sandbox/jobstart.py) restores it inside the
+  job's sandbox, where nothing outside reads it.
 """
 from __future__ import annotations
+
+import re
 
 # Names that change how programs load or how shells and interpreters start.
 HOOK_NAMES = frozenset({
@@ -47,28 +59,92 @@ def export_name_denied(name: str) -> bool:
             or upper.startswith("XDG_") or upper in ("SLURM_CONF",))
 
 
-# Slurm variables that only change how times are printed: kept, so that
-# output inside matches output outside.
-OUTPUT_ONLY = frozenset({"SLURM_TIME_FORMAT"})
+# --- the environment of a real Slurm command: built from allow-lists ---------
+#
+# A real Slurm command started for the caller gets only: a fixed PATH, the
+# identity the chaperon itself was started with (HOME, USER, LOGNAME: set by
+# the launcher outside, never by the caller), and the caller's variables that
+# only change how text is printed, each with a value check (a locale or zone
+# name may otherwise be a path the C library opens). Everything else the
+# agent set stays out: Slurm's input variables reach a command only through
+# the handler's own table (options.input_env_table), validated like options.
+# The user's environment travels beside Slurm instead (user_env, staged for
+# the compute-side launcher), so nothing the agent sets is read by srun,
+# sbatch or slurmstepd.
+
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+OWN_IDENTITY = ("HOME", "USER", "LOGNAME")
+_LOCALE = re.compile(r"[A-Za-z0-9_.@+\-]{0,64}")          # no '/': a name, never a path
+_ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]{0,40}(?:/[A-Za-z0-9_+\-]{1,40}){0,3}"
+                   r"|[A-Z]{3,5}[+\-]?\d{1,2}(?:[A-Z]{3,5})?")     # Europe/Berlin, EST5EDT
+_PRINTABLE = re.compile(r"[^\x00-\x1f\x7f]{0,256}")
+PRESENTATION = {
+    "LANG": _LOCALE, "LANGUAGE": re.compile(r"[A-Za-z0-9_.@:+\-]{0,128}"),
+    "LC_ALL": _LOCALE, "LC_CTYPE": _LOCALE, "LC_NUMERIC": _LOCALE, "LC_TIME": _LOCALE,
+    "LC_COLLATE": _LOCALE, "LC_MESSAGES": _LOCALE,
+    "TZ": _ZONE,
+    "SLURM_TIME_FORMAT": _PRINTABLE,          # strftime text, or "standard"/"relative"
+}
+# Read-only views may also get their own display variables (sinfo's), when
+# the handler names them.
+VIEW_VARIABLES = {"SINFO_FORMAT": _PRINTABLE, "SINFO_SORT": _PRINTABLE,
+                  "SINFO_PARTITION": re.compile(r"[A-Za-z0-9_.,\-]{0,256}")}
+
+
+def decoded(request_env) -> dict[str, str]:
+    return {n.decode("utf-8", "surrogateescape"): v.decode("utf-8", "surrogateescape")
+            for n, v in request_env}
+
+
+def command_env(request_env, *, keep_slurm: tuple[str, ...] = (),
+                validated: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment for a real Slurm command started on the caller's
+    behalf, built from the allow-lists above. `keep_slurm` may name display
+    variables of a read-only view (VIEW_VARIABLES; anything else named there
+    is ignored); `validated` holds variables a handler checked
+    through its own table (srun's step variables)."""
+    import os
+
+    env = {"PATH": SAFE_PATH}
+    for name in OWN_IDENTITY:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    caller = decoded(request_env)
+    for name, value in caller.items():
+        check = PRESENTATION.get(name) or (VIEW_VARIABLES.get(name) if name in keep_slurm
+                                           else None)
+        if check is not None and check.fullmatch(value):
+            env[name] = value
+    env.update(validated or {})
+    return env
 
 
 def allowed_name(name: str) -> bool:
-    """May a caller's variable reach a real Slurm command (and so a job)?"""
-    if name in OUTPUT_ONLY:
-        return True
+    """May a caller's variable travel to the job (restored inside the
+    compute-side sandbox)? Not loader or interpreter hooks, not Slurm's own
+    variables (Slurm sets those for the job), not what steers the sandbox."""
     return (not is_hook(name) and not name.startswith(SLURM_PREFIXES)
-            and name not in ("HOME_ACCESS", "SANDBOX_CONF", "AGENT_SANDBOX_CHAPERON")
+            and name not in STEERING and not name.startswith(STEERING_PREFIXES)
             and name.replace("_", "a").isalnum() and not name[:1].isdigit())
 
 
-def command_env(request_env, *, keep_slurm: tuple[str, ...] = ()) -> dict[str, str]:
-    """The environment for a real Slurm command started on the caller's behalf.
-    `keep_slurm` names SLURM_* variables a handler validated (step mode)."""
-    env = {}
-    for raw_name, raw_value in request_env:
-        name = raw_name.decode("utf-8", "surrogateescape")
-        value = raw_value.decode("utf-8", "surrogateescape")
-        if allowed_name(name) or name in keep_slurm:
+def user_env(request_env, export: str | None) -> dict[str, str]:
+    """The caller's environment as the job should see it, by Slurm's
+    --export rules: ALL (the default) every variable, NONE none, a list of
+    names only those (plus Slurm's own, which Slurm sets), NAME=value items
+    set. Staged beside the job and restored inside its sandbox."""
+    caller = {n: v for n, v in decoded(request_env).items() if allowed_name(n)}
+    items = [i for i in (export or "ALL").split(",") if i]
+    modes = {i.upper() for i in items if i.upper() in ("ALL", "NONE")}
+    env = dict(caller) if "ALL" in modes or not items else {}
+    for item in items:
+        if item.upper() in ("ALL", "NONE"):
+            continue
+        name, eq, value = item.partition("=")
+        if not allowed_name(name):
+            continue
+        if eq:
             env[name] = value
-    env["PATH"] = SAFE_PATH   # the real binaries are called by absolute path anyway
+        elif name in caller:
+            env[name] = caller[name]
     return env

@@ -12,6 +12,7 @@ the handler resolves -o/-e/-i inside the project and the working directory.
 """
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from .options import (ADMIN_ONLY, BCAST, BURST_BUFFER, CHDIR, CONTAINER, COUNT, EXPORT,
@@ -199,30 +200,76 @@ def parse(argv: Sequence[str], *, step: bool, allow_mail: bool = False) -> Parse
                   unlock=("mail",) if allow_mail else ())
 
 
-# srun's input environment variables outside a job (from srun(1) of 22.05,
-# each with the option it sets). Applied before the command line, through
-# the same allow-list, so a variable cannot smuggle a denied option (a
-# refusal names it). Inside a job the SLURM_* variables describe the
-# allocation and are handled by the step rules instead (handlers/srun.py).
-# Not mapped: SLURM_DEBUG, SLURM_UMASK, SLURM_STDINMODE/STDOUTMODE/STDERRMODE,
-# SLURM_REQ_SWITCH/WAIT4SWITCH and the PMI_* tuning variables.
+# srun's input environment variables (from srun(1) of 22.05 and the names
+# the installed srun reads, each with the option it sets). Outside a job they
+# become options before the command line; inside a job (step mode) they are
+# validated the same way, by the step allow-list, and passed on unchanged, so
+# srun tells them from command-line options as it always does. Either way a
+# variable cannot smuggle a denied option, and a refusal names it.
 INPUT_ENV = input_env_table("SLURM_", """
     account acctg-freq bcast clusters compress constraint core-spec cpus-per-gpu cpu-bind
     delay-boot dependency disable-status distribution epilog exact exclusive gpus
-    gpus-per-node gpus-per-task gpu-bind gpu-freq gres gres-flags hint immediate job-name
-    mem-bind mem-per-cpu mem-per-gpu network no-kill ntasks ntasks-per-core ntasks-per-gpu
-    ntasks-per-node ntasks-per-socket open-mode overcommit overlap partition power profile
-    prolog qos reservation resv-ports send-libs signal spread-job task-epilog task-prolog
-    threads threads-per-core thread-spec use-min-nodes wait wckey""",
+    gpus-per-node gpus-per-socket gpus-per-task gpu-bind gpu-freq gres gres-flags hint
+    immediate job-name mem-bind mem-per-cpu mem-per-gpu network no-kill ntasks
+    ntasks-per-core ntasks-per-gpu ntasks-per-node ntasks-per-socket ntasks-per-tres
+    open-mode overcommit overlap partition power profile prolog qos reservation resv-ports
+    send-libs signal spread-job task-epilog task-prolog threads threads-per-core thread-spec
+    use-min-nodes wait wckey""",
     SLURM_BURST_BUFFER="bb", SLURM_CPU_FREQ_REQ="cpu-freq", SLURM_EXPORT_ENV="export",
     SLURM_JOB_NUM_NODES="nodes", SLURM_NNODES="nodes", SLURM_KILL_BAD_EXIT="kill-on-bad-exit",
     SLURM_LABELIO="label", SLURM_MEM_PER_NODE="mem", SLURM_MPI_TYPE="mpi",
     SLURM_NPROCS="ntasks", SLURM_TIMELIMIT="time", SLURM_UNBUFFEREDIO="unbuffered",
     SLURM_WORKING_DIR="chdir", SRUN_CONTAINER="container", SRUN_CPUS_PER_TASK="cpus-per-task",
-    SRUN_EXPORT_ENV="export")
+    SRUN_EXPORT_ENV="export", SLURM_CONTAINER="container", SLURM_BCAST_EXCLUDE="bcast-exclude",
+    SLURM_CLUSTER_CONSTRAINT="cluster-constraint", SLURM_DEBUG="verbose",
+    SLURM_NCORES_PER_SOCKET="cores-per-socket", SLURM_NSOCKETS_PER_NODE="sockets-per-node",
+    SLURMD_DEBUG="slurmd-debug", SLURM_REMOTE_CWD="chdir", SLURM_SRUN_MULTI="multi-prog",
+    SLURM_HOSTFILE="nodefile", SLURM_STDOUTMODE="output", SLURM_STDERRMODE="error",
+    SLURM_STDINMODE="input")
+
+_DIGITS = re.compile(r"\d{1,10}")
+_NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
+_HOSTS = re.compile(r"[A-Za-z0-9._\-\[\],]{1,65536}")
+# Inside a job: variables srun reads that describe the allocation rather than
+# set an option (srun keeps them for the tasks, or reads them as defaults).
+# Each reaches the real srun only when its value passes.
+STEP_FACTS = {
+    "SLURM_ARRAY_JOB_ID": _DIGITS, "SLURM_ARRAY_TASK_ID": _DIGITS, "SLURM_HET_SIZE": _DIGITS,
+    "SLURM_JOB_NODELIST": _HOSTS,
+    "SLURM_NODE_ALIASES": re.compile(r"[A-Za-z0-9._:,\-\[\]]{0,65536}"),
+    "SLURM_JOB_CPUS_PER_NODE": re.compile(r"[0-9(),x]{1,65536}"),
+    "SLURM_JOB_ACCOUNT": _NAME, "SLURM_JOB_PARTITION": re.compile(r"[A-Za-z0-9_.,\-]{1,1024}"),
+    "SLURM_JOB_QOS": _NAME, "SLURM_JOB_RESERVATION": _NAME,
+    "SLURM_STEP_GRES": re.compile(r"[A-Za-z0-9_:.,()=\-]{1,1024}"),
+    "SLURM_DIST_PLANESIZE": _DIGITS, "SLURM_SRUN_REDUCE_TASK_EXIT_MSG": _DIGITS,
+    "SLURM_PRIO_PROCESS": re.compile(r"-?\d{1,3}"), "SLURM_UMASK": re.compile(r"0?[0-7]{3}"),
+    "SLURM_EXIT_ERROR": _DIGITS, "SLURM_EXIT_IMMEDIATE": _DIGITS, "SRUN_DEBUG": _DIGITS,
+}
+# Read by srun or by slurmstepd from the job environment and never passed on
+# (beyond the input variables above, whose denied options are refused with
+# the variable's name): each names a file, a socket, a program, a directory
+# or a controller outside the sandbox, or is not needed. Listed so the table
+# says why; a name in neither table does not reach the real srun either.
+STEP_DROPPED = {
+    "SLURM_CONF, SLURM_CONF_SERVER": "the Slurm configuration (plugins, prologs, controllers)",
+    "SLURM_WORKING_CLUSTER": "the controller srun talks to (and sends credentials to)",
+    "SLURM_SRUN_CR_SOCKET": "a Unix socket srun connects to",
+    "SLURM_ARBITRARY_NODELIST": "only with SLURM_HOSTFILE's arbitrary distribution",
+    "SLURM_REQ_SWITCH, SLURM_WAIT4SWITCH": "scheduling of a new allocation",
+    "SLURM_PTY_PORT, SLURM_SRUN_COMM_HOST": "srun's --pty and I/O channels",
+    "SLURM_SCRIPT_CONTEXT": "internal to Slurm's script hooks",
+    "SLURM_SPANK_*, _SLURM_SPANK_OPTION_*": "options of SPANK plugins, which run outside",
+    "<VAR>_HET_GROUP_<n>, <VAR>_PACK_GROUP_<n>": "heterogeneous steps are refused",
+    "SLURM_PMIX_*, SLURM_PMI2_*, PMIX_*, PMI_*": "slurmstepd's MPI plugins run as root "
+                                                 "(SLURM_PMIX_TMPDIR is a directory it "
+                                                 "creates, chowns and removes)",
+    "SLURM_RLIMIT_*, SLURM_STEP_KILLED_MSG_NODE_ID": "srun sets its own from its limits",
+    "TMPDIR, LD_*, GCONV_PATH, LOCPATH, …": "directories or code outside the sandbox",
+    "SLURM_JOB_ID, SLURM_JOBID": "set by the chaperon to the job the ledger vouched for",
+}
 
 
-def parse_env(env: dict[str, str], *, allow_mail: bool = False) -> Parsed:
-    """The input variables of an srun outside a job, as options."""
-    return parse_input_env(SRUN_ALLOCATION, INPUT_ENV, env,
-                           lambda words: parse(words, step=False, allow_mail=allow_mail))
+def parse_env(env: dict[str, str], *, step: bool = False, allow_mail: bool = False) -> Parsed:
+    """srun's input variables as options (read by the mode's allow-list)."""
+    return parse_input_env(SRUN_STEP if step else SRUN_ALLOCATION, INPUT_ENV, env,
+                           lambda words: parse(words, step=step, allow_mail=allow_mail))

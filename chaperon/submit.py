@@ -4,11 +4,13 @@ around a submission. One place, so both handlers refuse the same things.
 """
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from urllib.parse import quote
 
-from .environment import command_env
-from .jobwrap import STEERING
+from .beneath import Project, Unusable
+from .environment import user_env
 from .options import OptionRefused
 from .scope import ref_base
 
@@ -41,59 +43,125 @@ def preflight(ctx, request, command: str) -> str:
     return binary
 
 
-def within(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
+DEV_NULL = "/dev/null"    # the one path outside the project Slurm may open for a job
 
 
-def working_dir(ctx, request) -> str:
-    """The caller's working directory, symlinks resolved, inside the project."""
-    cwd = os.path.realpath(request.cwd_str)
-    if not within(cwd, ctx.project_dir):
+def open_project(ctx) -> Project:
+    """The project directory, opened once for this request (no symlink in
+    its path); every name the caller gives is opened beneath it."""
+    try:
+        return Project(ctx.project_dir)
+    except Unusable as exc:
+        raise Refusal("project_unusable", "the submission is refused", exc.why,
+                      "Start the sandbox again in the project directory") from None
+
+
+def working_dir(ctx, request, project: Project) -> str:
+    """The caller's working directory: a real directory beneath the project,
+    reached without a symlink (checked on a descriptor). Slurm never gets
+    it: the job's Slurm working directory is chaperon-owned, and the
+    compute-side launcher enters this one inside the sandbox."""
+    cwd = os.path.normpath(request.cwd_str)
+    try:
+        os.close(project.directory(project.rel("/", cwd)))
+    except Unusable as exc:
         raise Refusal("cwd_outside_project", f"the working directory {request.cwd_str} is refused",
-                      f"it is outside the project {ctx.project_dir}",
-                      "cd into the project directory and submit from there")
+                      f"{exc.why} (the project is {ctx.project_dir})",
+                      "cd into a directory of the project and submit from there") from None
     return cwd
 
 
-def project_file(ctx, cwd: str, name: str, what: str) -> str:
-    """A file the caller names, resolved (symlinks followed) inside the project."""
-    path = os.path.realpath(os.path.join(cwd, name))
-    if not within(path, ctx.project_dir):
-        raise Refusal("path_outside_project", f"{what} {name} is refused",
-                      f"it resolves to {path}, outside the project {ctx.project_dir}",
-                      "Keep it inside the project directory")
-    return path
+def _unusable(what: str, name: str, exc: Unusable) -> Refusal:
+    outside = exc.errno == errno.EXDEV
+    return Refusal("path_outside_project" if outside else "path_unusable",
+                   f"{what} {name} is refused", exc.why,
+                   "Keep it inside the project directory" if outside else
+                   "Name a regular file inside the project (symlinks are not followed)")
 
 
-def output_pattern(ctx, cwd: str, pattern: str, what: str) -> str:
-    """An --output/--error request: the directory it names must resolve inside
-    the project (the file itself is a link the job makes inside the sandbox)."""
+def read_project_file(project: Project, cwd: str, name: str, what: str, limit: int) -> bytes:
+    """The bytes of a regular file the caller names, opened once beneath the
+    project without following a symlink (at most `limit` + 1 bytes)."""
+    try:
+        return project.read_regular(project.rel(cwd, name), limit)
+    except Unusable as exc:
+        raise _unusable(what, name, exc) from None
+
+
+def copy_project_file(project: Project, cwd: str, name: str, what: str, dest: str) -> None:
+    """Copy a regular file the caller names (opened once beneath the project,
+    no symlink followed) to the chaperon-owned `dest`."""
+    try:
+        source = project.open_regular(project.rel(cwd, name))
+    except Unusable as exc:
+        raise _unusable(what, name, exc) from None
+    with open(source, "rb") as reader, open(
+            os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600),
+            "wb") as writer:
+        shutil.copyfileobj(reader, writer, 1 << 20)
+
+
+def output_pattern(project: Project, cwd: str, pattern: str, what: str) -> str:
+    """An --output/--error request: its directory must be a real directory
+    beneath the project (checked on a descriptor; the file itself is a link
+    the job makes inside the sandbox). Returns the path to link, or
+    /dev/null as given."""
+    if pattern == DEV_NULL:
+        return DEV_NULL
     if "\n" in pattern or not pattern or pattern == "none":
         raise Refusal("bad_output_path", f"{what} {pattern!r} is refused",
                       "it is not a file name the sandbox can stage",
                       "Name a file inside the project, e.g. logs/%j.out")
     full = os.path.normpath(os.path.join(cwd, pattern))
-    parent = os.path.realpath(os.path.dirname(full))
-    if not within(parent, ctx.project_dir) or "%" in os.path.dirname(pattern):
+    if "%" in os.path.dirname(pattern):
         raise Refusal("path_outside_project", f"{what} {pattern} is refused",
-                      f"its directory resolves to {parent}, outside the project "
-                      f"{ctx.project_dir} (or holds a % pattern)",
-                      "Write job output inside the project directory")
+                      "its directory holds a % pattern, which the sandbox cannot check "
+                      "before the job runs", "Put the pattern in the file name only")
+    try:
+        os.close(project.directory(project.rel(cwd, os.path.dirname(full))))
+    except Unusable as exc:
+        raise Refusal("path_outside_project" if exc.errno == errno.EXDEV else "path_unusable",
+                      f"{what} {pattern} is refused", f"its directory: {exc.why}",
+                      "Write job output to an existing directory inside the project") from None
     return full
 
 
-def job_env(ctx, request, *, keep_slurm: tuple[str, ...] = ()) -> dict[str, str]:
-    """The submission environment: the caller's, without loader hooks, Slurm
-    input variables or anything that steers the compute-side sandbox; then
-    the values that steered this session, so the job gets the same policy."""
-    env = command_env(request.env, keep_slurm=keep_slurm)
-    for name in STEERING:
-        env.pop(name, None)
-    env["SANDBOX_QUIET"] = "1"   # the job's output is the user's, not our banner
+def staged_env(request, export: str | None) -> dict[str, str]:
+    """The caller's environment by --export rules, to be restored inside the
+    job's sandbox (never handed to Slurm)."""
+    return user_env(request.env, export)
+
+
+def launcher_env(ctx) -> dict[str, str]:
+    """What the compute-side `agent-sandbox run` must see so the job gets this
+    session's policy: the values that steered this session, and quiet."""
+    env = {}
     for key, value in ctx.config.get("overrides", {}).items():
         env[key] = " ".join(value) if isinstance(value, list) else (
             ("true" if value else "false") if isinstance(value, bool) else str(value))
+    env["SANDBOX_QUIET"] = "1"   # the job's output is the user's, not our banner
     return env
+
+
+def new_stage(ctx, token: str) -> str:
+    """A fresh chaperon-owned directory for one submission's files."""
+    stage = os.path.join(ctx.config["staging_dir"], token)
+    os.makedirs(stage, mode=0o700)
+    return stage
+
+
+def discard_stage(stage: str | None) -> None:
+    """A submission that failed leaves nothing staged."""
+    if stage:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def write_staged(stage: str, name: str, data: bytes, mode: int = 0o600) -> str:
+    path = os.path.join(stage, name)
+    with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode),
+              "wb") as handle:
+        handle.write(data)
+    return path
 
 
 def comment_tag(ctx, user_comment: str | None) -> str:

@@ -20,24 +20,26 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 
 from ..directives import parse_script
 from ..ledger import LedgerError
 from ..options import OptionRefused, merge
 from ..sbatch_options import parse, parse_env
 from ..scope import Scope
-from ..submit import (Refusal, check_dependency, check_limits, comment_tag, from_option,
-                      job_env, output_pattern, preflight, project_file, working_dir)
+from ..environment import command_env
+from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, comment_tag,
+                      copy_project_file, discard_stage, from_option, new_stage, open_project,
+                      output_pattern, preflight, read_project_file, staged_env, working_dir,
+                      write_staged)
 from ..jobwrap import wrapper_script
 from . import refuse, run_real
 
 MAX_SCRIPT = 4 * 1024 * 1024
 # Options the handler rebuilds itself; never re-emitted as the agent wrote them.
-REBUILT = ("wrap", "output", "error", "input", "comment", "parsable")
+REBUILT = ("wrap", "output", "error", "input", "comment", "parsable", "export")
 
 
-def _script(ctx, cwd: str, parsed, request) -> tuple[bytes, list[str]]:
+def _script(project, cwd: str, parsed, request) -> tuple[bytes, list[str]]:
     wrap = parsed.last("wrap")
     if wrap is not None:
         if parsed.rest:
@@ -45,13 +47,7 @@ def _script(ctx, cwd: str, parsed, request) -> tuple[bytes, list[str]]:
                           "sbatch takes one or the other", "Drop the script or the --wrap")
         return f"#!/bin/sh\n{wrap}\n".encode(), []
     if parsed.rest:
-        path = project_file(ctx, cwd, parsed.rest[0], "the job script")
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read(MAX_SCRIPT + 1)
-        except OSError as exc:
-            raise Refusal("script_unreadable", f"the job script {parsed.rest[0]} is refused",
-                          f"it cannot be read ({exc.strerror})", "Check the path") from None
+        data = read_project_file(project, cwd, parsed.rest[0], "the job script", MAX_SCRIPT)
         args = list(parsed.rest[1:])
     else:
         data = request.stdin or b""
@@ -78,45 +74,48 @@ def job_name(merged) -> list[str]:
     return ["--job-name=sbatch"]       # the script came on stdin
 
 
-def _stage(ctx, cwd: str, merged, body: bytes, args: list[str], token: str) -> tuple:
-    """Write the snapshot, the jobstart spec and the wrapper; return the
-    options that point Slurm at them."""
-    stage = os.path.join(ctx.config["staging_dir"], token)
-    os.makedirs(stage, mode=0o700)
-    script = os.path.join(stage, "script")
-    with open(os.open(script, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o700), "wb") as handle:
-        handle.write(body)
+def _stage(ctx, project, cwd: str, merged, body: bytes, args: list[str], stage: str,
+           env: dict[str, str]) -> tuple:
+    """Write the snapshot, the staged input, the jobstart spec (with the
+    user's environment) and the wrapper into `stage`; return the options that
+    point Slurm at them. Every path Slurm gets lies in `stage`, or is
+    /dev/null as the caller wrote it."""
+    script = write_staged(stage, "script", body, 0o700)
     array = merged.has("array")
     requested_out = merged.last("output") or ("slurm-%A_%a.out" if array else "slurm-%j.out")
-    output = output_pattern(ctx, cwd, requested_out, "--output")
-    options = [f"--output={stage}/%j.out"]
-    links = [[output, f"{stage}/%j.out"]]
-    requested_err = merged.last("error")
-    if requested_err:
-        links.append([output_pattern(ctx, cwd, requested_err, "--error"), f"{stage}/%j.err"])
-        options.append(f"--error={stage}/%j.err")
+    options, links = [], []
+    for name, requested, staged in (("output", requested_out, f"{stage}/%j.out"),
+                                    ("error", merged.last("error"), f"{stage}/%j.err")):
+        if not requested:
+            continue
+        target = output_pattern(project, cwd, requested, f"--{name}")
+        if target == DEV_NULL:
+            options.append(f"--{name}={DEV_NULL}")
+        else:
+            options.append(f"--{name}={staged}")
+            links.append([target, staged])
     requested_in = merged.last("input")
-    if requested_in and requested_in != "none":
+    if requested_in == DEV_NULL:
+        options.append(f"--input={DEV_NULL}")
+    elif requested_in and requested_in != "none":
         if "%" in requested_in:
             raise Refusal("input_pattern", f"--input={requested_in} is refused",
                           "the input is copied at submission, so it cannot depend on the job",
                           "Name one file")
-        source = project_file(ctx, cwd, requested_in, "--input")
-        shutil.copyfile(source, os.path.join(stage, "input"))
+        copy_project_file(project, cwd, requested_in, "--input", os.path.join(stage, "input"))
         options.append(f"--input={stage}/input")
-    spec = os.path.join(stage, "spec.json")
-    with open(spec, "w", encoding="utf-8") as handle:
-        json.dump({"script": script, "args": args, "workdir": cwd, "links": links}, handle)
-    wrapper = os.path.join(stage, "wrapper")
-    with open(wrapper, "w", encoding="utf-8") as handle:
-        handle.write(wrapper_script(launcher=ctx.config["launcher"],
-                                    project_dir=ctx.project_dir,
-                                    jobstart=ctx.config["jobstart"], spec_path=spec,
-                                    overrides=ctx.config.get("overrides", {})))
+    spec = write_staged(stage, "spec.json", json.dumps(
+        {"script": script, "args": args, "workdir": cwd, "links": links, "env": env,
+         **({"export": merged.last("export")} if merged.has("export") else {})}).encode())
+    wrapper = write_staged(stage, "wrapper", wrapper_script(
+        launcher=ctx.config["launcher"], project_dir=ctx.project_dir,
+        jobstart=ctx.config["jobstart"], spec_path=spec,
+        overrides=ctx.config.get("overrides", {})).encode(), 0o700)
     return options, wrapper
 
 
 def handle(ctx, request, out) -> int:
+    stage = None
     try:
         binary = preflight(ctx, request, "sbatch")
         try:
@@ -125,20 +124,23 @@ def handle(ctx, request, out) -> int:
             from_env = parse_env(request.env_str, allow_mail=mail)
         except OptionRefused as refused:
             raise from_option(refused) from None
-        cwd = working_dir(ctx, request)
-        data, args = _script(ctx, cwd, cmdline, request)
-        try:
-            directives = parse_script(data, ignore_pbs=cmdline.has("ignore-pbs")
-                                      or from_env.has("ignore-pbs"), allow_mail=mail)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
-        # Slurm's order: #SBATCH lines, then SBATCH_* variables, then the command line.
-        merged = merge(merge(directives.parsed, from_env), cmdline)
-        check_limits(ctx, merged.last("partition"))
-        for dependency in merged.values.get("dependency", []):
-            check_dependency(dependency, Scope(ctx, request))
-        token = os.urandom(8).hex()
-        options, wrapper = _stage(ctx, cwd, merged, directives.body, args, token)
+        with open_project(ctx) as project:
+            cwd = working_dir(ctx, request, project)
+            data, args = _script(project, cwd, cmdline, request)
+            try:
+                directives = parse_script(data, ignore_pbs=cmdline.has("ignore-pbs")
+                                          or from_env.has("ignore-pbs"), allow_mail=mail)
+            except OptionRefused as refused:
+                raise from_option(refused) from None
+            # Slurm's order: #SBATCH lines, then SBATCH_* variables, then the command line.
+            merged = merge(merge(directives.parsed, from_env), cmdline)
+            check_limits(ctx, merged.last("partition"))
+            for dependency in merged.values.get("dependency", []):
+                check_dependency(dependency, Scope(ctx, request))
+            token = os.urandom(8).hex()
+            stage = new_stage(ctx, token)
+            options, wrapper = _stage(ctx, project, cwd, merged, directives.body, args, stage,
+                                      staged_env(request, merged.last("export")))
         try:
             ctx.ledger.reserve(token)
         except LedgerError as exc:
@@ -146,7 +148,11 @@ def handle(ctx, request, out) -> int:
                           f"the job ledger cannot be written ({exc.strerror})",
                           "Free space in your home directory (~/.local/state) and retry")
     except Refusal as refusal:
+        discard_stage(stage)
         return refuse(ctx, out, "sbatch", refusal.reason, refusal.what, refusal.why, refusal.fix)
+    except BaseException:
+        discard_stage(stage)
+        raise
 
     argv = [binary, *merged.argv(skip=REBUILT), *options, *job_name(merged),
             f"--comment={comment_tag(ctx, merged.last('comment'))}", "--parsable", wrapper]
@@ -175,7 +181,14 @@ def handle(ctx, request, out) -> int:
         if rest:
             out.stdout(rest)
 
-    code, _ = run_real(out, argv, env=job_env(ctx, request), cwd=cwd, on_stdout=on_stdout)
+    try:
+        # The job's Slurm working directory is the stage (chaperon-owned); the
+        # compute-side launcher enters `cwd` inside the sandbox.
+        code, _ = run_real(out, argv, env=command_env(request.env), cwd=stage,
+                           on_stdout=on_stdout)
+    finally:
+        if not first["done"]:
+            discard_stage(stage)    # no job came of it (refused, --test-only, failed)
     return code
 
 

@@ -14,43 +14,63 @@ or feeds it as input. Per-task patterns (%t…) are therefore refused.
 """
 from __future__ import annotations
 
+import errno
+import json
 import os
 
+from ..beneath import Unusable
+from ..environment import command_env
 from ..ledger import LedgerError
 from ..options import OptionRefused, merge
 from ..scope import AllocationWatcher, Scope, known_job
-from ..srun_options import parse, parse_env
-from ..submit import (Refusal, check_dependency, check_limits, comment_tag, from_option,
-                      job_env, preflight, working_dir, within)
+from ..srun_options import INPUT_ENV, STEP_FACTS, parse, parse_env
+from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, comment_tag,
+                      discard_stage, from_option, launcher_env, new_stage, open_project,
+                      preflight, staged_env, working_dir, write_staged)
 from . import refuse, run_real
 
-REBUILT = ("output", "error", "input")
-# Slurm input variables that act as srun options: never taken from the caller.
-STEP_ENV_REFUSED = ("SLURM_CONF", "SLURM_TASK_PROLOG", "SLURM_TASK_EPILOG", "SLURM_PROLOG",
-                    "SLURM_EPILOG", "SLURM_CONTAINER", "SLURM_BCAST", "SLURM_WORKING_DIR",
-                    "SLURM_EXPORT_ENV", "SLURM_NETWORK", "SLURM_MPI_TYPE_FILE")
+REBUILT = ("output", "error", "input", "export")
 
 
-def _open_in_project(ctx, cwd: str, name: str, *, write: bool) -> int:
+def _open_stream(project, cwd: str, name: str, *, write: bool, append: bool = False) -> int:
+    """-o/-e/-i: opened once by the chaperon beneath the project, no symlink
+    followed (a literal /dev/null is the one path outside)."""
     if "%" in name:
         raise Refusal("per_task_pattern", f"the srun file {name} is refused",
                       "the chaperon writes srun's files itself, one file per step",
                       "Name a plain file, or use sbatch --output for patterns")
-    path = os.path.join(cwd, name)
-    flags = (os.O_WRONLY | os.O_CREAT | os.O_TRUNC) if write else os.O_RDONLY
+    if name == DEV_NULL:
+        return os.open(DEV_NULL, (os.O_WRONLY if write else os.O_RDONLY) | os.O_CLOEXEC)
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise Refusal("path_unusable", f"the srun file {name} is refused",
-                      f"it cannot be opened ({exc.strerror}; symlinks are not followed)",
-                      "Name a regular file inside the project") from None
-    real = os.path.realpath(f"/proc/self/fd/{fd}")
-    if not within(real, ctx.project_dir):
-        os.close(fd)
-        raise Refusal("path_outside_project", f"the srun file {name} is refused",
-                      f"it resolves to {real}, outside the project {ctx.project_dir}",
-                      "Keep it inside the project directory")
-    return fd
+        rel = project.rel(cwd, name)
+        return project.write_regular(rel, append=append) if write else project.open_regular(rel)
+    except Unusable as exc:
+        outside = exc.errno == errno.EXDEV
+        raise Refusal("path_outside_project" if outside else "path_unusable",
+                      f"the srun file {name} is refused", exc.why,
+                      "Keep it inside the project directory" if outside else
+                      "Name a regular file inside the project (symlinks are not followed)"
+                      ) from None
+
+
+def step_variables(env_in: dict[str, str], job: str) -> tuple[dict[str, str], object]:
+    """Inside a job: the caller's Slurm variables that may reach the real srun.
+    srun's input variables are validated by the step allow-list (a refusal
+    names the variable) and passed on unchanged, so srun tells them from
+    command-line options as it always does — except those the handler
+    rebuilds (files, --export), which it reads from the returned Parsed. Then
+    the allocation facts of STEP_FACTS with their value checks, and the job
+    id the ledger vouched for. Nothing else (STEP_DROPPED says why for the
+    names Slurm is known to read)."""
+    parsed = parse_env(env_in, step=True)
+    validated = {name: env_in[name] for name, option in INPUT_ENV.items()
+                 if name in env_in and option not in REBUILT}
+    for name, check in STEP_FACTS.items():
+        value = env_in.get(name)
+        if value is not None and check.fullmatch(value):
+            validated[name] = value
+    validated["SLURM_JOB_ID"] = validated["SLURM_JOBID"] = job
+    return validated, parsed
 
 
 class FileOut:
@@ -70,79 +90,104 @@ def handle(ctx, request, out) -> int:
     env_in = request.env_str
     step = "SLURM_JOB_ID" in env_in or "SLURM_JOBID" in env_in
     fds: list[int] = []
+    stage = None
     try:
         binary = preflight(ctx, request, "srun")
         try:
             mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
             parsed = parse(request.args_str, step=step, allow_mail=mail)
-            if not step:   # Slurm's order: input variables, then the command line
-                parsed = merge(parse_env(env_in, allow_mail=mail), parsed)
+            job = env_in.get("SLURM_JOB_ID") or env_in.get("SLURM_JOBID", "")
+            if step:
+                if not job.isdigit() or not known_job(ctx, request, job, "project"):
+                    raise Refusal("job_out_of_scope", f"a step in job {job} is refused",
+                                  "that job was not submitted from a sandbox of this project",
+                                  "Run srun inside a job you submitted from this project")
+                validated, from_env = step_variables(env_in, job)
+                given = merge(from_env, parsed)   # for the options the handler rebuilds
+            else:
+                validated, from_env = {}, parse_env(env_in, allow_mail=mail)
+                # Slurm's order: input variables, then the command line.
+                parsed = given = merge(from_env, parsed)
         except OptionRefused as refused:
             raise from_option(refused) from None
         if not parsed.rest:
             raise Refusal("no_command", "srun without a command is refused",
                           "there is nothing to run", "Give the command: srun [options] CMD")
-        cwd = working_dir(ctx, request)
-        keep: tuple[str, ...] = ()
-        if step:
-            job = env_in.get("SLURM_JOB_ID") or env_in.get("SLURM_JOBID", "")
-            if not known_job(ctx, request, job, "project"):
-                raise Refusal("job_out_of_scope", f"a step in job {job} is refused",
-                              "that job was not submitted from a sandbox of this project",
-                              "Run srun inside a job you submitted from this project")
-            keep = tuple(n for n in env_in if n.startswith("SLURM_")
-                         and n not in STEP_ENV_REFUSED)
-        else:
+        if not step:
             check_limits(ctx, parsed.last("partition"))
             for dependency in parsed.values.get("dependency", []):
                 check_dependency(dependency, Scope(ctx, request))
         streams = {}
-        for name in ("output", "error"):
-            target = parsed.last(name)
-            if target and target != "none":
-                streams[name] = _open_in_project(ctx, cwd, target, write=True)
-                fds.append(streams[name])
         stdin = b""
-        source = parsed.last("input")
-        if source and source != "none":
-            fd = _open_in_project(ctx, cwd, source, write=False)
-            fds.append(fd)
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                stdin = handle.read(4 * 1024 * 1024)
+        with open_project(ctx) as project:
+            cwd = working_dir(ctx, request, project)
+            append = (given.last("open-mode") or "")[:1] == "a"
+            for name in ("output", "error"):
+                target = given.last(name)
+                if target and target != "none":
+                    streams[name] = _open_stream(project, cwd, target, write=True,
+                                                 append=append)
+                    fds.append(streams[name])
+            source = given.last("input")
+            if source and source != "none":
+                fd = _open_stream(project, cwd, source, write=False)
+                fds.append(fd)
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    stdin = handle.read(4 * 1024 * 1024)
+        export = given.last("export")
+        env = staged_env(request, export)
+        if step:   # the allocation's own variables fill in inside (never override)
+            env.update({n: v for n, v in env_in.items() if n.startswith("SLURM_")
+                        and n not in env})
+        token = os.urandom(8).hex()
+        stage = new_stage(ctx, token)
+        submit_dir = env_in.get("SLURM_SUBMIT_DIR") if step else None
+        spec = write_staged(stage, "spec.json", json.dumps(
+            {"argv": list(parsed.rest), "workdir": cwd, "env": env,
+             **({"submit_dir": submit_dir} if submit_dir else {})}).encode())
     except Refusal as refusal:
         for fd in fds:
             os.close(fd)
+        discard_stage(stage)
         return refuse(ctx, out, "srun", refusal.reason, refusal.what, refusal.why, refusal.fix)
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        discard_stage(stage)
+        raise
 
-    launcher = ctx.config["launcher"] + ["run", "--project-dir", ctx.project_dir, "--"]
+    task = ctx.config["launcher"] + ["run", "--project-dir", ctx.project_dir, "--",
+                                     "/usr/bin/python3", "-IS", ctx.config["jobstart"], spec]
     tagged: list[str] = []
     watcher = None
-    if not step:
-        # An allocation is a job: tagged like sbatch's, and recorded in the
-        # ledger as soon as Slurm has it (srun prints no job id to read).
-        token = os.urandom(8).hex()
-        try:
-            ctx.ledger.reserve(token)
-        except LedgerError as exc:
-            for fd in fds:
-                os.close(fd)
-            return refuse(ctx, out, "srun", "ledger_unwritable", "the allocation is refused",
-                          f"the job ledger cannot be written ({exc.strerror})",
-                          "Free space in your home directory (~/.local/state) and retry")
-        tag = comment_tag(ctx, parsed.last("comment"))
-        tagged = [f"--comment={tag}"]
-        watcher = AllocationWatcher(ctx, request, tag, token)
-    argv = [binary, *parsed.argv(skip=REBUILT + ("comment",)), *tagged, *launcher, *parsed.rest]
-    ctx.log.event("step" if step else "allocation", command="srun", argv=argv[1:])
     try:
+        if not step:
+            # An allocation is a job: tagged like sbatch's, and recorded in the
+            # ledger as soon as Slurm has it (srun prints no job id to read).
+            try:
+                ctx.ledger.reserve(token)
+            except LedgerError as exc:
+                return refuse(ctx, out, "srun", "ledger_unwritable", "the allocation is refused",
+                              f"the job ledger cannot be written ({exc.strerror})",
+                              "Free space in your home directory (~/.local/state) and retry")
+            tag = comment_tag(ctx, parsed.last("comment"))
+            tagged = [f"--comment={tag}"]
+            watcher = AllocationWatcher(ctx, request, tag, token)
+        argv = [binary, *parsed.argv(skip=REBUILT + ("comment",)), *tagged, *task]
+        ctx.log.event("step" if step else "allocation", command="srun", argv=argv[1:])
         if watcher:
             watcher.start()
         target = FileOut(out, streams.get("output"), streams.get("error", streams.get("output")))
+        # srun runs in the stage (chaperon-owned): its working directory is
+        # where slurmstepd starts the tasks; jobstart enters `cwd` inside.
         code, _ = run_real(target if streams else out, argv,
-                           env=job_env(ctx, request, keep_slurm=keep), cwd=cwd, stdin=stdin)
+                           env=command_env(request.env, validated={**validated,
+                                                                   **launcher_env(ctx)}),
+                           cwd=stage, stdin=stdin)
     finally:
         if watcher:
             watcher.stop()
         for fd in fds:
             os.close(fd)
+        discard_stage(stage)   # srun has ended: its tasks have too
     return code

@@ -12,7 +12,7 @@ from chaperon import protocol
 from chaperon.directives import parse_script
 from chaperon.options import OptionRefused
 from chaperon.sbatch_options import SBATCH, parse
-from chaperon.submit import Refusal, output_pattern, within
+from chaperon.submit import Refusal, open_project, output_pattern
 
 SEED = 20261123
 ROUNDS = 100_000
@@ -134,6 +134,10 @@ class _Ctx:
     project_dir = "/home/u/proj"
 
 
+def within(path: str, parent: str) -> bool:
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
 def test_output_paths_never_resolve_outside_the_project(tmp_path):
     project = tmp_path / "proj"
     (project / "logs").mkdir(parents=True)
@@ -148,7 +152,8 @@ def test_output_paths_never_resolve_outside_the_project(tmp_path):
         if rng.random() < 0.2:
             pattern = str(tmp_path) + "/" + pattern
         try:
-            full = output_pattern(ctx, str(project), pattern, "--output")
+            with open_project(ctx) as opened:
+                full = output_pattern(opened, str(project), pattern, "--output")
         except Refusal:
             refused += 1
             continue
