@@ -193,6 +193,18 @@ SRUN_ALLOCATION = _spec(step=False)
 SRUN_STEP = _spec(step=True)
 
 
+def allowed_in_step(name: str) -> bool:
+    """Is the long option `name` allowed inside a job (step mode)?"""
+    option = SRUN_STEP.by_long.get(name)
+    return option is not None and option.denial is None
+
+
+def allocation_only(name: str) -> bool:
+    """Does the long option `name` only apply when srun makes an allocation?"""
+    option = SRUN_STEP.by_long.get(name)
+    return option is not None and option.denial is ALLOCATION_ONLY
+
+
 def parse(argv: Sequence[str], *, step: bool, allow_mail: bool = False) -> Parsed:
     """srun's command line: options, then the command and its arguments.
     `step` is True inside a job (SLURM_JOB_ID set): step options only."""

@@ -23,7 +23,8 @@ from ..environment import command_env
 from ..ledger import LedgerError
 from ..options import OptionRefused, merge
 from ..scope import AllocationWatcher, Scope, known_job
-from ..srun_options import INPUT_ENV, STEP_FACTS, parse, parse_env
+from ..srun_options import (INPUT_ENV, STEP_FACTS, allocation_only, allowed_in_step, parse,
+                            parse_env)
 from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, comment_tag,
                       discard_stage, from_option, launcher_env, new_stage, open_project,
                       preflight, staged_env, working_dir, write_staged)
@@ -62,9 +63,16 @@ def step_variables(env_in: dict[str, str], job: str) -> tuple[dict[str, str], ob
     the allocation facts of STEP_FACTS with their value checks, and the job
     id the ledger vouched for. Nothing else (STEP_DROPPED says why for the
     names Slurm is known to read)."""
+    # Scheduling variables of a new allocation (SLURM_ACCOUNT, SLURM_PARTITION,
+    # … often set in a login profile) mean nothing to a step: srun ignores
+    # them inside a job, so they are left out rather than refused.
+    env_in = {n: v for n, v in env_in.items()
+              if n not in INPUT_ENV or not allocation_only(INPUT_ENV[n])}
     parsed = parse_env(env_in, step=True)
+    # A variable whose option is denied never passes, even when its value
+    # leaves the option off (srun's reading of flag values is not ours).
     validated = {name: env_in[name] for name, option in INPUT_ENV.items()
-                 if name in env_in and option not in REBUILT}
+                 if name in env_in and option not in REBUILT and allowed_in_step(option)}
     for name, check in STEP_FACTS.items():
         value = env_in.get(name)
         if value is not None and check.fullmatch(value):
