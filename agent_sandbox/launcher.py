@@ -450,9 +450,46 @@ def _payload_fd(name: str, payload) -> int:
     return fd
 
 
-def run_plan(plan) -> int:
+def keep_fds_checked(requested) -> tuple[int, ...]:
+    """The descriptors `--keep-fd` names, each open now (0-2 always pass)."""
+    kept = []
+    for fd in requested:
+        if fd < 0:
+            raise PolicyError(f"--keep-fd {fd} is not a descriptor number — give a number "
+                              "of 3 or more.", reason="bad_keep_fd")
+        if fd > 2:
+            try:
+                os.fstat(fd)
+            except OSError:
+                raise PolicyError(f"--keep-fd {fd}: descriptor {fd} is not open in the "
+                                  "launcher — nothing to keep. Open it before starting "
+                                  f"agent-sandbox (e.g. `{fd}<file`) or drop the option.",
+                                  reason="bad_keep_fd") from None
+            kept.append(fd)
+    return tuple(sorted(set(kept)))
+
+
+def _seal_inherited(keep) -> None:
+    """Mark every descriptor above stderr close-on-exec except `keep` (our
+    payloads and --keep-fd): whatever the caller left open (a key file on fd
+    9, a socket) must not reach the backend and the sandbox (fd.clean). Only
+    the flag in this process's table changes, never the caller's."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:                       # no /proc: every possible number
+        fds = range(3, os.sysconf("SC_OPEN_MAX"))
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, fd in keep)
+            except OSError:
+                pass                      # not open (the listing's own descriptor)
+
+
+def run_plan(plan, keep_fds=()) -> int:
     """Start the backend with the plan's payloads and environment, forward
-    signals to the command, return its exit code (125 for setup failures)."""
+    signals to the command, return its exit code (125 for setup failures).
+    `keep_fds`: caller descriptors the command keeps (--keep-fd)."""
     fds: dict[str, int] = {}
     ours: list[int] = []        # our ends of pipes, open for the sandbox's lifetime
     read_status = None
@@ -479,6 +516,7 @@ def run_plan(plan) -> int:
                                  f"{exc}. The command was not run.") from None
     argv = plan.render(fds)
     launcher = _pdeathsig_wrapper() + argv
+    _seal_inherited(set(fds.values()) | set(keep_fds))
     try:
         # A helper that calls setsid() must not lead a process group already.
         group = {} if plan.own_session else {"setpgroup": 0}
@@ -710,7 +748,7 @@ def _setup_failure_hint(status: str) -> str:
 
 
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
-        dry_run: bool = False, environ=None, profile=None) -> int:
+        dry_run: bool = False, environ=None, profile=None, keep_fds=()) -> int:
     environ = os.environ if environ is None else environ
     if not command:
         say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
@@ -720,6 +758,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     try:
         settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                               environ=environ, profile=profile)
+        policy = policy._replace(keep_fds=keep_fds_checked(keep_fds))
         if profile is not None:
             from .profiles import ALWAYS_ENABLED
 
@@ -774,7 +813,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             try:
                 created = placeholders.create(policy)
                 placeholders.remember(policy.home, policy.project_dir, created)
-                return run_plan(plan)
+                return run_plan(plan, policy.keep_fds)
             finally:
                 registry.unregister(record)
                 placeholders.release(policy.home, policy.project_dir, policy.session_id,
