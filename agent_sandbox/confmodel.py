@@ -64,6 +64,7 @@ class SandboxConfig(BaseModel):
     BLOCKED_ENV_PATTERNS: tuple[str, ...] = ()
     ALLOWED_ENV_VARS: tuple[str, ...] = ()
     SANDBOX_ENV: tuple[str, ...] = ()
+    SECRETS_IN_BOUND_FILES: Literal["blank", "skip", "off"] = "blank"
 
     SECCOMP: bool = True
     SECCOMP_EXTRA_DENY: tuple[str, ...] = ()

@@ -385,6 +385,8 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
         payloads["stub"] = chaperon.stub_payload()
     if profile is not None and profile.note_path:
         policy, payloads["note-0"] = _with_note(policy, profile, slurm=chaperon is not None)
+    policy, generated = check_bound_files(settings, policy, selection.name)
+    payloads.update(generated)
     denied: tuple[str, ...] = ()
     if policy.seccomp:
         payloads["seccomp"], denied = seccomp_payload(policy, policy.home)
@@ -394,6 +396,57 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
     plan = backend_plan(selection, policy, command, payloads, abi)
     check_required(plan, policy, settings, abi)
     return policy, plan, denied
+
+
+def check_bound_files(settings, policy, backend: str) -> tuple:
+    """(policy, payloads): the single files bound from the home, read here and
+    checked for secrets by boundfiles (SECRETS_IN_BOUND_FILES)."""
+    from . import boundfiles
+    from .backends import module
+    from .backends.base import Payload
+    from .envfilter import removal_rule
+
+    mode = settings.SECRETS_IN_BOUND_FILES
+    contents = {} if mode == "off" else {
+        path: _read_bound_file(source) for path, source in boundfiles.bound_files(policy)}
+    policy, blanked = boundfiles.apply(
+        policy, mode=mode, can_generate=module(backend).BINDS_GENERATED_FILES,
+        contents=contents, removed=removal_rule(blocked=settings.BLOCKED_ENV_VARS,
+                                                patterns=settings.BLOCKED_ENV_PATTERNS,
+                                                allowed=settings.ALLOWED_ENV_VARS))
+    return policy, {name: Payload(data=data) for name, data in blanked.items()}
+
+
+def _read_bound_file(path: str):
+    """The bytes of a home file the sandbox gets, opened once without following
+    a symlink; boundfiles.TOO_LARGE above its cap; None when it cannot be read
+    or is not a regular file (then nothing of it is readable inside either)."""
+    import stat
+
+    from .boundfiles import MAX_BYTES, TOO_LARGE
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > MAX_BYTES:
+            return TOO_LARGE
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return TOO_LARGE if size > MAX_BYTES else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _with_note(policy, profile, *, slurm: bool):

@@ -22,6 +22,8 @@ from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan,
                    helper_argv, scoping)
 
 NAME = "bwrap"
+# A blanked copy of a home file stands in for it (--ro-bind-data from a descriptor).
+BINDS_GENERATED_FILES = True
 BWRAP = "bwrap"
 
 

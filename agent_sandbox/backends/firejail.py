@@ -51,6 +51,8 @@ from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan,
                    env_payload, fd_hygiene, helper_argv, scoping)
 
 NAME = "firejail"
+# No blanked copy of a home file: an unprivileged user cannot bind one.
+BINDS_GENERATED_FILES = False
 FIREJAIL = "firejail"
 SKEL_FILES = (".bashrc", ".zshrc", ".cshrc")
 SENTINEL = ".agent-sandbox-no-such-entry"

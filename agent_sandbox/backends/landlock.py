@@ -42,6 +42,8 @@ from .base import (HELPER_PYTHON, Guarantees, Payload, Plan, fd_hygiene, helper_
                    helper_command, helper_path, scoping)
 
 NAME = "landlock"
+# No blanked copy of a home file: without a mount namespace only real files exist.
+BINDS_GENERATED_FILES = False
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
            "/dev/ptmx", "/dev/pts")
 # Reading and writing procfs files is the process's own business; another
