@@ -85,7 +85,7 @@ def apply(policy, *, mode: str, can_generate: bool, contents: dict,
             continue
         if data == TOO_LARGE:
             findings.append(BoundFileFinding(path, "", f"larger than {MAX_BYTES >> 20} MiB, "
-                                             "so not checked", "not bound"))
+                                             "too large to check", "not bound"))
             skipped.append(path)
             continue
         text = data.decode("utf-8", "surrogateescape")

@@ -76,11 +76,17 @@ def bound_file_banner(policy, backend: str) -> str:
         by_file.setdefault(finding.path, []).append(finding)
     out = []
     for path, found in by_file.items():
-        where = ", ".join(f.lines for f in found if f.lines) or "(the whole file)"
+        action = _action(found[0], report, backend)
+        if not found[0].lines:                  # too large to check
+            out.append(f"agent-sandbox: {path} is {found[0].what} for secrets — {action}. "
+                       "Keep it out of HOME_READONLY/HOME_SEEDED_FILES or make it "
+                       "smaller.\n")
+            continue
+        where = ", ".join(f.lines for f in found)
         what = "; ".join(dict.fromkeys(f.what for f in found))
-        out.append(f"agent-sandbox: {path} {where} holds a secret ({what}) — "
-                   f"{_action(found[0], report, backend)}. Keep secrets out of files the "
-                   "sandbox gets from your home (see SECRETS_IN_BOUND_FILES).\n")
+        out.append(f"agent-sandbox: {path} {where} holds a secret ({what}) — {action}. "
+                   "Keep secrets out of files the sandbox gets from your home (see "
+                   "SECRETS_IN_BOUND_FILES).\n")
     return "".join(out)
 
 

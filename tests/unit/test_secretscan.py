@@ -226,7 +226,12 @@ def test_a_file_too_large_to_check_is_not_bound(home):
     policy, _ = boundfiles.apply(policy, mode="blank", can_generate=True, contents=contents,
                                  removed=REMOVED)
     assert str(home / ".profile") in policy.hidden
-    assert policy.bound_file_report.findings[0].what == "larger than 1 MiB, so not checked"
+    assert policy.bound_file_report.findings[0].what == "larger than 1 MiB, too large to check"
+    from agent_sandbox.report import bound_file_banner
+
+    assert bound_file_banner(policy, "bwrap").startswith(
+        f"agent-sandbox: {home / '.bashrc'} is larger than 1 MiB, too large to check for "
+        "secrets — not bound into the sandbox. ")
 
 
 def test_the_admin_floor_orders_skip_blank_off():
