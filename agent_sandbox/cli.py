@@ -12,10 +12,10 @@ import sys
 
 
 def _fast_run(args: list[str]) -> dict | None:
-    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--] CMD…`.
-    Returns None for anything unusual (help, unknown options, missing
-    values), which then goes to typer for a proper message."""
-    options: dict = {"project_dir": None, "backend": None, "dry_run": False}
+    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--keep-fd N]… [--] CMD…`.
+    Returns None for anything unusual (help, unknown options, missing or
+    malformed values), which then goes to typer for a proper message."""
+    options: dict = {"project_dir": None, "backend": None, "dry_run": False, "keep_fds": ()}
     i = 0
     while i < len(args):
         arg = args[i]
@@ -25,13 +25,18 @@ def _fast_run(args: list[str]) -> dict | None:
         if not arg.startswith("-"):
             break
         name, eq, value = arg.partition("=")
-        if name in ("--project-dir", "--backend"):
+        if name in ("--project-dir", "--backend", "--keep-fd"):
             if not eq:
                 if i + 1 >= len(args):
                     return None
                 value = args[i + 1]
                 i += 1
-            options[name[2:].replace("-", "_")] = value
+            if name == "--keep-fd":
+                if not value.isascii() or not value.isdigit():
+                    return None
+                options["keep_fds"] += (int(value),)
+            else:
+                options[name[2:].replace("-", "_")] = value
         elif arg == "--dry-run":
             options["dry_run"] = True
         else:

@@ -30,13 +30,17 @@ def run(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print the plan (mounts, environment, seccomp, guarantees) "
         "and the exact argv; run nothing."),
+    keep_fd: List[int] = typer.Option(
+        [], "--keep-fd", metavar="N", help="Let the inherited descriptor N into the sandbox "
+        "(repeatable). By default nothing but stdin, stdout and stderr enters: a descriptor "
+        "you hold open (a key file, a socket) is closed for the command."),
 ) -> None:
     """Run CMD in the sandbox. Its exit code and signals pass through; 125 means the
     sandbox could not be set up."""
     from .launcher import run as launch
 
     raise typer.Exit(launch(list(command), project_dir=project_dir, backend=backend,
-                            dry_run=dry_run))
+                            dry_run=dry_run, keep_fds=tuple(keep_fd)))
 
 
 @app.command(context_settings=_PASSTHROUGH)

@@ -22,7 +22,7 @@ Backend = Literal["bwrap", "firejail", "landlock"]
 GUARANTEES = (
     "fs.hidden", "fs.write_confined", "fs.protected", "env.scrubbed", "seccomp", "pid.isolated",
     "ipc.isolated", "passwd.filtered", "slurm.boundary", "abstract_unix.scoped",
-    "signals.scoped", "self.protected", "tty.safe",
+    "signals.scoped", "self.protected", "tty.safe", "fd.clean",
 )
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -64,6 +64,7 @@ class SandboxConfig(BaseModel):
     BLOCKED_ENV_PATTERNS: tuple[str, ...] = ()
     ALLOWED_ENV_VARS: tuple[str, ...] = ()
     SANDBOX_ENV: tuple[str, ...] = ()
+    SECRETS_IN_BOUND_FILES: Literal["blank", "skip", "off"] = "blank"
 
     SECCOMP: bool = True
     SECCOMP_EXTRA_DENY: tuple[str, ...] = ()

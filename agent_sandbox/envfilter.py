@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from fnmatch import translate
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 
 def _compile(patterns: Iterable[str]) -> re.Pattern | None:
@@ -23,19 +23,31 @@ def _compile(patterns: Iterable[str]) -> re.Pattern | None:
     return re.compile("|".join(parts)) if parts else None
 
 
+def removal_rule(*, blocked: Iterable[str], patterns: Iterable[str],
+                 allowed: Iterable[str]) -> Callable[[str], bool]:
+    """name → True when the policy removes a variable of that name (compiled
+    once; also what secretscan asks about assignments in bound files)."""
+    blocked_names = frozenset(blocked)
+    allowed_names = frozenset(allowed)
+    matcher = _compile(patterns)
+
+    def removed(name: str) -> bool:
+        if name in allowed_names:
+            return False
+        return name in blocked_names or (matcher is not None and bool(matcher.fullmatch(name)))
+
+    return removed
+
+
 def scrub(environ: Mapping[str, str], *, blocked: Iterable[str], patterns: Iterable[str],
           allowed: Iterable[str], extra: Iterable[str] = (),
           forced: Mapping[str, str] = {}) -> tuple[dict[str, str], tuple[str, ...]]:
     """Return (environment for the sandbox, sorted names removed)."""
-    blocked_names = frozenset(blocked)
-    allowed_names = frozenset(allowed)
-    matcher = _compile(patterns)
+    is_removed = removal_rule(blocked=blocked, patterns=patterns, allowed=allowed)
     kept: dict[str, str] = {}
     removed: list[str] = []
     for name, value in environ.items():
-        if name in allowed_names:
-            kept[name] = value
-        elif name in blocked_names or (matcher is not None and matcher.fullmatch(name)):
+        if is_removed(name):
             removed.append(name)
         else:
             kept[name] = value
@@ -48,5 +60,4 @@ def scrub(environ: Mapping[str, str], *, blocked: Iterable[str], patterns: Itera
 
 def is_removed(name: str, *, blocked: Iterable[str], patterns: Iterable[str],
                allowed: Iterable[str]) -> bool:
-    kept, _ = scrub({name: ""}, blocked=blocked, patterns=patterns, allowed=allowed)
-    return name not in kept
+    return removal_rule(blocked=blocked, patterns=patterns, allowed=allowed)(name)

@@ -45,6 +45,9 @@ class ViewBuilder:
         self.ops: list[Op] = []
         self.remounts: list[str] = []
         self.seeded = policy.home_seeded if policy.home_access != "write" else ()
+        # Home files that held a secret: bound from a blanked copy (boundfiles.py).
+        self.generated = {path: (payload, mode) for path, payload, mode
+                          in getattr(policy, "generated_files", ())}
 
     def _hidden(self, path: str) -> bool:
         return any(_is_within(path, h) for h in self.hidden)
@@ -60,6 +63,10 @@ class ViewBuilder:
         src = src or dest
         if self._hidden(dest) or self._hidden(src) or dest in self.seeded:
             return
+        if src in self.generated:
+            payload, file_mode = self.generated[src]
+            self.ops.append(("ro-data", payload, dest, file_mode))
+            return
         if os.path.islink(src):
             target = os.readlink(src)
             resolved = os.path.realpath(src)
@@ -72,7 +79,8 @@ class ViewBuilder:
         if self._hidden(real):
             return
         needs_carving = (self._contains(src, self.hidden) or self._contains(dest, self.hidden)
-                         or self._contains(real, self.hidden) or self._contains(dest, self.seeded))
+                         or self._contains(real, self.hidden) or self._contains(dest, self.seeded)
+                         or self._contains(src, self.generated))
         if not needs_carving or not os.path.isdir(src):
             self.ops.append(("ro-bind" if mode == "ro" else "bind", src, dest))
             return
@@ -149,7 +157,8 @@ class ViewBuilder:
             for path in policy.home_readonly:
                 self.grant(path, "ro")
         for index, path in enumerate(self.seeded):
-            self.ops.append(("file", f"seed-{index}", path, 0o644))
+            payload = self.generated.get(path, (f"seed-{index}",))[0]
+            self.ops.append(("file", payload, path, 0o644))
         if access == "restricted":
             self.remounts.append(home)
 

@@ -385,6 +385,8 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
         payloads["stub"] = chaperon.stub_payload()
     if profile is not None and profile.note_path:
         policy, payloads["note-0"] = _with_note(policy, profile, slurm=chaperon is not None)
+    policy, generated = check_bound_files(settings, policy, selection.name)
+    payloads.update(generated)
     denied: tuple[str, ...] = ()
     if policy.seccomp:
         payloads["seccomp"], denied = seccomp_payload(policy, policy.home)
@@ -394,6 +396,57 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
     plan = backend_plan(selection, policy, command, payloads, abi)
     check_required(plan, policy, settings, abi)
     return policy, plan, denied
+
+
+def check_bound_files(settings, policy, backend: str) -> tuple:
+    """(policy, payloads): the single files bound from the home, read here and
+    checked for secrets by boundfiles (SECRETS_IN_BOUND_FILES)."""
+    from . import boundfiles
+    from .backends import module
+    from .backends.base import Payload
+    from .envfilter import removal_rule
+
+    mode = settings.SECRETS_IN_BOUND_FILES
+    contents = {} if mode == "off" else {
+        path: _read_bound_file(source) for path, source in boundfiles.bound_files(policy)}
+    policy, blanked = boundfiles.apply(
+        policy, mode=mode, can_generate=module(backend).BINDS_GENERATED_FILES,
+        contents=contents, removed=removal_rule(blocked=settings.BLOCKED_ENV_VARS,
+                                                patterns=settings.BLOCKED_ENV_PATTERNS,
+                                                allowed=settings.ALLOWED_ENV_VARS))
+    return policy, {name: Payload(data=data) for name, data in blanked.items()}
+
+
+def _read_bound_file(path: str):
+    """The bytes of a home file the sandbox gets, opened once without following
+    a symlink; boundfiles.TOO_LARGE above its cap; None when it cannot be read
+    or is not a regular file (then nothing of it is readable inside either)."""
+    import stat
+
+    from .boundfiles import MAX_BYTES, TOO_LARGE
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > MAX_BYTES:
+            return TOO_LARGE
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return TOO_LARGE if size > MAX_BYTES else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
 
 
 def _with_note(policy, profile, *, slurm: bool):
@@ -450,9 +503,46 @@ def _payload_fd(name: str, payload) -> int:
     return fd
 
 
-def run_plan(plan) -> int:
+def keep_fds_checked(requested) -> tuple[int, ...]:
+    """The descriptors `--keep-fd` names, each open now (0-2 always pass)."""
+    kept = []
+    for fd in requested:
+        if fd < 0:
+            raise PolicyError(f"--keep-fd {fd} is not a descriptor number — give a number "
+                              "of 3 or more.", reason="bad_keep_fd")
+        if fd > 2:
+            try:
+                os.fstat(fd)
+            except OSError:
+                raise PolicyError(f"--keep-fd {fd}: descriptor {fd} is not open in the "
+                                  "launcher — nothing to keep. Open it before starting "
+                                  f"agent-sandbox (e.g. `{fd}<file`) or drop the option.",
+                                  reason="bad_keep_fd") from None
+            kept.append(fd)
+    return tuple(sorted(set(kept)))
+
+
+def _seal_inherited(keep) -> None:
+    """Mark every descriptor above stderr close-on-exec except `keep` (our
+    payloads and --keep-fd): whatever the caller left open (a key file on fd
+    9, a socket) must not reach the backend and the sandbox (fd.clean). Only
+    the flag in this process's table changes, never the caller's."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:                       # no /proc: every possible number
+        fds = range(3, os.sysconf("SC_OPEN_MAX"))
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, fd in keep)
+            except OSError:
+                pass                      # not open (the listing's own descriptor)
+
+
+def run_plan(plan, keep_fds=()) -> int:
     """Start the backend with the plan's payloads and environment, forward
-    signals to the command, return its exit code (125 for setup failures)."""
+    signals to the command, return its exit code (125 for setup failures).
+    `keep_fds`: caller descriptors the command keeps (--keep-fd)."""
     fds: dict[str, int] = {}
     ours: list[int] = []        # our ends of pipes, open for the sandbox's lifetime
     read_status = None
@@ -479,6 +569,7 @@ def run_plan(plan) -> int:
                                  f"{exc}. The command was not run.") from None
     argv = plan.render(fds)
     launcher = _pdeathsig_wrapper() + argv
+    _seal_inherited(set(fds.values()) | set(keep_fds))
     try:
         # A helper that calls setsid() must not lead a process group already.
         group = {} if plan.own_session else {"setpgroup": 0}
@@ -710,7 +801,7 @@ def _setup_failure_hint(status: str) -> str:
 
 
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
-        dry_run: bool = False, environ=None, profile=None) -> int:
+        dry_run: bool = False, environ=None, profile=None, keep_fds=()) -> int:
     environ = os.environ if environ is None else environ
     if not command:
         say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
@@ -720,6 +811,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     try:
         settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                               environ=environ, profile=profile)
+        policy = policy._replace(keep_fds=keep_fds_checked(keep_fds))
         if profile is not None:
             from .profiles import ALWAYS_ENABLED
 
@@ -774,7 +866,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             try:
                 created = placeholders.create(policy)
                 placeholders.remember(policy.home, policy.project_dir, created)
-                return run_plan(plan)
+                return run_plan(plan, policy.keep_fds)
             finally:
                 registry.unregister(record)
                 placeholders.release(policy.home, policy.project_dir, policy.session_id,

@@ -25,6 +25,8 @@ ORDER = {
     "SLURM_SCOPE": ("session", "project", "user", "none"),
     "NETWORK_MODE": ("isolated", "open"),
     "CHAPERON_LOG_LEVEL": ("debug", "info", "warning", "error"),
+    # boundfiles.MODES: a file not bound at all < only its secret lines blanked < unchecked
+    "SECRETS_IN_BOUND_FILES": ("skip", "blank", "off"),
 }
 BOOL_TRUE = ("PRIVATE_TMP", "PRIVATE_IPC", "FILTER_PASSWD", "SECCOMP")
 BOOL_FALSE = ("CHAPERON",)

@@ -103,6 +103,11 @@ class Policy(NamedTuple):
     chaperon_dir: str | None = None      # this session's chaperon directory (host path)
     staging_dir: str | None = None       # job output staging, read-only inside
     notes: tuple = ()                    # (path, payload name): read-only notes for the agent
+    keep_fds: tuple[int, ...] = ()       # inherited descriptors kept (--keep-fd), never by default
+    # Home files that held a secret (boundfiles.py): (path, payload name, mode)
+    # bound from a blanked copy, and the report of the check for the banner.
+    generated_files: tuple = ()
+    bound_file_report: object = None
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"

@@ -44,6 +44,52 @@ def guarantee_lines(plan) -> list[str]:
     return lines
 
 
+def _action(finding, report, backend: str) -> str:
+    if finding.action == "blanked":
+        return "blanked inside the sandbox"
+    if report.mode == "blank" and finding.lines:
+        return f"not bound into the sandbox (the {backend} backend cannot bind a blanked copy)"
+    return "not bound into the sandbox"
+
+
+def bound_file_lines(policy, backend: str) -> list[str]:
+    """Secrets found in files bound from the home: file, line, what — never the secret."""
+    report = getattr(policy, "bound_file_report", None)
+    if report is None:
+        return []
+    if report.mode == "off":
+        return ["secrets in bound files: not checked (SECRETS_IN_BOUND_FILES=off)"]
+    out = [f"secrets in bound files (SECRETS_IN_BOUND_FILES={report.mode}): "
+           f"{report.checked} checked, {len(report.findings)} found"]
+    out += [f"  {f.path} {f.lines or 'the whole file'}: {f.what} — "
+            f"{_action(f, report, backend)}" for f in report.findings]
+    return out
+
+
+def bound_file_banner(policy, backend: str) -> str:
+    """One line per file that held a secret."""
+    report = getattr(policy, "bound_file_report", None)
+    if report is None or not report.findings:
+        return ""
+    by_file: dict[str, list] = {}
+    for finding in report.findings:
+        by_file.setdefault(finding.path, []).append(finding)
+    out = []
+    for path, found in by_file.items():
+        action = _action(found[0], report, backend)
+        if not found[0].lines:                  # too large to check
+            out.append(f"agent-sandbox: {path} is {found[0].what} for secrets — {action}. "
+                       "Keep it out of HOME_READONLY/HOME_SEEDED_FILES or make it "
+                       "smaller.\n")
+            continue
+        where = ", ".join(f.lines for f in found)
+        what = "; ".join(dict.fromkeys(f.what for f in found))
+        out.append(f"agent-sandbox: {path} {where} holds a secret ({what}) — {action}. "
+                   "Keep secrets out of files the sandbox gets from your home (see "
+                   "SECRETS_IN_BOUND_FILES).\n")
+    return "".join(out)
+
+
 def dry_run_report(policy, plan, denied) -> str:
     kept = sorted(set(policy.env) | set(plan.env))
     out = [
@@ -64,6 +110,8 @@ def dry_run_report(policy, plan, denied) -> str:
         f"  removed: {' '.join(policy.env_removed) or '(none)'}",
         f"seccomp:   {'EPERM for ' + ' '.join(denied) if policy.seccomp else 'off'}",
     ]
+    out[out.index("guarantees:"):out.index("guarantees:")] = bound_file_lines(policy,
+                                                                              plan.backend)
     if plan.spawn_ruleset:
         out.insert(out.index("guarantees:"),
                    f"scoping:   Landlock ABI {plan.spawn_ruleset['abi']} scopes abstract unix "
@@ -96,4 +144,4 @@ def banner(policy, plan) -> str:
         text += f"; not enforced: {missing}"
     if plan.notes:
         text += f"; {len(plan.notes)} differences from the policy (see --dry-run)"
-    return text + "\n"
+    return text + "\n" + bound_file_banner(policy, plan.backend)

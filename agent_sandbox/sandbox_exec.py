@@ -10,7 +10,8 @@ In order, each step only when asked for:
   read the payload descriptors (environment, Landlock ruleset, seccomp BPF,
   seeded files) and close them → write seeded files → chdir → setsid →
   start the watcher → PR_SET_NO_NEW_PRIVS → Landlock → seccomp →
-  report "helper-exec" on the status descriptor → exec the command.
+  report "helper-exec" on the status descriptor → close every descriptor
+  but stdin, stdout, stderr and the kept ones → exec the command.
 
 Exit codes: 125 when a step fails (the command did not run), 126/127 as the
 shell uses them when the command cannot be executed or is not found;
@@ -41,6 +42,9 @@ Options (descriptors are inherited file descriptor numbers):
                     command's process group — only after checking that PID 1
                     really is firejail
   --status FD       where "helper-exec" is reported just before exec
+  --keep-fd FD      an inherited descriptor the command keeps (repeatable;
+                    `agent-sandbox run --keep-fd`); all others above 2 are
+                    closed before exec, whatever the backend passed on
   --max-abi N       use at most Landlock ABI N (tests simulate old kernels)
   --degrade         on an older ABI apply what it knows and report the rest
                     (default: refuse, exit 125, because the plan's guarantee
@@ -92,7 +96,7 @@ def parse(argv: list[str]) -> dict:
     opts = {"env": None, "landlock": None, "seccomp": None, "seeds": [], "chdir": None,
             "new_session": False, "lifeline": None, "status": None, "max_abi": None,
             "degrade": False, "probe": False, "pid_namespace": False, "argv": None,
-            "cleanup": None, "command": []}
+            "cleanup": None, "keep_fds": [], "command": []}
     i = 0
     try:
         while i < len(argv):
@@ -108,6 +112,9 @@ def parse(argv: list[str]) -> dict:
                 i += 3
             elif arg in ("--chdir", "--cleanup"):
                 opts[arg[2:]] = argv[i + 1]
+                i += 2
+            elif arg == "--keep-fd":
+                opts["keep_fds"].append(int(argv[i + 1]))
                 i += 2
             elif arg == "--max-abi":
                 opts["max_abi"] = int(argv[i + 1])
@@ -276,6 +283,17 @@ def probe() -> int:
     return 0
 
 
+def close_inherited(keep) -> None:
+    """Close every descriptor above stderr except `keep` (close_range(2) where
+    the kernel has it: os.closerange uses it), so nothing the caller, the
+    backend or this helper held reaches the command (SPEC §5 fd.clean)."""
+    low = 3
+    for fd in sorted({fd for fd in keep if fd >= low}):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, max(os.sysconf("SC_OPEN_MAX"), 65536))
+
+
 def execute(command: list[str], env: dict) -> int:
     try:
         os.execvpe(command[0], command, env)
@@ -327,6 +345,7 @@ def main(argv: list[str]) -> int:
         if opts["status"] is not None:
             os.write(opts["status"], b'{"helper-exec": %d}\n' % os.getpid())
             os.close(opts["status"])
+        close_inherited(opts["keep_fds"])
     except (SetupError, OSError) as exc:
         sys.stderr.write(f"agent-sandbox: the sandbox helper could not set up — {exc}. The "
                          "command was not run.\n")

@@ -33,6 +33,7 @@ GUARANTEE_TEXT = {
     "signals.scoped": "processes outside cannot be signalled",
     "self.protected": "install dir and user config read-only",
     "tty.safe": "no TIOCSTI/TIOCLINUX injection into your terminal",
+    "fd.clean": "no inherited descriptor but stdin, stdout and stderr enters",
 }
 SCOPING_ABI = 6          # Landlock scopes abstract unix sockets and signals
 HELPER_PYTHON = "/usr/bin/python3"
@@ -63,6 +64,17 @@ class Guarantees:
         partial = tuple((g, self.rows[g][1]) for g in order if self.rows[g][0] == "partial")
         cannot = tuple((g, self.rows[g][1]) for g in order if self.rows[g][0] == "no")
         return provides, partial, cannot
+
+
+def fd_hygiene(g: Guarantees, policy) -> None:
+    """fd.clean: the launcher marks every descriptor it did not open close-on-exec
+    and the helper closes the rest before exec; `--keep-fd N` is the only way
+    in, so the report names what was kept."""
+    kept = getattr(policy, "keep_fds", ())
+    if kept:
+        g.partial("fd.clean", "kept by --keep-fd: " + " ".join(map(str, kept)))
+    else:
+        g.yes("fd.clean")
 
 
 def scoping(g: Guarantees, abi: int, *, abstract_unix: tuple[bool, str] | None = None,
@@ -102,12 +114,15 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
                 seccomp: bool = False, seeds=(), chdir: str | None = None,
                 new_session: bool = False, lifeline: bool = False,
                 status: bool = False, pid_namespace: bool = False,
-                argv_fd: bool = False, cleanup: str | None = None) -> list:
+                argv_fd: bool = False, cleanup: str | None = None,
+                keep_fds=()) -> list:
     """The helper's command line up to (and including) the `--` before the
     command. Payload names: env, landlock, seccomp, seed-N, lifeline, status,
     argv (the command itself, when the backend limits its own argv).
     `pid_namespace`: the helper runs in a PID namespace of its own, so its
-    watcher may clear the whole namespace when the command exits."""
+    watcher may clear the whole namespace when the command exits.
+    `keep_fds`: inherited descriptors the command keeps (--keep-fd); every
+    other one above stderr is closed before exec."""
     argv: list = helper_command(python)
     for flag, wanted in (("--env", env), ("--landlock", landlock), ("--seccomp", seccomp),
                          ("--lifeline", lifeline), ("--status", status), ("--argv", argv_fd)):
@@ -123,6 +138,8 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
         argv.append("--pid-namespace")
     if cleanup:
         argv += ["--cleanup", cleanup]
+    for fd in keep_fds:
+        argv += ["--keep-fd", str(fd)]
     return argv + ["--"]
 
 

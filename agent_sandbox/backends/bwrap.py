@@ -18,10 +18,12 @@ import os
 
 from ..fsview import mount_ops
 from ..policy import Policy
-from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, helper_argv,
-                   scoping)
+from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, fd_hygiene,
+                   helper_argv, scoping)
 
 NAME = "bwrap"
+# A blanked copy of a home file stands in for it (--ro-bind-data from a descriptor).
+BINDS_GENERATED_FILES = True
 BWRAP = "bwrap"
 
 
@@ -42,6 +44,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
             abstract_unix=(policy.network_isolated,
                            "abstract unix sockets live in the network namespace, shared "
                            "with the host while NETWORK_MODE=open"))
+    fd_hygiene(g, policy)
     return g.split()
 
 
@@ -103,7 +106,8 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
     spawn_ruleset = None
     if landlock_abi >= SCOPING_ABI and scope_with == "helper":
         payloads["landlock"] = Payload(data=landlock_scope(landlock_abi))
-        argv += helper_argv(python=python, landlock=True) + list(command)
+        argv += helper_argv(python=python, landlock=True,
+                            keep_fds=policy.keep_fds) + list(command)
     else:
         if landlock_abi >= SCOPING_ABI:
             spawn_ruleset = scope_ruleset(landlock_abi)

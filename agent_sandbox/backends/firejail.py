@@ -48,9 +48,11 @@ import os
 from ..errors import PolicyError
 from ..policy import Policy, _is_within
 from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, argv_payload,
-                   env_payload, helper_argv, scoping)
+                   env_payload, fd_hygiene, helper_argv, scoping)
 
 NAME = "firejail"
+# No blanked copy of a home file: an unprivileged user cannot bind one.
+BINDS_GENERATED_FILES = False
 FIREJAIL = "firejail"
 SKEL_FILES = (".bashrc", ".zshrc", ".cshrc")
 SENTINEL = ".agent-sandbox-no-such-entry"
@@ -290,6 +292,7 @@ def guarantees(policy: Policy, *, landlock_abi: int, blacklisted_hidden=()):
             abstract_unix=(policy.network_isolated,
                            "abstract unix sockets live in the network namespace, shared "
                            "with the host while NETWORK_MODE=open"))
+    fd_hygiene(g, policy)
     return g.split()
 
 
@@ -344,7 +347,8 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
     argv += ["--", *helper_argv(python=python, env=True, landlock=scoped,
                                 seccomp=policy.seccomp, seeds=seeds, chdir=policy.workdir,
                                 new_session=True, lifeline=True, status=True,
-                                pid_namespace=True, argv_fd=True)]
+                                pid_namespace=True, argv_fd=True,
+                                keep_fds=policy.keep_fds)]
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
                                            blacklisted_hidden=view.blacklisted_hidden)
     # firejail itself gets a minimal environment; the command's comes on --env.

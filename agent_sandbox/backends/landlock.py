@@ -38,10 +38,12 @@ import os
 
 from .. import landlock as ll
 from ..policy import Policy, _is_within
-from .base import (HELPER_PYTHON, Guarantees, Payload, Plan, helper_argv, helper_command,
-                   helper_path, scoping)
+from .base import (HELPER_PYTHON, Guarantees, Payload, Plan, fd_hygiene, helper_argv,
+                   helper_command, helper_path, scoping)
 
 NAME = "landlock"
+# No blanked copy of a home file: without a mount namespace only real files exist.
+BINDS_GENERATED_FILES = False
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
            "/dev/ptmx", "/dev/pts")
 # Reading and writing procfs files is the process's own business; another
@@ -75,6 +77,7 @@ def guarantees(policy: Policy, *, landlock_abi: int):
     g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
                            "connecting to unix sockets)")
     scoping(g, landlock_abi)
+    fd_hygiene(g, policy)
     return g.split()
 
 
@@ -213,7 +216,7 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
         env["TMPDIR"] = tmpdir
     argv = helper_argv(python=python, landlock=True, seccomp=policy.seccomp,
                        chdir=policy.workdir, new_session=True, lifeline=True, status=True,
-                       cleanup=tmpdir)
+                       cleanup=tmpdir, keep_fds=policy.keep_fds)
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,

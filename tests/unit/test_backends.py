@@ -103,10 +103,30 @@ def test_the_spec_table_as_implemented(home):
         "signals.scoped": ("yes", "yes", "yes"),
         "self.protected": ("yes", "yes", "yes"),
         "tty.safe": ("yes", "yes", "yes"),
+        "fd.clean": ("yes", "yes", "yes"),
     }
     tables = {n: rows(plan_for(n, policy_for(home, backend=n))) for n in BACKENDS}
     for guarantee, states in expected.items():
         assert tuple(tables[n][guarantee] for n in BACKENDS) == states, guarantee
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_kept_descriptors_make_fd_clean_partial_and_reach_the_helper(home, name):
+    policy = policy_for(home, backend=name)._replace(keep_fds=(9, 12))
+    plan = plan_for(name, policy, abi=7)
+    assert dict(plan.partial)["fd.clean"] == "kept by --keep-fd: 9 12"
+    argv = [str(a) for a in plan.argv]
+    if name == "bwrap":          # no helper inside: bwrap passes what the launcher kept
+        assert "--keep-fd" not in argv
+    else:
+        assert argv[argv.index("--keep-fd"):argv.index("--keep-fd") + 4] == [
+            "--keep-fd", "9", "--keep-fd", "12"]
+    if name == "bwrap":          # a setuid bwrap: the helper runs inside and keeps them
+        payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")} | {
+            f"etc-{n}": Payload(data=b"") for n in ("passwd", "group", "nsswitch.conf")}
+        helper = bwrap.plan(policy, ["claude"], payloads=payloads, landlock_abi=7,
+                            scope_with="helper")
+        assert "--keep-fd" in [str(a) for a in helper.argv]
 
 
 @pytest.mark.parametrize("name", BACKENDS)

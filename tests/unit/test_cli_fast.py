@@ -10,9 +10,9 @@ import pytest
 from agent_sandbox import cli
 
 
-def expected(command, project_dir=None, backend=None, dry_run=False) -> dict:
+def expected(command, project_dir=None, backend=None, dry_run=False, keep_fds=()) -> dict:
     return {"project_dir": project_dir, "backend": backend, "dry_run": dry_run,
-            "command": list(command)}
+            "keep_fds": keep_fds, "command": list(command)}
 
 
 ACCEPTED = [
@@ -39,6 +39,8 @@ ACCEPTED = [
     (["--", "--dry-run"], expected(["--dry-run"])),
     # an option's value is taken as is, like the full CLI does
     (["--project-dir", "--dry-run", "x"], expected(["x"], project_dir="--dry-run")),
+    (["--keep-fd", "9", "x"], expected(["x"], keep_fds=(9,))),
+    (["--keep-fd=9", "--keep-fd", "12", "x"], expected(["x"], keep_fds=(9, 12))),
 ]
 
 
@@ -72,6 +74,9 @@ REJECTED = [
     ["-p", "/p", "x"],
     ["-", "x"],                       # unusual: let typer decide
     ["--dry-run", "--bogus", "x"],
+    ["--keep-fd", "x", "y"],           # not a number: typer says so
+    ["--keep-fd=-1", "x"],
+    ["--keep-fd"],
 ]
 
 
@@ -87,9 +92,10 @@ def launches(monkeypatch):
 
     calls: list[dict] = []
 
-    def fake_run(command, *, project_dir=None, backend=None, dry_run=False, environ=None):
+    def fake_run(command, *, project_dir=None, backend=None, dry_run=False, environ=None,
+                 keep_fds=()):
         calls.append({"command": list(command), "project_dir": project_dir,
-                      "backend": backend, "dry_run": dry_run})
+                      "backend": backend, "dry_run": dry_run, "keep_fds": tuple(keep_fds)})
         return 42
 
     monkeypatch.setattr(launcher, "run", fake_run)
@@ -100,7 +106,7 @@ def test_main_fast_path_passes_options_and_exit_code(launches):
     code = cli.main(["run", "--project-dir=/p", "--dry-run", "--", "--weird", "arg"])
     assert code == 42
     assert launches == [{"command": ["--weird", "arg"], "project_dir": "/p", "backend": None,
-                         "dry_run": True}]
+                         "dry_run": True, "keep_fds": ()}]
 
 
 def test_main_help_goes_to_typer_and_runs_nothing(launches, capsys):
@@ -109,10 +115,11 @@ def test_main_help_goes_to_typer_and_runs_nothing(launches, capsys):
     assert launches == []
     out = capsys.readouterr().out
     assert "--project-dir" in out and "--dry-run" in out and "--backend" in out
+    assert "--keep-fd" in out
 
 
 @pytest.mark.parametrize("args", [["run"], ["run", "--project-dir"], ["run", "--bogus", "x"],
-                                  ["run", "--dry-run"]])
+                                  ["run", "--dry-run"], ["run", "--keep-fd", "x", "y"]])
 def test_main_errors_go_to_typer_and_run_nothing(launches, capsys, args):
     code = cli.main(args)
     assert code == 2, capsys.readouterr()

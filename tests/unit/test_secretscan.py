@@ -1,0 +1,245 @@
+"""Unit tests for secrets in bound files: the pure scan (secretscan), the
+policy step (boundfiles.apply) and what bwrap's view makes of it."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from agent_sandbox import boundfiles, confload
+from agent_sandbox.backends import bwrap, firejail, landlock as landlock_backend
+from agent_sandbox.backends.base import Payload
+from agent_sandbox.envfilter import removal_rule
+from agent_sandbox.fsview import mount_ops
+from agent_sandbox.policy import LaunchContext, resolve_policy
+from agent_sandbox.secretscan import CREDENTIAL_SHAPES, Finding, blank, scan
+
+# The shipped defaults' rule (ALLOWED_ENV_VARS keeps ANTHROPIC_API_KEY).
+DEFAULTS = confload.load_settings(home="/nonexistent", user="u", environ={},
+                                  admin_path="/nonexistent/admin.conf", cache=False)
+REMOVED = removal_rule(blocked=DEFAULTS.BLOCKED_ENV_VARS,
+                       patterns=DEFAULTS.BLOCKED_ENV_PATTERNS,
+                       allowed=DEFAULTS.ALLOWED_ENV_VARS)
+GHP = "ghp_" + "A1b2C3d4E5" * 4
+TOKENS = {
+    "GitHub token": [GHP, "gho_" + "x" * 36, "github_pat_" + "11ABC_" * 10],
+    "GitLab token": ["glpat-" + "aB3_-" * 5],
+    "AWS access key id": ["AKIAIOSFODNN7EXAMPLE", "ASIA" + "Z" * 16],
+    "Slack token": ["xoxb-1234567890-abcdefghij", "xoxp-" + "1" * 20],
+    "OpenAI/Anthropic API key": ["sk-" + "a" * 40, "sk-ant-api03-" + "Q" * 40,
+                                 "sk-proj-" + "z9" * 20],
+    "JWT": ["eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiIxMjM0In0.sig_nature-x"],
+}
+
+
+def lines_of(findings):
+    return [(f.first_line, f.last_line) for f in findings]
+
+
+# ---------------------------------------------------------------- shapes
+@pytest.mark.parametrize("what,token", [(w, t) for w, ts in TOKENS.items() for t in ts])
+def test_each_credential_shape_is_found_on_its_line(what, token):
+    text = f"# config\nalias x='y'\nvalue: {token}\n"
+    assert scan(text, REMOVED) == (Finding(3, 3, what),)
+
+
+@pytest.mark.parametrize("text", [
+    "export PATH=$PATH:$HOME/.local/bin\n", "alias ll='ls -l'\n",
+    "pip install scikit-learn task-runner-for-disk-usage-report\n",   # no sk- token
+    "export ANTHROPIC_API_KEY\n",                      # kept by ALLOWED_ENV_VARS, no value
+    "ANTHROPIC_API_KEY=placeholder\n",                 # kept: not a removed variable
+    "[ \"$GH_TOKEN\" = x ] && echo\n",                 # a test, not an assignment
+    "git --config-token=abc\n", "ghp_short\n", "AKIA1234\n",
+    "[user]\n\tname = Test User\n",
+])
+def test_ordinary_lines_are_not_findings(text):
+    assert scan(text, REMOVED) == ()
+
+
+def test_the_one_table_names_every_shape_the_spec_lists():
+    names = [name for name, _ in CREDENTIAL_SHAPES]
+    assert names == ["private key block", "GitHub token", "GitLab token", "AWS access key id",
+                     "Slack token", "OpenAI/Anthropic API key", "JWT"]
+
+
+# ---------------------------------------------------------------- assignments
+@pytest.mark.parametrize("line,name", [
+    ("export GH_TOKEN=abc", "GH_TOKEN"), ("GH_TOKEN=abc", "GH_TOKEN"),
+    ("  export  VAULT_TOKEN='x'", "VAULT_TOKEN"), ("declare -x AWS_SECRET_ACCESS_KEY=1", "AWS_SECRET_ACCESS_KEY"),
+    ("export A=1 DB_PASSWORD=hunter2", "DB_PASSWORD"), ("PGPASSWORD=x psql", "PGPASSWORD"),
+    ("setenv GITLAB_TOKEN abc", "GITLAB_TOKEN"), ("set -gx my_api_key abc", "my_api_key"),
+    ("typeset -x SLURM_JWT=a", "SLURM_JWT"), ("if true; then export CI_JOB_TOKEN=x; fi", "CI_JOB_TOKEN"),
+])
+def test_assignments_of_removed_variables_are_found(line, name):
+    found = scan(f"# rc\n{line}\n", REMOVED)
+    assert found == (Finding(2, 2, f"{name} (a variable the policy removes)"),)
+
+
+def test_a_value_over_several_lines_is_covered_whole():
+    text = ("export GH_TOKEN=\"first\nsecond\nthird\"\nok=1\n"
+            "VAULT_TOKEN=abc\\\ndef\nfine\n"
+            "export PGPASSWORD='a # it\nb'\nlast\n")
+    assert lines_of(scan(text, REMOVED)) == [(1, 3), (5, 6), (8, 9)]
+    assert blank(text, scan(text, REMOVED)) == "\n\n\nok=1\n\n\nfine\n\n\nlast\n"
+
+
+def test_a_private_key_block_is_one_finding_and_blanked_whole():
+    text = ("before\n-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXk\nAAAA\n"
+            "-----END OPENSSH PRIVATE KEY-----\nafter\n")
+    assert scan(text, REMOVED) == (Finding(2, 5, "private key block"),)
+    assert blank(text, scan(text, REMOVED)) == "before\n\n\n\n\nafter\n"
+
+
+def test_a_private_key_without_end_is_blanked_to_the_end():
+    text = "a\n-----BEGIN RSA PRIVATE KEY-----\nMIIE\nmore\n"
+    assert lines_of(scan(text, REMOVED)) == [(2, 5)]
+    assert blank(text, scan(text, REMOVED)) == "a\n\n\n\n"
+
+
+def test_one_line_with_two_findings_names_both():
+    (finding,) = scan(f"export GH_TOKEN={GHP}\n", REMOVED)
+    assert finding.what == "GitHub token; GH_TOKEN (a variable the policy removes)"
+
+
+def test_findings_never_carry_the_secret():
+    text = f"export GH_TOKEN={GHP}\n-----BEGIN PRIVATE KEY-----\nSECRETBODY\n"
+    assert all(GHP not in f.what and "SECRETBODY" not in f.what for f in scan(text, REMOVED))
+
+
+# ---------------------------------------------------------------- the property
+FRAGMENTS = st.sampled_from([
+    "export ", "GH_TOKEN", "PATH", "=", "+=", " ", "\t", "\n", "\n", "'", '"', "\\", ";", "#",
+    "$", "setenv ", "set -gx ", "x", "value", GHP, "glpat-" + "a" * 20, "AKIAIOSFODNN7EXAMPLE",
+    "xoxb-1234567890", "sk-ant-" + "b" * 24, "eyJabcdefgh.eyJabcdefgh.sig",
+    "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "\r", "é",
+])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(FRAGMENTS, max_size=40).map("".join))
+def test_a_blanked_text_never_holds_a_table_match(text):
+    findings = scan(text, REMOVED)
+    blanked = blank(text, findings)
+    assert scan(blanked, REMOVED) == ()
+    for _, pattern in CREDENTIAL_SHAPES:
+        assert pattern.search(blanked) is None
+    assert blanked.count("\n") == text.count("\n")          # line numbers still hold
+    kept = [line for number, line in enumerate(text.split("\n"), 1)
+            if not any(f.first_line <= number <= f.last_line for f in findings)]
+    assert [line for line in blanked.split("\n") if line] == [line for line in kept if line]
+
+
+# ---------------------------------------------------------------- boundfiles
+@pytest.fixture
+def home(tmp_path):
+    home = tmp_path / "u"
+    (home / "proj").mkdir(parents=True)
+    (home / ".config/agent-sandbox").mkdir(parents=True)
+    (home / ".bashrc").write_text(f"# rc\nexport GH_TOKEN={GHP}\nalias ll='ls -l'\n")
+    (home / ".profile").write_text("export PATH=$PATH:/x\n")
+    (home / ".gitconfig").write_text("[user]\n\tname = U\n[github]\n\ttoken = " + GHP + "\n")
+    return home
+
+
+def policy_for(home, conf: str = "", backend: str = "bwrap"):
+    (home / ".config/agent-sandbox/sandbox.conf").write_text(conf)
+    settings_ = confload.load_settings(home=str(home), user="u", environ={},
+                                       admin_path=str(home.parent / "none.conf"), cache=False)
+    settings_ = settings_.replace(READONLY_MOUNTS=("/usr",))
+    ctx = LaunchContext(uid=1000, gid=1000, user="u", home=str(home), environ={},
+                        cwd=str(home / "proj"), project_dir=None, install_paths=(),
+                        session_id="s1")
+    return settings_, resolve_policy(settings_, ctx, backend=backend)
+
+
+def check(home, conf="", backend="bwrap"):
+    settings_, policy = policy_for(home, conf, backend)
+    contents = {path: open(source, "rb").read()
+                for path, source in boundfiles.bound_files(policy)}
+    module = {"bwrap": bwrap, "firejail": firejail, "landlock": landlock_backend}[backend]
+    return boundfiles.apply(policy, mode=settings_.SECRETS_IN_BOUND_FILES,
+                            can_generate=module.BINDS_GENERATED_FILES, contents=contents,
+                            removed=REMOVED)
+
+
+def test_bound_files_are_the_single_home_files_not_trees(home):
+    (home / ".local/bin").mkdir(parents=True)
+    os.symlink(".profile", home / ".zshrc")
+    _, policy = policy_for(home)
+    paths = [p for p, _ in boundfiles.bound_files(policy)]
+    assert paths == [str(home / ".bashrc"), str(home / ".profile"), str(home / ".gitconfig")]
+    _, policy = policy_for(home, "HOME_ACCESS=read\nHOME_READONLY=()\nHOME_SEEDED_FILES=()\n")
+    assert [p for p, _ in boundfiles.bound_files(policy)] == [str(home / ".profile"),
+                                                              str(home / ".bashrc")]
+
+
+def test_blank_on_bwrap_binds_a_blanked_copy_and_reports_file_and_line(home):
+    policy, payloads = check(home)
+    bashrc, gitconfig = str(home / ".bashrc"), str(home / ".gitconfig")
+    assert [(f.path, f.lines, f.action) for f in policy.bound_file_report.findings] == [
+        (bashrc, "line 2", "blanked"), (gitconfig, "line 4", "blanked")]
+    assert payloads["bound-0"] == b"# rc\n\nalias ll='ls -l'\n"
+    assert GHP.encode() not in payloads["bound-1"] and b"name = U" in payloads["bound-1"]
+    ops = mount_ops(policy)
+    assert ("ro-data", "bound-0", bashrc, 0o444) in ops
+    assert ("file", "bound-1", gitconfig, 0o644) in ops           # the seeded copy
+    assert not any(op[0] in ("ro-bind", "bind") and op[1] == bashrc for op in ops)
+    plan = bwrap.plan(policy, ["true"], payloads={"marker": Payload(data=b"m"),
+                                                  "seccomp": Payload(data=b"\0" * 8),
+                      **{k: Payload(data=v) for k, v in payloads.items()}})
+    assert {"bound-0", "bound-1"} <= set(plan.payloads)
+
+
+@pytest.mark.parametrize("mode", ["read", "write"])
+def test_blank_covers_home_files_in_read_and_write_mode(home, mode):
+    policy, _ = check(home, f"HOME_ACCESS={mode}\n")
+    assert ("ro-data", "bound-0", str(home / ".bashrc"), 0o444) in mount_ops(policy)
+
+
+@pytest.mark.parametrize("backend", ["firejail", "landlock"])
+def test_blank_where_no_copy_can_be_bound_leaves_the_file_out(home, backend):
+    policy, payloads = check(home, backend=backend)
+    assert payloads == {} and policy.generated_files == ()
+    assert {f.action for f in policy.bound_file_report.findings} == {"not bound"}
+    assert str(home / ".bashrc") in policy.hidden and str(home / ".gitconfig") in policy.hidden
+    assert str(home / ".bashrc") not in policy.home_readonly
+    assert str(home / ".profile") in policy.home_readonly       # no secret: bound as it is
+
+
+def test_skip_leaves_the_file_out_on_bwrap_too(home):
+    policy, payloads = check(home, "SECRETS_IN_BOUND_FILES=skip\n")
+    assert payloads == {} and str(home / ".bashrc") in policy.hidden
+    assert not any(str(home / ".bashrc") in op for op in mount_ops(policy))
+
+
+def test_off_checks_nothing(home):
+    policy, payloads = check(home, "SECRETS_IN_BOUND_FILES=off\n")
+    assert payloads == {} and policy.bound_file_report == boundfiles.BoundFileReport("off", 0)
+    assert ("ro-bind", str(home / ".bashrc"), str(home / ".bashrc")) in mount_ops(policy)
+
+
+def test_a_file_too_large_to_check_is_not_bound(home):
+    _, policy = policy_for(home)
+    contents = {p: boundfiles.TOO_LARGE for p, _ in boundfiles.bound_files(policy)}
+    policy, _ = boundfiles.apply(policy, mode="blank", can_generate=True, contents=contents,
+                                 removed=REMOVED)
+    assert str(home / ".profile") in policy.hidden
+    assert policy.bound_file_report.findings[0].what == "larger than 1 MiB, too large to check"
+    from agent_sandbox.report import bound_file_banner
+
+    assert bound_file_banner(policy, "bwrap").startswith(
+        f"agent-sandbox: {home / '.bashrc'} is larger than 1 MiB, too large to check for "
+        "secrets — not bound into the sandbox. ")
+
+
+def test_the_admin_floor_orders_skip_blank_off():
+    from agent_sandbox import locks
+
+    assert locks.ORDER["SECRETS_IN_BOUND_FILES"] == boundfiles.MODES
+    value, warning = locks.enforce("SECRETS_IN_BOUND_FILES", "blank", "off",
+                                   admin_origin="/etc/x:1", origin="user")
+    assert value == "blank" and "weaker" in warning
+    assert locks.enforce("SECRETS_IN_BOUND_FILES", "blank", "skip", admin_origin="a",
+                         origin="b") == ("skip", None)
