@@ -166,6 +166,11 @@ class ViewBuilder:
 
     def overlays(self) -> None:
         roots = self.writable_roots()
+        for path in self.policy.pinned:
+            # Bound onto itself (a mount point cannot be renamed or removed:
+            # EBUSY), before the read-only binds of the control files in it.
+            if any(_is_within(path, r) for r in roots) and not self._hidden(path):
+                self.ops.append(("bind", path, path))
         for item in self.policy.protected:
             if self._hidden(item.path) or not any(_is_within(item.path, r) for r in roots):
                 continue
