@@ -205,14 +205,20 @@ def mount_ops(policy: Policy) -> list[Op]:
     return ViewBuilder(policy).build()
 
 
-def placeholders(policy: Policy) -> tuple:
-    """Protected paths that are missing but lie in the writable surface: the
-    launcher creates them before the sandbox starts (a bind needs a mount
-    point) and removes them at exit if they are still empty."""
+def placeholder_candidates(policy: Policy) -> tuple:
+    """Protected paths in the writable surface, whether they exist or not:
+    the launcher makes those missing *when it starts the sandbox* (another
+    session's placeholder, there when the policy was made, may be gone)."""
     from .policy import Protected
 
     roots = ViewBuilder(policy).writable_roots()
     notes = tuple(Protected(path, False, os.path.lexists(path)) for path, _ in policy.notes)
     return tuple(p for p in policy.protected + notes
-                 if not p.exists and any(_is_within(p.path, r) for r in roots)
-                 and not policy.is_hidden(p.path))
+                 if any(_is_within(p.path, r) for r in roots) and not policy.is_hidden(p.path))
+
+
+def placeholders(policy: Policy) -> tuple:
+    """Protected paths that are missing but lie in the writable surface: the
+    launcher creates them before the sandbox starts (a bind needs a mount
+    point) and removes them at exit if they are still empty."""
+    return tuple(p for p in placeholder_candidates(policy) if not p.exists)

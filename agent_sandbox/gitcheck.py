@@ -38,7 +38,7 @@ from typing import NamedTuple
 from . import gitrepo
 
 SUBDIR = "git"
-SLACK = 2.0              # seconds of clock skew between the project's filesystem and ours
+SLACK = 0.01             # a clock tick: ctime comes from the kernel's coarse clock
 WALK_LIMIT = 200_000     # directory entries looked at for nested repositories
 CONTENT_LIMIT = 65536    # larger files are kept as a digest only
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
@@ -54,8 +54,13 @@ class Finding(NamedTuple):
         from .logs import clean
 
         value = clean(self.value if len(self.value) <= 80 else self.value[:77] + "...")
-        what = (f"{clean(self.path)} is a new or changed hook" if self.key == "hook" else
-                f"{clean(self.path)} gained {clean(self.key)} = {value}")
+        if self.key == "hook":
+            what = f"{clean(self.path)} is a new or changed hook"
+        elif self.key == "commondir":
+            what = (f"{clean(self.path)} (commondir) sends git to the configuration and hooks "
+                    f"in {value}")
+        else:
+            what = f"{clean(self.path)} gained {clean(self.key)} = {value}"
         return (f"git: {what} — git runs it outside the sandbox the next time you use this "
                 f"repository. Remove it: {clean(shlex.join(self.remedy))}")
 
@@ -104,18 +109,22 @@ def start(policy) -> str | None:
     from .policy import _is_within
 
     git_items = [p for p in policy.protected if _is_within(p.path, policy.project_dir)]
-    record = {"session": policy.session_id, "project": policy.project_dir,
-              "started": time.time(), "files": snapshot_files(git_items)}
     directory = _state(home)
     path = os.path.join(directory, f"{policy.session_id}.json")
+    temp = os.path.join(directory, f".{policy.session_id}.tmp")
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
         try:
+            # The start is the file system's own time (a file's ctime), as
+            # the ctimes it is compared with later.
+            record = {"session": policy.session_id, "project": policy.project_dir,
+                      "started": os.fstat(fd).st_ctime, "files": snapshot_files(git_items)}
             os.write(fd, json.dumps(record).encode())
         finally:
             os.close(fd)
+        os.replace(temp, path)
     except OSError:
         return None
     return path
@@ -159,12 +168,19 @@ def _files_of(dotgit: str, home: str) -> tuple[list[str], list[str], list[str]]:
                     if e.is_dir(follow_symlinks=False)]
     except OSError:
         pass
-    configs, commondirs = [], []
+    configs, redirected = [], []
     for each in dict.fromkeys(gitdirs):
         common = gitrepo.commondir_of(each)
-        configs += [os.path.join(common, "config"), os.path.join(each, "config.worktree")]
-        commondirs.append(os.path.join(each, "commondir"))
-    return list(dict.fromkeys(configs)), commondirs, list(dict.fromkeys(gitdirs))
+        # Its own config too: it counts again once the commondir goes.
+        configs += [os.path.join(common, "config"), os.path.join(each, "config"),
+                    os.path.join(each, "config.worktree")]
+        # A linked worktree's gitdir points back at its repository; any other
+        # commondir leads git somewhere else.
+        expected = os.path.dirname(os.path.dirname(each)) \
+            if os.path.basename(os.path.dirname(each)) == "worktrees" else each
+        if common != expected:
+            redirected.append(os.path.join(each, "commondir"))
+    return list(dict.fromkeys(configs)), redirected, list(dict.fromkeys(gitdirs))
 
 
 class _Evaluator:
@@ -172,6 +188,18 @@ class _Evaluator:
         self.project, self.home, self.files = project, home, files
         self.since, self.git = started - SLACK, git
         self.findings: dict[tuple, Finding] = {}
+        self._known: set | None = None
+
+    def known(self) -> set:
+        """Every (key, value) the repository's configuration held at the
+        start: the user's own, wherever the session moved it since."""
+        if self._known is None:
+            self._known = set()
+            for path, stored in self.files.items():
+                if "/hooks/" in path or stored.startswith("sha256:"):
+                    continue
+                self._known |= set(gitrepo.config_entries(bytes.fromhex(stored), self.git))
+        return self._known
 
     def _changed(self, path: str, data: bytes) -> tuple[bool, bytes | None]:
         """(changed during the session?, the bytes before it when known)."""
@@ -202,7 +230,8 @@ class _Evaluator:
         if changed:
             old = set(gitrepo.config_entries(before, self.git)) if before else set()
             for key, value in entries:
-                if gitrepo.is_code_key(key, value) and (key, value) not in old:
+                if gitrepo.is_code_key(key, value) and (key, value) not in old \
+                        and (key, value) not in self.known():
                     self.add(Finding(path, key, value,
                                      ("git", "config", "--file", path, "--unset-all", key)))
         return entries
@@ -237,15 +266,14 @@ class _Evaluator:
                 if key.lower() == "core.hookspath":
                     hooks_paths.append(value)
         for path in commondirs:
-            if path in self.files:      # a placeholder or an existing link that changed
-                data = gitrepo.read_small(path)
-                if data is not None and self._changed(path, data)[0]:
-                    self.add(Finding(path, "commondir", data.decode("utf-8", "replace").strip(),
-                                     ("rm", "--", path)))
+            data = gitrepo.read_small(path)
+            if data is not None and self._changed(path, data)[0]:
+                self.add(Finding(path, "commondir", data.decode("utf-8", "replace").strip(),
+                                 ("rm", "--", path)))
         worktree = os.path.dirname(dotgit) if os.path.basename(dotgit) == ".git" else dotgit
-        for gitdir in gitdirs:
-            common = gitrepo.commondir_of(gitdir)
-            self.hooks(os.path.join(common, "hooks"))
+        for gitdir in gitdirs:      # its own hooks too: they count again once commondir goes
+            for each in dict.fromkeys((gitdir, gitrepo.commondir_of(gitdir))):
+                self.hooks(os.path.join(each, "hooks"))
         for value in hooks_paths:
             self.hooks(gitrepo.hooks_dir(value, gitrepo.commondir_of(gitdirs[0]), worktree,
                                          self.home))

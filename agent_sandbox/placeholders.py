@@ -61,10 +61,12 @@ def _made_or_there(make, path: str, is_dir: bool) -> bool:
 def create(policy) -> list[tuple[str, bool, bytes]]:
     """Make the placeholders the plan mounts; return (path, is_dir, content)
     of each thing made (missing parents included), oldest first."""
-    from .fsview import placeholders
+    from .fsview import placeholder_candidates
 
     created = []
-    for item in placeholders(policy):
+    for item in placeholder_candidates(policy):
+        if os.path.lexists(item.path):
+            continue       # the user's own, or another session's placeholder
         try:
             parent = os.path.dirname(item.path)
             missing_parents = []
@@ -214,14 +216,15 @@ def _pattern(relative: str, is_dir: bool) -> bytes:
 
 
 def _worktree_patterns(policy) -> list[bytes]:
-    from .fsview import placeholders
+    from .fsview import placeholder_candidates
     from .policy import _is_within
 
     project = policy.project_dir
     dotgit = os.path.join(project, ".git")
     return [_pattern(os.path.relpath(item.path, project), item.is_dir)
-            for item in placeholders(policy)
-            if _is_within(item.path, project) and not _is_within(item.path, dotgit)]
+            for item in placeholder_candidates(policy)
+            if _is_within(item.path, project) and not _is_within(item.path, dotgit)
+            and not os.path.lexists(item.path)]
 
 
 def _without_block(data: bytes) -> tuple[bytes, list[bytes]]:
