@@ -246,10 +246,7 @@ def _edit_exclude(project: str, edit) -> None:
         fds.append(os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
         fds.append(os.open(".git", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                            dir_fd=fds[-1]))
-        try:
-            os.mkdir("info", 0o755, dir_fd=fds[-1])
-        except FileExistsError:
-            pass
+        os.stat("HEAD", dir_fd=fds[-1], follow_symlinks=False)   # a repository at all?
         info = os.open("info", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                        dir_fd=fds[-1])
         fds.append(info)
@@ -276,7 +273,7 @@ def _edit_exclude(project: str, edit) -> None:
             os.close(fd)
         os.replace(temp, "exclude", src_dir_fd=info, dst_dir_fd=info)
     except OSError:
-        pass     # not a repository (or an odd one): nothing to keep clean
+        pass     # not a repository (or one without info/): nothing to keep clean
     finally:
         for fd in fds:
             os.close(fd)

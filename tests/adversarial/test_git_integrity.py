@@ -163,6 +163,11 @@ def test_killed_launcher_is_reported_by_status_and_logs(user, project, backend):
     assert config in status.stdout + status.stderr and "core.sshcommand" in status.stdout + status.stderr
     logs = user.run([INSTALLED, "logs"], cwd=user.home)
     assert config in logs.stdout and "core.sshcommand" in logs.stdout, logs.stdout + logs.stderr
+    # The next session of the project removes what the killed one left, and
+    # does not report the same finding again.
+    again = user.sandbox("true", env=user.env(SANDBOX_BACKEND=backend), cwd=project)
+    assert again.returncode == 0 and "git:" not in again.stderr, again.stderr
+    assert not (project / ".envrc").exists()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
