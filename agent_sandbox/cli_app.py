@@ -172,6 +172,9 @@ def status(
     from .status import collect, render
 
     _hidden_here("status cannot see the session records")
+    from .gitcheck import recover
+
+    recover(pwd.getpwuid(os.getuid()).pw_dir)   # sessions whose launcher was killed
     status_report = collect(pwd.getpwuid(os.getuid()).pw_dir)
     now = time.time()
     typer.echo((status_json if as_json else render)(status_report, now=now), nl=False)

@@ -175,6 +175,11 @@ class ViewBuilder:
 
     def overlays(self) -> None:
         roots = self.writable_roots()
+        for path in self.policy.pinned:
+            # Bound onto itself (a mount point cannot be renamed or removed:
+            # EBUSY), before the read-only binds of the control files in it.
+            if any(_is_within(path, r) for r in roots) and not self._hidden(path):
+                self.ops.append(("bind", path, path))
         for item in self.policy.protected:
             if self._hidden(item.path) or not any(_is_within(item.path, r) for r in roots):
                 continue
@@ -209,14 +214,20 @@ def mount_ops(policy: Policy) -> list[Op]:
     return ViewBuilder(policy).build()
 
 
-def placeholders(policy: Policy) -> tuple:
-    """Protected paths that are missing but lie in the writable surface: the
-    launcher creates them before the sandbox starts (a bind needs a mount
-    point) and removes them at exit if they are still empty."""
+def placeholder_candidates(policy: Policy) -> tuple:
+    """Protected paths in the writable surface, whether they exist or not:
+    the launcher makes those missing *when it starts the sandbox* (another
+    session's placeholder, there when the policy was made, may be gone)."""
     from .policy import Protected
 
     roots = ViewBuilder(policy).writable_roots()
     notes = tuple(Protected(path, False, os.path.lexists(path)) for path, _ in policy.notes)
     return tuple(p for p in policy.protected + notes
-                 if not p.exists and any(_is_within(p.path, r) for r in roots)
-                 and not policy.is_hidden(p.path))
+                 if any(_is_within(p.path, r) for r in roots) and not policy.is_hidden(p.path))
+
+
+def placeholders(policy: Policy) -> tuple:
+    """Protected paths that are missing but lie in the writable surface: the
+    launcher creates them before the sandbox starts (a bind needs a mount
+    point) and removes them at exit if they are still empty."""
+    return tuple(p for p in placeholder_candidates(policy) if not p.exists)

@@ -855,22 +855,30 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             # placeholders are made (a session of the same project ending now
             # must see this one and leave them), removed whatever way it ends;
             # named by the session id the chaperon's audit log and ledger carry.
-            from . import placeholders, registry
+            # Both steps run under the project's lock, so that concurrent
+            # launches and ends of one project never race (placeholders.py).
+            from . import gitcheck, placeholders, registry
 
-            record = registry.register(
-                policy.home, session=policy.session_id,
-                backend=plan.backend, project=policy.project_dir,
-                chaperon_pid=session.pid if session else None,
-                command=os.path.basename(command[0]))
-            created = []
+            created, record, snapshot = [], None, None
             try:
-                created = placeholders.create(policy)
-                placeholders.remember(policy.home, policy.project_dir, created)
+                with placeholders.project_lock(policy.home, policy.project_dir):
+                    record = registry.register(
+                        policy.home, session=policy.session_id,
+                        backend=plan.backend, project=policy.project_dir,
+                        chaperon_pid=session.pid if session else None,
+                        command=os.path.basename(command[0]))
+                    placeholders.exclude(policy)
+                    created = placeholders.create(policy)
+                    placeholders.remember(policy.home, policy.project_dir, created)
+                snapshot = gitcheck.start(policy)
                 return run_plan(plan, policy.keep_fds)
             finally:
-                registry.unregister(record)
-                placeholders.release(policy.home, policy.project_dir, policy.session_id,
-                                     created)
+                if record is not None:   # checked while registered: recover() leaves it alone
+                    gitcheck.finish(policy, snapshot)
+                with placeholders.project_lock(policy.home, policy.project_dir):
+                    registry.unregister(record)
+                    placeholders.release(policy.home, policy.project_dir, policy.session_id,
+                                         created)
         finally:
             if session:
                 session.stop()

@@ -116,6 +116,10 @@ def summary(record: dict) -> str:
         return clean(text) + (f"  (in {clean(cwd)})" if cwd else "")
     if event == "start":
         return f"project {clean(record.get('project', '?'))}"
+    if event == "git-setting":
+        return (f"{clean(record.get('file', '?'))}: {clean(record.get('key', '?'))} = "
+                f"{clean(record.get('value', ''))} runs outside the sandbox — remove it: "
+                f"{clean(record.get('remedy', '?'))}")
     if event == "submit":
         return (f"{clean(record.get('script_bytes', '?'))}-byte script submitted "
                 f"(token {clean(record.get('token', '?'))})")

@@ -15,23 +15,58 @@ ends removes them — each still only if it is exactly what was written.
 host, or any record of another host (it cannot be checked from here), keeps
 them. A session killed with SIGKILL leaves its placeholders in place until the
 next session of the project ends: they stay read-only meanwhile.
+
+Launches race (eight sandboxes of one project started at once): creation
+tolerates an entry another session made a moment earlier (EEXIST, when it is
+of the right kind and not a symlink) and records only what it made itself;
+and "register, then create" and "unregister, then release" each run under one
+per-project lock (`flock` on `<project>.lock` beside the list), so a session
+that is ending never removes placeholders a starting one is about to mount.
+
+Placeholders in the work tree (`.envrc`, `.mcp.json`, `.vscode/`, …) would
+show up in the user's `git status`; while any session of the project runs,
+they are listed in the repository's `.git/info/exclude` between two marker
+lines, written from here (outside) before they are created and taken out
+again by the last session. The cost: a real `.envrc` made meanwhile is
+ignored by git until then.
 """
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
 
 from .errors import PolicyError
 
 SUBDIR = "placeholders"
+EXCLUDE_BEGIN = b"# agent-sandbox: placeholders of running sessions (removed by the last one)\n"
+EXCLUDE_END = b"# agent-sandbox: end\n"
+
+
+def _made_or_there(make, path: str, is_dir: bool) -> bool:
+    """Run `make`; True when it made the entry, False when another session
+    had made it (an entry of the right kind, not a symlink); else raise."""
+    try:
+        make()
+        return True
+    except FileExistsError:
+        info = os.lstat(path)
+        kind = stat.S_ISDIR if is_dir else stat.S_ISREG
+        if kind(info.st_mode):
+            return False
+        raise OSError(errno.EEXIST, "exists and is not a placeholder") from None
 
 
 def create(policy) -> list[tuple[str, bool, bytes]]:
     """Make the placeholders the plan mounts; return (path, is_dir, content)
     of each thing made (missing parents included), oldest first."""
-    from .fsview import placeholders
+    from .fsview import placeholder_candidates
 
     created = []
-    for item in placeholders(policy):
+    for item in placeholder_candidates(policy):
+        if os.path.lexists(item.path):
+            continue       # the user's own, or another session's placeholder
         try:
             parent = os.path.dirname(item.path)
             missing_parents = []
@@ -39,21 +74,51 @@ def create(policy) -> list[tuple[str, bool, bytes]]:
                 missing_parents.append(parent)
                 parent = os.path.dirname(parent)
             for directory in reversed(missing_parents):
-                os.mkdir(directory, 0o755)
-                created.append((directory, True, b""))
+                if _made_or_there(lambda d=directory: os.mkdir(d, 0o755), directory, True):
+                    created.append((directory, True, b""))
             if item.is_dir:
-                os.mkdir(item.path, 0o755)
+                made = _made_or_there(lambda: os.mkdir(item.path, 0o755), item.path, True)
             else:
-                fd = os.open(item.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
-                             0o644)
-                os.write(fd, item.placeholder)
-                os.close(fd)
-            created.append((item.path, item.is_dir, item.placeholder))
+                made = _made_or_there(lambda: _write_new(item.path, item.placeholder),
+                                      item.path, False)
+            if made:
+                created.append((item.path, item.is_dir, item.placeholder))
         except OSError as exc:
             raise PolicyError(f"cannot create the read-only placeholder {item.path} — {exc}. "
                               "Create it yourself or remove it from PROTECTED_PATHS.",
                               reason="placeholder_failed") from None
     return created
+
+
+def _write_new(path: str, content: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    try:
+        os.write(fd, content)
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def project_lock(home: str, project: str):
+    """Held while a session registers and makes placeholders, and while one
+    unregisters and removes them. Best effort: without a state directory
+    there is no list either."""
+    path = _list_path(home, project)[:-len(".jsonl")] + ".lock"
+    fd = None
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        import fcntl
+
+        fcntl.flock(fd, fcntl.LOCK_EX)
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)     # releases the lock
 
 
 def _list_path(home: str, project: str) -> str:
@@ -107,6 +172,7 @@ def release(home: str, project: str, session: str, created: list) -> None:
         return      # nothing of this project to remove: skip reading the registry
     if _others_running(home, project, session):
         return
+    _unexclude(project)
     import json
 
     entries = []
@@ -138,3 +204,97 @@ def release(home: str, project: str, session: str, created: list) -> None:
         os.unlink(path)
     except OSError:
         pass
+
+
+# ---------------------------------------------------------------- .git/info/exclude
+def _pattern(relative: str, is_dir: bool) -> bytes:
+    """An anchored gitignore pattern matching exactly this path."""
+    escaped = "".join("\\" + c if c in "\\*?[" else c for c in relative)
+    if escaped.endswith(" "):
+        escaped = escaped[:-1] + "\\ "
+    return ("/" + escaped + ("/" if is_dir else "") + "\n").encode("utf-8", "surrogateescape")
+
+
+def _worktree_patterns(policy) -> list[bytes]:
+    from .fsview import placeholder_candidates
+    from .policy import _is_within
+
+    project = policy.project_dir
+    dotgit = os.path.join(project, ".git")
+    return [_pattern(os.path.relpath(item.path, project), item.is_dir)
+            for item in placeholder_candidates(policy)
+            if _is_within(item.path, project) and not _is_within(item.path, dotgit)
+            and not os.path.lexists(item.path)]
+
+
+def _without_block(data: bytes) -> tuple[bytes, list[bytes]]:
+    """(the file without our block, the lines the block held)."""
+    lines = data.splitlines(keepends=True)
+    if EXCLUDE_BEGIN not in lines:
+        return data, []
+    start = lines.index(EXCLUDE_BEGIN)
+    end = lines.index(EXCLUDE_END, start) if EXCLUDE_END in lines[start:] else len(lines) - 1
+    return b"".join(lines[:start] + lines[end + 1:]), lines[start + 1:end]
+
+
+def _edit_exclude(project: str, edit) -> None:
+    """Rewrite `.git/info/exclude` as edit(old bytes) → new bytes. Every
+    component below the project is opened without following symlinks (the
+    session could have planted one), the file is replaced by a rename."""
+    fds = []
+    try:
+        fds.append(os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC))
+        fds.append(os.open(".git", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                           dir_fd=fds[-1]))
+        os.stat("HEAD", dir_fd=fds[-1], follow_symlinks=False)   # a repository at all?
+        info = os.open("info", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=fds[-1])
+        fds.append(info)
+        try:
+            fd = os.open("exclude", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=info)
+            try:
+                if not stat.S_ISREG(os.fstat(fd).st_mode):
+                    return
+                old = os.read(fd, 1 << 20)
+            finally:
+                os.close(fd)
+        except FileNotFoundError:
+            old = b""
+        new = edit(old)
+        if new == old:
+            return
+        temp = f".exclude.agent-sandbox-{os.getpid()}"
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o644, dir_fd=info)
+        try:
+            os.write(fd, new)
+        finally:
+            os.close(fd)
+        os.replace(temp, "exclude", src_dir_fd=info, dst_dir_fd=info)
+    except OSError:
+        pass     # not a repository (or one without info/): nothing to keep clean
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def exclude(policy) -> None:
+    """List this launch's work-tree placeholders in .git/info/exclude (under
+    the project lock, before they are made)."""
+    patterns = _worktree_patterns(policy)
+    if not patterns or not os.path.isdir(os.path.join(policy.project_dir, ".git")):
+        return
+
+    def add(old: bytes) -> bytes:
+        rest, listed = _without_block(old)
+        merged = list(dict.fromkeys(listed + patterns))
+        if rest and not rest.endswith(b"\n"):
+            rest += b"\n"
+        return rest + EXCLUDE_BEGIN + b"".join(merged) + EXCLUDE_END
+
+    _edit_exclude(policy.project_dir, add)
+
+
+def _unexclude(project: str) -> None:
+    _edit_exclude(project, lambda old: _without_block(old)[0])

@@ -108,6 +108,7 @@ class Policy(NamedTuple):
     # bound from a blanked copy, and the report of the check for the banner.
     generated_files: tuple = ()
     bound_file_report: object = None
+    pinned: tuple[str, ...] = ()         # bound onto themselves: cannot be renamed (gitrepo.py)
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -205,6 +206,26 @@ def _protected(settings, project: str, home: str) -> tuple[Protected, ...]:
     return tuple(result)
 
 
+def _git_protected(protected: tuple[Protected, ...], project: str, home: str,
+                   environ) -> tuple[tuple[Protected, ...], tuple[str, ...]]:
+    """The project's own repository: every control file git reads kept
+    read-only (gitrepo.py), and its `.git` directory pinned — when it exists,
+    or when placeholders will create it."""
+    from . import gitrepo
+
+    have = {p.path for p in protected}
+    extra = tuple(Protected(path, is_dir, os.path.lexists(path), placeholder)
+                  for path, is_dir, placeholder in gitrepo.control_paths(
+                      project, home, gitrepo.find_git(environ.get("PATH", "")))
+                  if path not in have)
+    protected += extra
+    dotgit = gitrepo.pin_path(project)
+    if os.path.islink(dotgit) or os.path.isfile(dotgit):
+        return protected, ()
+    creates = any(_is_within(p.path, dotgit) and not p.exists for p in protected)
+    return protected, ((dotgit,) if os.path.isdir(dotgit) or creates else ())
+
+
 def _devices(settings) -> tuple[str, ...]:
     if not settings.DEVICES:
         return ()
@@ -292,6 +313,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     # are kept read-only by real path, so a symlinked name cannot dodge it.
     protected = _protected(settings, project, home) + tuple(
         Protected(r, os.path.isdir(r), True) for r in denied if os.path.exists(r))
+    protected, pinned = _git_protected(protected, project, home, ctx.environ)
     system = _existing(settings.READONLY_MOUNTS)
     slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ)
     for item in _protected(settings, project, home):
@@ -313,7 +335,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         network_isolated=settings.NETWORK_MODE == "isolated",
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
-        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings))
+        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings), pinned=pinned)
     return with_chaperon(policy, *chaperon) if chaperon else policy
 
 

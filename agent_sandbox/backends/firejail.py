@@ -211,6 +211,12 @@ class View:
             if os.path.lexists(path) and any(_is_within(path, t) for t in ro_trees):
                 self.readwrite.append(path)    # e.g. below the read-only restricted home
         roots = writable + ([home] if policy.home_access == "write" else [])
+        for path in policy.pinned:
+            # read-only then read-write: firejail binds the path onto itself
+            # for the first, so it becomes a mount point (rename: EBUSY).
+            if any(_is_within(path, r) for r in roots) and not self._hidden(path):
+                self.readonly.append(path)
+                self.readwrite.append(path)
         for item in policy.protected:   # missing ones get a placeholder before the launch
             if not self._hidden(item.path) and any(_is_within(item.path, r) for r in roots) \
                     and not os.path.islink(item.path):

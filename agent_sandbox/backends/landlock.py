@@ -67,7 +67,9 @@ def guarantees(policy: Policy, *, landlock_abi: int):
         g.yes(name)
     g.no("fs.protected", "Landlock cannot make a path read-only below a writable one: "
                          "PROTECTED_PATHS (and DENIED_WRITABLE_PATHS) inside the project or "
-                         "another writable path stay writable")
+                         "another writable path stay writable, and the project's git "
+                         "repository can be moved or rewritten: git settings that run "
+                         "commands are only detected and reported when the session ends")
     g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
     g.no("pid.isolated", "no PID namespace: processes outside are visible (ptrace and "
                          "process_vm_readv/writev are denied)")

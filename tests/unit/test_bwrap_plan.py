@@ -408,7 +408,13 @@ def test_protected_paths_are_readonly_binds_over_the_project(home):
         assert not host_writable(ops, path)
     assert host_writable(ops, f"{p}/src/main.py")
     missing = {item.path for item in placeholders(policy)}
-    assert missing == {f"{p}/.envrc", f"{p}/.vscode", f"{p}/.idea", f"{p}/.mcp.json"}
+    assert missing == {f"{p}/.envrc", f"{p}/.vscode", f"{p}/.idea", f"{p}/.mcp.json",
+                       f"{p}/.git/config.worktree", f"{p}/.git/commondir"}
+    # The repository directory is bound onto itself (immovable) before its
+    # control files are bound read-only.
+    pin = index_of(ops, ("bind", f"{p}/.git", f"{p}/.git"))
+    assert index_of(ops, ("bind", p, p)) < pin < index_of(ops, ("ro-bind", f"{p}/.git/config",
+                                                                 f"{p}/.git/config"))
 
 
 def test_protected_symlink_is_not_bound(home):

@@ -1,0 +1,197 @@
+"""Git integrity, for real (SPEC §8 "Git"): the installed agent-sandbox, run
+by the unprivileged test user on each backend, with a session that tries
+every route by which git would later run a command the session wrote.
+
+On bwrap and firejail each attempt must fail inside; on landlock (no mount
+namespace: detection only) each must be reported at the end, with a command
+that removes it. Either way the user's own git commands outside, run after
+the session (after the reported removals on landlock), must execute nothing
+planted: every planted command would create its own marker file."""
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import INSTALLED
+
+BACKENDS = ["bwrap", "firejail", "landlock"]
+ROUTES = ("fsmonitor", "hook", "hookspath", "include", "filter", "commondir", "worktree",
+          "replaced", "nested")
+
+# Each route prints ROUTE=planted when the planting step succeeded inside.
+PLANT = r"""
+M="$1"
+try() { name=$1; shift; if ( "$@" ) >/dev/null 2>&1; then echo "$name=planted"; else echo "$name=refused"; fi; }
+try fsmonitor git config core.fsmonitor "touch $M/fsmonitor"
+try hook sh -c 'printf "#!/bin/sh\ntouch $0/hook\n" > .git/hooks/pre-commit && chmod +x .git/hooks/pre-commit' "$M"
+try hookspath git config core.hooksPath .githooks
+try include sh -c 'printf "[core]\n\tpager = touch $0/include; cat\n" >> shared.gitconfig' "$M"
+try filter sh -c 'echo "*.txt filter=evil" > .gitattributes && printf "[filter \"evil\"]\n\tclean = touch $0/filter; cat\n" >> shared.gitconfig' "$M"
+echo changed >> a.txt
+try commondir sh -c 'mkdir -p ag && cp -r .git/objects .git/refs .git/HEAD ag/ && printf "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = touch $0/commondir\n" > ag/config && echo ../ag > .git/commondir' "$M"
+try worktree sh -c 'printf "[core]\n\tfsmonitor = touch $0/worktree\n" > .git/config.worktree' "$M"
+try nested sh -c 'mkdir -p sub && cd sub && git init -q . && git config core.sshCommand "touch $0/nested"' "$M"
+try replaced sh -c 'mv .git .git_orig && git init -q . && git config core.fsmonitor "touch $0/replaced"' "$M"
+exit 0
+"""
+
+
+def git(user, project, *args, check=True):
+    result = user.run(["git", *args], cwd=project, env=user.env(GIT_PAGER="cat"))
+    if check:
+        assert result.returncode == 0, (args, result.stderr)
+    return result
+
+
+@pytest.fixture
+def repo(user, project) -> Path:
+    """A repository the user made outside: one commit, a project file its
+    config includes, per-worktree config enabled, husky-style hooks path."""
+    (project / "a.txt").write_text("a\n")
+    (project / "shared.gitconfig").write_text("# shared settings\n")
+    (project / ".githooks").mkdir()
+    for path in (project / "a.txt", project / "shared.gitconfig", project / ".githooks"):
+        os.chown(path, user.uid, user.gid)
+    git(user, project, "init", "-q", ".")
+    git(user, project, "config", "user.email", "t@example.org")
+    git(user, project, "config", "user.name", "T")
+    git(user, project, "config", "include.path", "../shared.gitconfig")
+    git(user, project, "config", "extensions.worktreeConfig", "true")
+    git(user, project, "add", "a.txt", "shared.gitconfig")
+    git(user, project, "commit", "-q", "-m", "first")
+    # The user's own code-running keys, there before the session: never reported.
+    git(user, project, "config", "filter.lfs.process", "git-lfs filter-process")
+    (project / "lib").mkdir()
+    os.chown(project / "lib", user.uid, user.gid)
+    git(user, project / "lib", "init", "-q", ".")
+    git(user, project / "lib", "config", "alias.x", "!true")
+    return project
+
+
+def markers_dir(user) -> Path:
+    path = user.home / f"markers-{uuid.uuid4().hex[:8]}"
+    path.mkdir()
+    os.chown(path, user.uid, user.gid)
+    return path
+
+
+def use_repo_outside(user, project) -> None:
+    """What a user does next, outside the sandbox: every command that reads
+    the routes above (status → fsmonitor and clean filters, -p → the pager,
+    commit → the hooks, nested repo → its own config)."""
+    git(user, project, "status", check=False)
+    git(user, project, "-p", "log", "--oneline", check=False)
+    git(user, project, "diff", check=False)
+    git(user, project, "commit", "-q", "--allow-empty", "-m", "after", check=False)
+    if (project / "sub").is_dir():
+        git(user, project / "sub", "status", check=False)
+        git(user, project / "sub", "ls-remote", "ssh://example.invalid/x", check=False)
+
+
+def remedies(stderr: str) -> list[list[str]]:
+    return [shlex.split(line.split("Remove it: ", 1)[1]) for line in stderr.splitlines()
+            if line.startswith("agent-sandbox: git:") and "Remove it: " in line]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_git_routes_fail_inside_or_are_reported(user, repo, backend):
+    marks = markers_dir(user)
+    head = git(user, repo, "rev-parse", "HEAD").stdout
+    result = user.sandbox("/bin/sh", "-c", PLANT, "plant", marks,
+                          env=user.env(SANDBOX_BACKEND=backend), cwd=repo)
+    assert result.returncode == 0, result.stderr
+    outcome = dict(line.split("=", 1) for line in result.stdout.split())
+    report = result.stderr
+    assert "filter.lfs" not in report and "alias.x" not in report, report
+    if backend == "landlock":
+        assert set(outcome.values()) == {"planted"}, outcome   # detection only
+        for text in ("core.fsmonitor", "pre-commit", "core.hookspath", "core.pager",
+                     "filter.evil.clean", "commondir", "config.worktree",
+                     "core.sshcommand", str(repo / "sub/.git/config")):
+            assert text in report, (text, report)
+        for command in remedies(report):
+            fix = user.run(command, cwd=repo)
+            assert fix.returncode == 0, (command, fix.stderr)
+    else:
+        refused = {route for route, verdict in outcome.items() if verdict == "refused"}
+        assert refused == set(ROUTES) - {"nested"}, (outcome, report)
+        assert outcome["nested"] == "planted"      # a nested repository is legitimate…
+        assert "core.sshcommand" in report and str(repo / "sub/.git/config") in report
+        for command in remedies(report):
+            assert command[:2] == ["git", "config"], command   # …and only it is reported
+            assert user.run(command, cwd=repo).returncode == 0
+        assert (repo / ".git").is_dir() and not (repo / ".git_orig").exists()
+        assert git(user, repo, "rev-parse", "HEAD").stdout == head
+    use_repo_outside(user, repo)
+    assert sorted(p.name for p in marks.iterdir()) == []
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killed_launcher_is_reported_by_status_and_logs(user, project, backend):
+    """The launcher is SIGKILLed after a nested repository gained a key: the
+    next `agent-sandbox status` reports it, and `logs` keeps it."""
+    marks = markers_dir(user)
+    ready = project / "ready"
+    plant = ('git init -q sub && git -C sub config core.sshCommand "touch $0/x" '
+             '&& touch ready && sleep 60')
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", plant, str(marks)],
+                            user=user.uid, group=user.gid, extra_groups=[], cwd=project,
+                            env=user.env(SANDBOX_BACKEND=backend), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    time.sleep(0.3)    # the sandbox dies with its launcher
+    status = user.run([INSTALLED, "status"], cwd=user.home)
+    config = str(project / "sub/.git/config")
+    assert status.returncode == 0, status.stderr
+    assert config in status.stdout + status.stderr and "core.sshcommand" in status.stdout + status.stderr
+    logs = user.run([INSTALLED, "logs"], cwd=user.home)
+    assert config in logs.stdout and "core.sshcommand" in logs.stdout, logs.stdout + logs.stderr
+    # The next session of the project removes what the killed one left, and
+    # does not report the same finding again.
+    again = user.sandbox("true", env=user.env(SANDBOX_BACKEND=backend), cwd=project)
+    assert again.returncode == 0 and "git:" not in again.stderr, again.stderr
+    assert not (project / ".envrc").exists()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_git_status_shows_no_placeholders_during_a_session(user, repo, backend):
+    exclude = repo / ".git/info/exclude"
+    before = exclude.read_bytes()
+    wait = "touch ready; while [ ! -e stop ]; do sleep 0.05; done; rm -f ready stop"
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", wait], user=user.uid,
+                            group=user.gid, extra_groups=[], cwd=repo,
+                            env=user.env(SANDBOX_BACKEND=backend), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 20
+        while not (repo / "ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        assert (repo / ".envrc").exists() and (repo / ".mcp.json").exists()   # the placeholders
+        status = git(user, repo, "status", "--porcelain").stdout
+        ours = ("?? ready", "?? lib/")            # the test's own files
+        assert [line for line in status.splitlines() if line not in ours] == [], status
+    finally:
+        (repo / "stop").touch()
+        os.chown(repo / "stop", user.uid, user.gid)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, proc.stderr.read()
+    assert exclude.read_bytes() == before            # the last session took its lines back
+    assert not (repo / ".envrc").exists()
