@@ -181,16 +181,21 @@ def handle(ctx, request, out) -> int:
         if kind == "show":
             return _show(ctx, request, out, binary, parsed, scope, placeholders, args)
         if kind in ("ids", "one", "notify"):
-            if not args and kind != "one":
-                return _run(ctx, request, out, binary, parsed, [command], placeholders)
             if command == "listpids" and not args:
                 raise Refusal("job_required", "scontrol listpids without a job is refused",
                               "it would list the processes of every job on this node",
                               "Name an in-scope job: scontrol listpids JOBID")
+            if not args:   # scontrol's own "too few arguments" (no job is selected)
+                return _run(ctx, request, out, binary, parsed, [command], placeholders)
             if kind == "ids":
                 flags = [a for a in args if command.startswith("requeue") and
                          (a.lower() == "incomplete" or a.lower().startswith("state="))]
                 targets = [_scoped_list(a, scope, placeholders) for a in args if a not in flags]
+                if not targets:
+                    raise Refusal("bad_job_id", f"scontrol {command} without a job is refused",
+                                  "no job id was given, and the sandbox never lets an empty "
+                                  "job list select every job of yours",
+                                  f"Name the jobs: scontrol {command} {' '.join(flags)} JOBID")
                 return _run(ctx, request, out, binary, parsed, [command, *flags, *targets],
                             placeholders)
             first = _scoped_list(args[0], scope, placeholders, single=True)
