@@ -146,7 +146,7 @@ def blocked(ctx: Context, request, out) -> int:
 
 
 def _table() -> dict:
-    from . import (passthrough, sacct, sacctmgr, sbatch, scancel, scontrol, sprio, squeue,
+    from . import (sacct, sacctmgr, sbatch, scancel, scontrol, sdiag, sinfo, sprio, squeue,
                    srun, sshare, sstat)
 
     return {
@@ -160,8 +160,8 @@ def _table() -> dict:
         "sacctmgr": sacctmgr.handle,
         "sprio": sprio.handle,
         "sshare": sshare.handle,
-        "sinfo": passthrough.handle,
-        "sdiag": passthrough.handle,
+        "sinfo": sinfo.handle,
+        "sdiag": sdiag.handle,
     }
 
 
