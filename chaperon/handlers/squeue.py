@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from ..environment import command_env
 from ..options import (COUNT, HOSTLIST, OTHER_CLUSTER, OPT, REQ, TEXT, CommandSpec, Denial, allow,
@@ -145,7 +146,15 @@ def handle(ctx, request, out) -> int:
     if wide is not None:
         formats = _wide_formats(wide, formats, parsed)
 
-    argv = [binary, *parsed.argv(skip=REBUILT), *formats, *selection, *positional]
+    skip = REBUILT
+    if wide is not None and parsed.has("long") and not parsed.has("format") \
+            and not parsed.has("Format"):
+        # -l takes no format: its default is given explicitly instead, and its
+        # date line (which -i and -v print anyway) written as squeue writes it.
+        skip = REBUILT + ("long",)
+        if not parsed.has("iterate") and not parsed.has("verbose"):
+            out.stdout(time.strftime("%a %b %d %H:%M:%S %Y\n").encode())
+    argv = [binary, *parsed.argv(skip=skip), *formats, *selection, *positional]
     env = command_env(request.env)
     if parsed.has("json") or parsed.has("yaml"):
         code, data = run_real(_Restore(out, placeholders), argv, env=env, cwd=ctx.project_dir,
