@@ -8,21 +8,25 @@ reach sinfo from an allow-list, SINFO_FORMAT rewritten like -o.
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import COUNT, HOSTLIST, OTHER_CLUSTER, REQ, TEXT, CommandSpec, allow, deny, flag
+from ..options import COUNT, HOSTLIST, OTHER_CLUSTER, REQ, CommandSpec, allow, deny, flag, pattern
 from ..others import (AllFields, reason_user_null, sinfo_long, sinfo_reasons,
                       sinfo_reasons_long, sinfo_short)
 from ..scope import Filter, by_lines, self_names
 from ..submit import Refusal
 from . import binary_and_args, refuse_with, run_real
 
+# A format reaches sinfo as one exec argument (no shell): any text but NUL,
+# newlines included (sinfo prints them).
+FORMAT = pattern(r"[^\x00]*", "a format", "Give an sinfo format such as '%P %a %N'",
+                 ("%P %a", "%N\n%t"))
 SINFO = CommandSpec("sinfo", [
     flag("all", "a"),
     deny("clusters", "M", REQ, OTHER_CLUSTER, aliases=("cluster",)),
     flag("dead", "d"),
     flag("exact", "e"),
     flag("federation"),
-    allow("format", "o", TEXT),
-    allow("Format", "O", TEXT),
+    allow("format", "o", FORMAT),
+    allow("Format", "O", FORMAT),
     flag("help"),
     flag("hide"),
     allow("iterate", "i", COUNT),
