@@ -252,29 +252,36 @@ def main(argv: list[str] | None = None) -> int:
     if len(argv) != 2 or argv[0] != "--config-fd":
         sys.stderr.write("usage: python -m chaperon.server --config-fd N\n")
         return 2
-    _set_pdeathsig()
-    with os.fdopen(int(argv[1]), "rb") as handle:
-        config = json.loads(handle.read())
-    if os.getppid() != config["launcher_pid"]:
-        return 1   # the launcher died before we set the death signal
-    chaperon = Chaperon(config)
+    running: list[Chaperon] = []
 
     def stop(_signum, _frame):
         # Raise rather than set a flag: Python retries an interrupted select,
         # so a flag alone would be seen only after the 1 s poll — on every
         # launch that has a chaperon.
-        chaperon.stopping = True
+        for chaperon in running:
+            chaperon.stopping = True
         raise Stopped
 
+    # Before anything is read: a signal at any point ends the chaperon through
+    # `finally` below (the session directory removed), never by the default
+    # action; SIGPIPE stays ignored (Python's default), so a client that goes
+    # away is an EPIPE on its own connection.
     signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C belongs to the sandboxed command
     signal.signal(signal.SIGHUP, stop)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C belongs to the sandboxed command
     try:
-        chaperon.serve()
+        _set_pdeathsig()
+        with os.fdopen(int(argv[1]), "rb") as handle:
+            config = json.loads(handle.read())
+        if os.getppid() != config["launcher_pid"]:
+            return 1   # the launcher died before we set the death signal
+        running.append(Chaperon(config))
+        running[0].serve()
     except Stopped:
         pass
     finally:
-        chaperon.shutdown()
+        for chaperon in running:
+            chaperon.shutdown()
     return 0
 
 

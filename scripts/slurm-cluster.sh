@@ -174,9 +174,11 @@ ensure_users() {
 # --- configuration ---------------------------------------------------------------
 
 # install_file PATH MODE OWNER: replace PATH with stdin when the content, mode or
-# owner differs; sets CHANGED=1 when it did, else CHANGED=0.
+# owner differs; sets CHANGED=1 when it did, else CHANGED=0, and PREVIOUS to the
+# content it had before.
 install_file() {
     local path=$1 mode=$2 owner=$3 tmp
+    PREVIOUS=$(cat "$path" 2>/dev/null || true)
     tmp=$(mktemp "$path.XXXXXX")
     cat >"$tmp"
     chmod "$mode" "$tmp"
@@ -254,10 +256,12 @@ DefMemPerCPU=512
 MaxJobCount=50000
 MaxArraySize=10001
 
-# Accounting through slurmdbd on MariaDB: real sacct.
+# Accounting through slurmdbd on MariaDB: real sacct. Job environments and
+# scripts are stored, as many sites do, so that the tests can prove the
+# sandbox shows them only for jobs in its scope (sacct --env-vars, -B).
 AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
-AccountingStoreFlags=job_comment
+AccountingStoreFlags=job_comment,job_env,job_script
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30
 JobCompType=jobcomp/none
@@ -464,6 +468,17 @@ check_job() {
     say "check job $id of $user COMPLETED and in sacct after $(elapsed "$t")s"
 }
 
+# Lines of slurm.conf that `scontrol reconfigure` applies to running daemons
+# (and comments); a change to any other line restarts them.
+RECONFIGURABLE='^(AccountingStoreFlags=|#)'
+
+# only_reconfigurable_changed OLD_CONTENT NEW_FILE: do the two differ only in
+# RECONFIGURABLE lines (and is there an old content at all)?
+only_reconfigurable_changed() {
+    [[ -n $1 ]] || return 1
+    diff -q <(grep -Ev "$RECONFIGURABLE" <<<"$1") <(grep -Ev "$RECONFIGURABLE" "$2") >/dev/null
+}
+
 # --- subcommands -----------------------------------------------------------------
 
 cmd_start() {
@@ -477,7 +492,11 @@ cmd_start() {
     node=$(node_name "$line")
     pass=$(db_password)
     write_slurm_conf "$line"
-    if ((CHANGED)); then
+    local reconfigure=0
+    if ((CHANGED)) && only_reconfigurable_changed "$PREVIOUS" "$SLURM_CONF" \
+        && running slurmctld "$RUN_DIR/slurmctld.pid"; then
+        reconfigure=1   # the daemons keep running: `scontrol reconfigure` below
+    elif ((CHANGED)); then
         # A changed config (first start, or changed hardware/script): restart what read it.
         stop_daemon slurmd "$RUN_DIR/slurmd.pid" 20
         stop_daemon slurmctld "$RUN_DIR/slurmctld.pid" 20
@@ -493,6 +512,10 @@ cmd_start() {
     setup_accounting
     start_slurmctld
     start_slurmd "$node"
+    if ((reconfigure)); then
+        say "slurm.conf changed only in reconfigurable lines: scontrol reconfigure"
+        scontrol reconfigure || die "scontrol reconfigure failed — read $LOG_DIR/slurmctld.log"
+    fi
     if ((STARTED)); then
         check_job
     fi

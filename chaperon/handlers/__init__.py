@@ -146,7 +146,7 @@ def blocked(ctx: Context, request, out) -> int:
 
 
 def _table() -> dict:
-    from . import (passthrough, sacct, sacctmgr, sbatch, scancel, scontrol, sprio, squeue,
+    from . import (sacct, sacctmgr, sbatch, scancel, scontrol, sdiag, sinfo, sprio, squeue,
                    srun, sshare, sstat)
 
     return {
@@ -160,8 +160,8 @@ def _table() -> dict:
         "sacctmgr": sacctmgr.handle,
         "sprio": sprio.handle,
         "sshare": sshare.handle,
-        "sinfo": passthrough.handle,
-        "sdiag": passthrough.handle,
+        "sinfo": sinfo.handle,
+        "sdiag": sdiag.handle,
     }
 
 
@@ -174,4 +174,9 @@ def dispatch(ctx: Context, request, out) -> int:
     handler = HANDLERS.get(request.command, blocked)
     ctx.log.request(request.command, [os.fsdecode(a) for a in request.args],
                     os.fsdecode(request.cwd))
+    if request.has_nul:
+        # No program can receive a NUL byte (exec would fail in every handler).
+        return refuse(ctx, out, request.command, "nul_byte",
+                      "an argument or variable with a NUL byte is refused",
+                      "no program can receive it", "Remove it")
     return handler(ctx, request, out)

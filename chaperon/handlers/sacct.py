@@ -7,17 +7,20 @@ shows: Comment columns are widened so the full comment can be read at its
 column and rendered again at the caller's width (scope.SacctColumns); parsable
 output, --json and --yaml are untagged in place. SACCT_FORMAT from the
 caller's environment becomes --format (the other SACCT_* variables never
-reach sacct).
+reach sacct). --batch-script and --env-vars (a job's script and environment,
+when the site stores them) answer only for jobs in scope: see `_private`.
+sacct 22.05's --json/--yaml carry neither.
 """
 from __future__ import annotations
 
 from ..environment import command_env
 from ..options import (HOSTLIST, NONE, OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, allow,
                        deny, flag, other)
-from ..scope import (Filter, SacctColumns, Scope, by_lines, foreign_users, untag_fields,
-                     untag_json, untag_yaml)
+from ..scope import (Filter, Placeholders, SacctColumns, Scope, bad_refs, by_lines,
+                     foreign_users, job_refs, untag_fields, untag_json, untag_yaml)
+from ..selection import select
 from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from . import binary_and_args, refuse, refuse_with, run_real
 
 ALL_USERS = Denial("foreign_jobs", "the sandbox shows only your own jobs, and {opt} selects "
                    "other users' jobs", "Leave it out; sacct inside lists your own jobs")
@@ -109,6 +112,8 @@ def handle(ctx, request, out) -> int:
     scope = Scope(ctx, request)
     user = [f"--user={ctx.user or scope.uid}"]
     env = command_env(request.env)
+    if parsed.has("batch-script") or parsed.has("env-vars"):
+        return _private(ctx, request, out, binary, parsed, scope, user, env)
     run = [binary, *parsed.argv(skip=("user", "format", "noheader")), *user]
     formats = [v for v in parsed.values.get("format", []) if v]
     if not formats and "SACCT_FORMAT" in request.env_str:
@@ -143,3 +148,28 @@ def _names_comment(spec: str) -> bool:
         if name == "all" or (name and "comment".startswith(name)):
             return True
     return False
+
+
+def _private(ctx, request, out, binary, parsed, scope, user, env) -> int:
+    """--batch-script / --env-vars: a job's script and environment exist
+    for the sandbox only when the job is in scope. sacct prints them only for
+    jobs named with -j; an out-of-scope id becomes a placeholder no job has
+    (sacct prints nothing for it, as for a job that does not exist). No id
+    named: sacct's own refusal, nothing selected."""
+    refs = job_refs(parsed.values.get("jobs", []))
+    wrong = bad_refs(refs)
+    if wrong:
+        return refuse(ctx, out, "sacct", "bad_job_id", f"the job id {wrong[0]!r} is refused",
+                      "it is not a job id the sandbox can check",
+                      "Give job ids such as 123, 123_4 or 123.batch")
+    placeholders = Placeholders()
+    selection = []
+    if refs and not scope.by_user:
+        selection = [select(scope, refs, placeholders).jobs_option()]
+    elif refs:
+        selection = [f"--jobs={','.join(refs)}"]
+    argv = [binary, *parsed.argv(skip=("user", "jobs")), *user, *selection]
+    target = Filter(out, by_lines(placeholders.restore))
+    code, _ = run_real(target, argv, env=env, cwd=ctx.project_dir)
+    target.flush()
+    return code

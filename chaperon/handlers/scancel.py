@@ -14,6 +14,7 @@ from ..environment import command_env
 from ..options import (HOSTLIST, NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, allow, deny,
                        flag)
 from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, foreign_users
+from ..selection import select
 from ..submit import Refusal
 from . import binary_and_args, refuse_with, run_real
 
@@ -75,12 +76,13 @@ def handle(ctx, request, out) -> int:
     if refs:
         targets = scope.substitute(refs, placeholders)
     elif any(parsed.has(name) for name in FILTERS):
-        if scope.by_user:
+        chosen = select(scope, None, placeholders)
+        if chosen.mine:
             targets = [] if parsed.has("me") else ["--me"]
         else:
-            ids = scope.live_ids()
-            existing = scope.related(set(ids), active=True)
-            targets = [job for job in ids if job in existing]
+            existing = scope.related(set(chosen.ids), active=True)
+            # Ids as separate arguments: no one-argument limit for any scope.
+            targets = [job for job in chosen.ids if job in existing]
             if not targets:
                 return 0   # no in-scope job matches the filters: scancel says nothing
             if not parsed.has("me"):

@@ -7,7 +7,8 @@ of the jobs in scope, nothing else.
   record starts with JobId= / StepId= at the start of a line).
 - `show node|partition|config|reservation|licenses|topology|hostnames|…`:
   passed through (a hostlist naming a file, which scontrol would read outside
-  the sandbox, is refused).
+  the sandbox, is refused), with other users removed from node reasons and
+  reservation user lists (chaperon/others.py).
 - `hold|uhold|release|requeue|requeuehold|suspend|resume|top|notify|wait_job|
   listpids ID…`: ids scoped as above; job names are refused (scontrol would
   select every job of the user with that name).
@@ -29,8 +30,9 @@ from urllib.parse import quote
 from ..environment import command_env
 from ..options import (HOSTLIST, JOB_NAME, NICE, OTHER_CLUSTER, REQ, TEXT, TIME, Check,
                        CommandSpec, Denial, OptionRefused, deny, flag)
+from ..others import scontrol_nodes, scontrol_reservations
 from ..scope import (Filter, Placeholders, Scope, bad_refs, parse_permuted, ref_base,
-                     untag_scontrol)
+                     self_names, untag_scontrol)
 from ..submit import (TAG_END, TAG_PREFIX, Refusal, check_dependency, check_limits,
                       from_option)
 from . import refuse_with, run_real
@@ -181,16 +183,21 @@ def handle(ctx, request, out) -> int:
         if kind == "show":
             return _show(ctx, request, out, binary, parsed, scope, placeholders, args)
         if kind in ("ids", "one", "notify"):
-            if not args and kind != "one":
-                return _run(ctx, request, out, binary, parsed, [command], placeholders)
             if command == "listpids" and not args:
                 raise Refusal("job_required", "scontrol listpids without a job is refused",
                               "it would list the processes of every job on this node",
                               "Name an in-scope job: scontrol listpids JOBID")
+            if not args:   # scontrol's own "too few arguments" (no job is selected)
+                return _run(ctx, request, out, binary, parsed, [command], placeholders)
             if kind == "ids":
                 flags = [a for a in args if command.startswith("requeue") and
                          (a.lower() == "incomplete" or a.lower().startswith("state="))]
                 targets = [_scoped_list(a, scope, placeholders) for a in args if a not in flags]
+                if not targets:
+                    raise Refusal("bad_job_id", f"scontrol {command} without a job is refused",
+                                  "no job id was given, and the sandbox never lets an empty "
+                                  "job list select every job of yours",
+                                  f"Name the jobs: scontrol {command} {' '.join(flags)} JOBID")
                 return _run(ctx, request, out, binary, parsed, [command, *flags, *targets],
                             placeholders)
             first = _scoped_list(args[0], scope, placeholders, single=True)
@@ -230,15 +237,24 @@ def _scoped_list(word: str, scope, placeholders, *, single: bool = False) -> str
     return prefix + ",".join(scope.substitute(refs, placeholders))
 
 
-def _run(ctx, request, out, binary, parsed, words, placeholders, *, keep=None) -> int:
+# show entities whose fixed text names users: the rewrite that removes the others.
+OTHERS = {"node": scontrol_nodes, "nodes": scontrol_nodes,
+          "reservation": scontrol_reservations, "reservations": scontrol_reservations}
+
+
+def _run(ctx, request, out, binary, parsed, words, placeholders, *, keep=None,
+         others=None) -> int:
     """Run the real scontrol; untag and restore placeholders in its answer.
-    `keep` filters the records of a full `show job|step` listing."""
+    `keep` filters the records of a full `show job|step` listing; `others`
+    removes other users from a cluster view (chaperon/others.py)."""
     argv = [binary, *parsed.argv(), *words]
     env = command_env(request.env)
     # The whole answer at once: a Comment entry spans a line end.
     errors = Filter(out, placeholders.restore)
     code, data = run_real(errors, argv, env=env, cwd=ctx.project_dir, capture=True)
     errors.flush()
+    if others is not None:
+        data = others(data, self_names(ctx))
     if keep is None:
         out.stdout(untag_scontrol(placeholders.restore(data)))
         return code
@@ -279,7 +295,8 @@ def _show(ctx, request, out, binary, parsed, scope, placeholders, args) -> int:
             raise Refusal("file_read", f"scontrol show {entity} {' '.join(rest)} is refused",
                           "a name with '/' makes scontrol read a file outside the sandbox",
                           "Give the names inline")
-        return _run(ctx, request, out, binary, parsed, ["show", entity, *rest], placeholders)
+        return _run(ctx, request, out, binary, parsed, ["show", entity, *rest], placeholders,
+                    others=OTHERS.get(entity))
     if kind == "hosts":
         if not rest and "SLURM_JOB_NODELIST" in request.env_str:
             rest = [request.env_str["SLURM_JOB_NODELIST"]]   # scontrol reads it from the env

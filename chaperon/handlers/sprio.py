@@ -15,10 +15,10 @@ import os
 from ..environment import command_env
 from ..options import OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, allow, deny, \
     flag
-from ..scope import (PLACEHOLDER_TOP, Filter, Placeholders, Scope, bad_refs, by_lines,
-                     foreign_users, job_refs)
+from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, foreign_users, job_refs
+from ..selection import Selection, select
 from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from . import binary_and_args, refuse, refuse_with, run_real
 
 NOT_FOUND = b"Unable to find jobs matching user/id(s) specified\n"
 NO_MATCH = "agent-sandbox-none"
@@ -66,19 +66,22 @@ def handle(ctx, request, out) -> int:
         return refuse_with(ctx, out, "sprio", refusal)
     scope = Scope(ctx, request)
     placeholders = Placeholders()
-    if named:
-        selection = ["--jobs=" + ",".join(scope.substitute(named, placeholders))]
-    else:
-        if scope.by_user:
-            _, data = scope.capture("squeue", ["--me", "--noheader", "--states=PD",
-                                               "--format=%i"])
-            ids = data.decode(errors="replace").split()
-        else:
-            ids = scope.live_ids()
-        if len(ids) == 1:
-            ids.append(str(PLACEHOLDER_TOP))
-        selection = ([f"--jobs={','.join(ids)}"] if ids else
-                     [f"--partition={NO_MATCH}-{os.urandom(4).hex()}"])
+    chosen = select(scope, named, placeholders)
+    if chosen.mine or not chosen.fits():
+        # sprio's -u would add a USER column, and sprio lists only pending
+        # jobs: the caller's pending jobs (those in scope) as ids.
+        _, data = scope.capture("squeue", ["--me", "--noheader", "--states=PD",
+                                           "--format=%i"])
+        pending = data.decode(errors="replace").split()
+        chosen = Selection(ids=tuple(j for j in pending if chosen.mine or j in chosen.ids))
+    if not chosen.fits():
+        return refuse(ctx, out, "sprio", "too_many_jobs",
+                      f"sprio for {len(chosen.ids)} pending jobs is refused",
+                      "their ids do not fit in one argument of sprio",
+                      "Name the jobs you want: sprio -j ID,ID")
+    selection = ([chosen.jobs_option()] if not chosen.nothing else
+                 [f"--partition={NO_MATCH}-{os.urandom(4).hex()}"])
+    named = chosen.named
     argv = [binary, *parsed.argv(skip=("jobs", "user")), *positional]
     env = command_env(request.env)
     if named:

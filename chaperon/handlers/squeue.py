@@ -1,8 +1,11 @@
 """squeue, scoped (SPEC §9 scope): the real squeue restricted to the jobs in
 scope, with the caller's own format options, so the answer is Slurm's.
 
-- No ids named: `--jobs=<in-scope ids> --me` (session/project scope) or
-  `--me` (user/none scope).
+- No ids named (absent, `-j ''`, a bare `-j`, `-j ,`): `--jobs=<in-scope
+  ids> --me` (session/project scope) or `--me` (user/none scope); never
+  an empty list (chaperon/selection.py). A scope too long for one argument
+  takes the wide path: one `squeue --me --all` with a job-id column added
+  and cut to the scope (selection.IdColumn).
 - Ids named (-j, -s, positional): out-of-scope ones become placeholders that
   no job has, so they behave as jobs that do not exist (scope.py).
 - The comment tag never shows: %k / -O comment fields are printed in full
@@ -17,12 +20,14 @@ from __future__ import annotations
 
 import json
 import os
+import time
 
 from ..environment import command_env
 from ..options import (COUNT, HOSTLIST, OTHER_CLUSTER, OPT, REQ, TEXT, CommandSpec, Denial, allow,
                        deny, flag)
-from ..scope import (PLACEHOLDER_TOP, Filter, Placeholders, Scope, SqueueFormat, bad_refs,
-                     by_lines, foreign_users, job_refs, untag_json, untag_yaml)
+from ..scope import (Filter, Placeholders, Scope, SqueueFormat, bad_refs, foreign_users,
+                     job_refs, untag_json, untag_yaml)
+from ..selection import IdColumn, select
 from ..submit import Refusal
 from . import binary_and_args, refuse_with, run_real
 
@@ -96,19 +101,27 @@ def handle(ctx, request, out) -> int:
     scope = Scope(ctx, request)
     placeholders = Placeholders()
     selection: list[str] = ["--me"]
-    if jobs is not None or steps is not None:
-        if jobs is not None:
-            selection.append("--jobs=" + ",".join(scope.substitute(jobs, placeholders))
-                             if jobs else "--jobs")
+    wide = None
+    if steps:
+        # Steps named: each out of scope becomes a placeholder; job ids named
+        # beside them filter the steps further, scoped the same way.
+        selection.append(select(scope, steps, placeholders).jobs_option("--steps"))
+        if jobs:
+            selection.append(select(scope, jobs, placeholders).jobs_option())
+    else:
         if steps is not None:
-            selection.append("--steps=" + ",".join(scope.substitute(steps, placeholders))
-                             if steps else "--steps")
-    elif not scope.by_user:
-        ids = scope.live_ids()
-        if len(ids) == 1:
-            ids.append(str(PLACEHOLDER_TOP))   # stay on squeue's list path (no job has it)
-        selection.append(f"--jobs={','.join(ids)}" if ids
-                         else f"--name={NO_MATCH}-{os.urandom(4).hex()}")
+            selection.append("--steps")   # every step of the jobs selected below
+        chosen = select(scope, jobs, placeholders)
+        if chosen.nothing:
+            selection.append(f"--name={NO_MATCH}-{os.urandom(4).hex()}")
+        elif chosen.mine:
+            pass
+        elif chosen.fits() or parsed.has("json") or parsed.has("yaml"):
+            # --json/--yaml ignore the job list; their answer is cut below.
+            selection += [chosen.jobs_option()] if chosen.fits() else []
+        else:
+            wide = IdColumn(chosen.ids, steps=steps is not None)
+            selection.append("--all")
 
     env_in = request.env_str
     fmt = parsed.last("format")
@@ -130,8 +143,18 @@ def handle(ctx, request, out) -> int:
     else:
         formats += [f"--format={fmt}"] if fmt is not None else []
         formats += [f"--Format={long_fmt}"] if long_fmt is not None else []
+    if wide is not None:
+        formats = _wide_formats(wide, formats, parsed)
 
-    argv = [binary, *parsed.argv(skip=REBUILT), *formats, *selection, *positional]
+    skip = REBUILT
+    if wide is not None and parsed.has("long") and not parsed.has("format") \
+            and not parsed.has("Format"):
+        # -l takes no format: its default is given explicitly instead, and its
+        # date line (which -i and -v print anyway) written as squeue writes it.
+        skip = REBUILT + ("long",)
+        if not parsed.has("iterate") and not parsed.has("verbose"):
+            out.stdout(time.strftime("%a %b %d %H:%M:%S %Y\n").encode())
+    argv = [binary, *parsed.argv(skip=skip), *formats, *selection, *positional]
     env = command_env(request.env)
     if parsed.has("json") or parsed.has("yaml"):
         code, data = run_real(_Restore(out, placeholders), argv, env=env, cwd=ctx.project_dir,
@@ -143,14 +166,39 @@ def handle(ctx, request, out) -> int:
         out.stdout(data)
         return code
 
-    def fix(line: bytes) -> bytes:
+    def fix(line: bytes) -> bytes | None:
         line = placeholders.restore(line)
+        if wide is not None:
+            line = wide.line(line)
+            if line is None:
+                return None
         return rewrite.line(line) if rewrite else line
 
-    target = Filter(out, by_lines(fix), placeholders.restore)
+    target = Filter(out, _kept_lines(fix), placeholders.restore)
     code, _ = run_real(target, argv, env=env, cwd=ctx.project_dir)
     target.flush()
     return code
+
+
+def _wide_formats(wide: IdColumn, formats: list[str], parsed) -> list[str]:
+    """The caller's format (or squeue's default for the flags) with the id
+    column in front (selection.IdColumn)."""
+    if not formats:
+        return ["--format=" + wide.short(wide.default(long=parsed.has("long"),
+                                                      start=parsed.has("start")))]
+    name, _, text = formats[-1].partition("=")
+    return formats[:-1] + [f"{name}=" + (wide.long(text) if name == "--Format"
+                                         else wide.short(text))]
+
+
+def _kept_lines(fix_line):
+    """A `fix` for Filter from a function of one line that may drop it (None)."""
+    def fix(data: bytes) -> bytes:
+        lines = data.split(b"\n")
+        kept = [fixed for fixed in map(fix_line, lines[:-1]) if fixed is not None]
+        last = fix_line(lines[-1]) if lines[-1] else b""
+        return b"".join(line + b"\n" for line in kept) + (last or b"")
+    return fix
 
 
 def _listed(parsed, name: str, positional: list[str]) -> list[str] | None:

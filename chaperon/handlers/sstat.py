@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..environment import command_env
 from ..options import TEXT, CommandSpec, allow, flag
 from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, job_refs
+from ..selection import select
 from ..submit import Refusal
 from . import binary_and_args, refuse_with, run_real
 
@@ -42,8 +43,8 @@ def handle(ctx, request, out) -> int:
         return refuse_with(ctx, out, "sstat", refusal)
     placeholders = Placeholders()
     selection = []
-    if refs:
-        selection = ["--jobs=" + ",".join(Scope(ctx, request).substitute(refs, placeholders))]
+    if refs:   # none named (absent, -j '', -j ,): sstat's own "no job" error, nothing selected
+        selection = [select(Scope(ctx, request), refs, placeholders).jobs_option()]
     target = Filter(out, by_lines(placeholders.restore))
     code, _ = run_real(target, [binary, *parsed.argv(skip=("jobs",)), *selection],
                        env=command_env(request.env), cwd=ctx.project_dir)

@@ -32,11 +32,14 @@ def audit_lines(user) -> set[str]:
 
 
 def test_allowed_command_gives_the_real_bytes_and_exit_code(user, project):
-    for argv in (["sinfo"], ["sinfo", "-h", "-o", "%P\n%a|%l"], ["sinfo", "--bogus-flag"]):
+    for argv in (["sinfo"], ["sinfo", "-h", "-o", "%P\n%a|%l"], ["sinfo", "--version"]):
         real = outside(user, *argv)
         inside = user.sandbox(*argv, cwd=project, text=False)
         assert (inside.returncode, inside.stdout) == (real.returncode, real.stdout), argv
         assert inside.stderr == real.stderr, argv
+    # sinfo's options pass an allow-list (issue 11): an unknown one is refused.
+    refused = user.sandbox("sinfo", "--bogus-flag", cwd=project)
+    assert refused.returncode == 1 and refused.stderr.startswith("agent-sandbox: sinfo: ")
 
 
 def test_refused_stubs_exit_1_with_a_reason(user, project):
