@@ -1,6 +1,9 @@
-"""What sbatch and srun share: checks on the caller's working directory and
-paths, the environment a job gets, the comment tag, and the ledger steps
-around a submission. One place, so both handlers refuse the same things.
+"""What sbatch and srun share: the project opened once per request and the
+caller's directory and files checked through it (chaperon/beneath.py), the
+stage directory a submission's files live in (removed when it fails), the
+environment the job gets beside Slurm, the comment tag, and the checks on
+partitions, limits and dependencies. One place, so both handlers refuse the
+same things in the same words.
 """
 from __future__ import annotations
 

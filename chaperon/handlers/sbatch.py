@@ -1,20 +1,27 @@
 """sbatch: validate, stage, wrap, tag, record, submit (SPEC §9 sbatch).
 
-1. Options from the command line and the script's #SBATCH lines go through
-   the one allow-list parser; directives are removed from the body, accepted
-   ones are re-emitted canonically on the command line (the real sbatch never
-   parses a byte the agent wrote as an option).
-2. The script comes from the file argument (resolved inside the project),
-   --wrap, or stdin; it is snapshotted into the staging directory, which the
-   sandbox sees read-only.
-3. --output/--error point slurmstepd at staging files; the job links the
+1. Options from the command line, SBATCH_* variables and the script's
+   #SBATCH lines go through the one allow-list parser; directives are
+   removed from the body, accepted ones are re-emitted canonically on the
+   command line (the real sbatch never parses a byte the agent wrote as an
+   option, nor gets a variable the agent set).
+2. The script comes from the file argument (opened once beneath the project,
+   no symlink followed: chaperon/beneath.py), --wrap, or stdin; it is
+   snapshotted into a stage directory of its own, which the sandbox sees
+   read-only. Every path Slurm gets lies in the stage (or is /dev/null as
+   written), and sbatch runs there, so the job's Slurm working directory is
+   chaperon-owned too.
+3. --output/--error point slurmstepd at stage files; the job links the
    paths the user asked for to them from inside its sandbox, so a planted
    symlink cannot redirect a write made outside the sandbox. --input is
-   copied into staging at submission for the same reason.
+   copied into the stage at submission for the same reason.
 4. The batch script Slurm runs is our wrapper (chaperon/jobwrap.py): the job
-   starts in `agent-sandbox run --project-dir P` with the same policy.
+   starts in `agent-sandbox run --project-dir P` with the same policy, and
+   jobstart restores the caller's directory and environment (by --export
+   rules, staged in the spec) inside the sandbox.
 5. A ledger entry is reserved before submitting (a full disk refuses the job)
-   and recorded after; the comment carries the session tag.
+   and recorded after; the comment carries the session tag. A submission
+   that yields no job removes its stage.
 """
 from __future__ import annotations
 

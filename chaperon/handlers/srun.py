@@ -1,16 +1,22 @@
 """srun in allocation mode (from the login node: a new job) and step mode
 (inside a job: a step of its allocation), SPEC §9 srun.
 
-Either way every task is started as `agent-sandbox run --project-dir P -- CMD`
-on the compute node: a step never runs outside the sandbox. The task
-environment is the submission environment of submit.job_env (no loader hooks,
-no steering of the compute-side sandbox, the session's own overrides).
+Either way every task is started as `agent-sandbox run --project-dir P --
+python3 -IS jobstart.py SPEC` on the compute node: a step never runs outside
+the sandbox. SPEC, in a stage directory of this call (removed when srun
+ends), holds the command, the caller's directory and the caller's
+environment by --export rules; srun runs in the stage and gets only the
+allow-listed environment (environment.command_env), the session's overrides
+for the compute-side launcher, and — in step mode — the caller's Slurm
+variables that srun's input table and the step allow-list accept
+(step_variables).
 
--o/-e/-i would make slurmstepd open a path outside the sandbox, where a
-symlink the agent planted could redirect it. So they never reach the real
-srun: the chaperon opens the file itself (no symlink followed, the opened
-file checked to lie inside the project) and writes the step's output to it,
-or feeds it as input. Per-task patterns (%t…) are therefore refused.
+-o/-e/-i (and SLURM_STD*MODE) would make srun or slurmstepd open a path
+outside the sandbox, where a symlink the agent planted could redirect it.
+So they never reach the real srun: the chaperon opens the file itself,
+once, beneath the project without following a symlink, and writes the
+step's output to it, or feeds it as input. Per-task patterns (%t…) are
+therefore refused; /dev/null passes.
 """
 from __future__ import annotations
 
