@@ -1,3 +1,3 @@
-from .cli import main
+from agent_sandbox.cli import main
 
 raise SystemExit(main())

@@ -457,7 +457,7 @@ def input_env_words(spec: CommandSpec, table: dict[str, str],
         option = spec.by_long.get(name)
         arg = option.arg if option else REQ
         if arg is NONE:
-            if value == "" or value.lower() == "yes" or (value.isdigit() and int(value)):
+            if value == "" or value.lower() == "yes" or (value.isascii() and value.isdigit() and int(value)):
                 words.append((variable, f"--{name}"))
         elif arg is OPT and value == "":
             words.append((variable, f"--{name}"))

@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 # --------------------------------------------------------------------------- job ids
 # jobid, jobid_task, jobid_[range], jobid+offset, and any of them .step
 JOB_REF = re.compile(r"(\d{1,10})((?:_(?:\d+|\[[0-9,\-:%]*\]|\*)|\+\d+)?"
-                     r"(?:\.(?:\d+|batch|extern|interactive)(?:\+\d+)?)?)")
+                     r"(?:\.(?:\d+|batch|extern|interactive)(?:\+\d+)?)?)", re.ASCII)
 PLACEHOLDER_TOP = 0x3FFFFFF          # 67108863: the largest local job id Slurm allows
 PRUNE_ABOVE = 256                    # ledger ids before forgotten ones are pruned
 PRUNE_EVERY = 10.0                   # seconds between prunes: each costs a squeue call

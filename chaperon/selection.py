@@ -113,6 +113,6 @@ class IdColumn:
             return line                   # not a row (-i's time stamp)
         ref = line[:end].lstrip(ID_START).decode(errors="replace").strip()
         rest = line[end + 1:]
-        if not ref[:1].isdigit():
+        if not ref[:1].isascii() or not ref[:1].isdigit():
             return rest                   # the header (JOBID, STEPID, …)
         return rest if ref_base(ref) in self.ids else None

@@ -29,11 +29,11 @@ PROBE_HINT = {
 
 def module(name: str):
     if name == "bwrap":
-        from . import bwrap as mod
+        from agent_sandbox.backends import bwrap as mod
     elif name == "firejail":
-        from . import firejail as mod
+        from agent_sandbox.backends import firejail as mod
     elif name == "landlock":
-        from . import landlock as mod
+        from agent_sandbox.backends import landlock as mod
     else:  # pragma: no cover - names are validated before
         raise ValueError(name)
     return mod

@@ -100,8 +100,9 @@ HELPER_BOOT = ("import sys; sys.path.insert(0, sys.argv[1]); import sandbox_exec
 
 
 def helper_path() -> str:
-    return os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "sandbox_exec.py")
+    from agent_sandbox.paths import helper_path as path
+
+    return path("sandbox_exec")
 
 
 def helper_command(python: str = HELPER_PYTHON) -> list[str]:

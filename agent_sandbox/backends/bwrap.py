@@ -16,10 +16,11 @@ from __future__ import annotations
 import marshal
 import os
 
-from ..fsview import mount_ops
-from ..policy import Policy
-from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, fd_hygiene,
-                   helper_argv, scoping)
+from agent_sandbox.policy.view import mount_ops
+from agent_sandbox.policy.resolve import Policy
+from agent_sandbox.backends.base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, fd_hygiene,
+                                         helper_argv, scoping)
+from agent_sandbox.paths import helper_module
 
 NAME = "bwrap"
 # A blanked copy of a home file stands in for it (--ro-bind-data from a descriptor).
@@ -128,7 +129,7 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
 def scope_ruleset(abi: int) -> dict:
     """A ruleset that handles no filesystem or network access, only the
     scopes: the namespaces already give the filesystem view."""
-    from .. import landlock
+    landlock = helper_module("landlock")
 
     return landlock.ruleset(abi, scoped=landlock.SCOPE_ABSTRACT_UNIX | landlock.SCOPE_SIGNAL)
 

@@ -45,10 +45,10 @@ from __future__ import annotations
 import glob
 import os
 
-from ..errors import PolicyError
-from ..policy import Policy, _is_within
-from .base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, argv_payload,
-                   env_payload, fd_hygiene, helper_argv, scoping)
+from agent_sandbox.errors import PolicyError
+from agent_sandbox.policy.resolve import Policy, _is_within
+from agent_sandbox.backends.base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, argv_payload,
+                                         env_payload, fd_hygiene, helper_argv, scoping)
 
 NAME = "firejail"
 # No blanked copy of a home file: an unprivileged user cannot bind one.
@@ -347,7 +347,7 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
         ours["seccomp"] = payloads["seccomp"]
     scoped = landlock_abi >= SCOPING_ABI
     if scoped:
-        from .bwrap import landlock_scope
+        from agent_sandbox.backends.bwrap import landlock_scope
 
         ours["landlock"] = Payload(data=landlock_scope(landlock_abi))
     argv += ["--", *helper_argv(python=python, env=True, landlock=scoped,

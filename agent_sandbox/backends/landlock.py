@@ -36,10 +36,11 @@ from __future__ import annotations
 import marshal
 import os
 
-from .. import landlock as ll
-from ..policy import Policy, _is_within
-from .base import (HELPER_PYTHON, Guarantees, Payload, Plan, fd_hygiene, helper_argv,
-                   helper_command, helper_path, scoping)
+from agent_sandbox.policy.resolve import Policy, _is_within
+from agent_sandbox.backends.base import (HELPER_PYTHON, Guarantees, Payload, Plan, fd_hygiene, helper_argv,
+                                         helper_command, helper_path, scoping)
+from agent_sandbox.paths import helper_module
+ll = helper_module("landlock")
 
 NAME = "landlock"
 # No blanked copy of a home file: without a mount namespace only real files exist.

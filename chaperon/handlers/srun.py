@@ -112,7 +112,7 @@ def handle(ctx, request, out) -> int:
             parsed = parse(request.args_str, step=step, allow_mail=mail)
             job = env_in.get("SLURM_JOB_ID") or env_in.get("SLURM_JOBID", "")
             if step:
-                if not job.isdigit() or not known_job(ctx, request, job, "project"):
+                if not (job.isascii() and job.isdigit()) or not known_job(ctx, request, job, "project"):
                     raise Refusal("job_out_of_scope", f"a step in job {job} is refused",
                                   "that job was not submitted from a sandbox of this project",
                                   "Run srun inside a job you submitted from this project")

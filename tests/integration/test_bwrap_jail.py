@@ -21,9 +21,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from agent_sandbox import landlock as ll
 from agent_sandbox.backends.base import HELPER_BOOT
 from tests.conftest import HIDDEN, INSTALLED, PREFIX, SECRET_ENV
+from agent_sandbox.paths import helper_module
+ll = helper_module("landlock")
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOME_MODES = ["tmpwrite", "restricted", "read", "write"]

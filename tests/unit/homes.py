@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agent_sandbox import confload
-from agent_sandbox.policy import LaunchContext
+from agent_sandbox.config import load as confload
+from agent_sandbox.policy.resolve import LaunchContext
 
 USER = "alice"
 HOME_MODES = ("tmpwrite", "restricted", "read", "write")

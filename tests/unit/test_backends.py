@@ -11,13 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox import confload, launcher, report
-from agent_sandbox import landlock as ll
+from agent_sandbox.config import load as confload
+from agent_sandbox.launch import run as launcher, report
 from agent_sandbox.backends import Selection, Unavailable, bwrap, firejail, module, select
 from agent_sandbox.backends import landlock as landlock_backend
 from agent_sandbox.backends.base import GUARANTEE_TEXT, FdRef, HELPER_BOOT, Payload
 from agent_sandbox.errors import PolicyError
-from agent_sandbox.policy import LaunchContext, _is_within, resolve_policy
+from agent_sandbox.policy.resolve import LaunchContext, _is_within, resolve_policy
+from agent_sandbox.paths import helper_module
+ll = helper_module("landlock")
 
 USER = "alice"
 FILES = {
@@ -247,7 +249,7 @@ def test_landlock_plan_runs_the_helper_with_seccomp_session_and_lifeline(home):
 
 
 def test_landlock_denies_ptrace_in_its_seccomp_list():
-    from agent_sandbox.seccomp import deny_list
+    from agent_sandbox.policy.seccomp import deny_list
 
     assert {"ptrace", "process_vm_readv", "process_vm_writev"} <= set(
         deny_list(no_pid_namespace=True))

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox import report
+from agent_sandbox.launch import report
 from agent_sandbox.backends import bwrap
 from agent_sandbox.backends.base import FdRef, Payload, Plan
-from agent_sandbox.fsview import mount_ops, placeholders
-from agent_sandbox.policy import _is_within, resolve_policy
+from agent_sandbox.policy.view import mount_ops, placeholders
+from agent_sandbox.policy.resolve import _is_within, resolve_policy
 from tests.unit.homes import HOME_MODES, USER, context, make_home, settings_for
 
 SECRET = "sk-ant-api03-DISTINCTIVE-SECRET-VALUE-8c1f"
@@ -625,7 +625,7 @@ def test_seeded_dotfile_that_is_a_symlink_can_be_handed_over(home):
     symlink. The launcher opens seeded files with O_NOFOLLOW, so such a
     payload must either be resolved by the plan or left out — never fail the
     launch with an uncaught ELOOP."""
-    from agent_sandbox.launcher import _payload_fd
+    from agent_sandbox.launch.run import _payload_fd
 
     dotfiles = home / "dotfiles"
     dotfiles.mkdir()

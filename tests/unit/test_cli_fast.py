@@ -88,7 +88,7 @@ def test_fast_run_defers_to_typer(args):
 # ---------------------------------------------------------------- main() routing
 @pytest.fixture
 def launches(monkeypatch):
-    import agent_sandbox.launcher as launcher
+    import agent_sandbox.launch.run as launcher
 
     calls: list[dict] = []
 
@@ -129,11 +129,11 @@ def test_main_errors_go_to_typer_and_run_nothing(launches, capsys, args):
 def test_fast_path_does_not_import_typer_or_pydantic():
     script = (
         "import sys\n"
-        "import agent_sandbox.launcher as launcher\n"
+        "import agent_sandbox.launch.run as launcher\n"
         "launcher.run = lambda command, **kw: 7\n"
         "from agent_sandbox import cli\n"
         "code = cli.main(['run', '--dry-run', '--project-dir', '/p', '--', 'true'])\n"
-        "heavy = sorted(m for m in ('typer', 'click', 'pydantic', 'agent_sandbox.cli_app')\n"
+        "heavy = sorted(m for m in ('typer', 'click', 'pydantic', 'agent_sandbox.cli.app')\n"
         "               if m in sys.modules)\n"
         "print(code, heavy)\n")
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
@@ -145,7 +145,7 @@ def test_fast_path_does_not_import_typer_or_pydantic():
 # ---------------------------------------------------------------- agreement with typer
 @pytest.mark.parametrize("args,result", ACCEPTED, ids=[" ".join(a) for a, _ in ACCEPTED])
 def test_fast_path_agrees_with_typer(launches, args, result):
-    from agent_sandbox.cli_app import app
+    from agent_sandbox.cli.app import app
 
     try:
         app(args=["run", *args], prog_name="agent-sandbox", standalone_mode=False)

@@ -1,4 +1,4 @@
-"""Unit tests for agent_sandbox.confload (+ confmodel validation): the layers of
+"""Unit tests for agent_sandbox.config.load (+ confmodel validation): the layers of
 SPEC §4, environment and flag overrides, origins, errors, the admin file check
 and the validated-settings cache."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox import confload
-from agent_sandbox.confmodel import SandboxConfig, validate
-from agent_sandbox.confsyntax import parse_config
+from agent_sandbox.config import load as confload
+from agent_sandbox.config.model import SandboxConfig, validate
+from agent_sandbox.config.syntax import parse_config
 from agent_sandbox.errors import ConfigError
 
 USER = "alice"
@@ -392,7 +392,7 @@ def cache_files(home: Path) -> list[Path]:
 @pytest.fixture
 def no_validation(monkeypatch):
     """Make a cache miss fail loudly: validation must not run."""
-    import agent_sandbox.confmodel as confmodel
+    import agent_sandbox.config.model as confmodel
 
     def refuse(raw, origins):
         raise AssertionError("validated again although the inputs did not change")

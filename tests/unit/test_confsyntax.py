@@ -1,4 +1,4 @@
-"""Tests for agent_sandbox.confsyntax: sandbox.conf is parsed, never executed."""
+"""Tests for agent_sandbox.config.syntax: sandbox.conf is parsed, never executed."""
 
 import os
 import pickle
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_sandbox.confsyntax import Assignment, ConfigSyntaxError, parse_config
+from agent_sandbox.config.syntax import Assignment, ConfigSyntaxError, parse_config
 
 FILE = "sandbox.conf"
 VARIABLES = {"HOME": "/home/alice", "USER": "alice"}
@@ -481,7 +481,7 @@ def test_import_stays_light():
     """The parser runs on every launch: importing it must not pull re, dataclasses, difflib."""
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); import agent_sandbox; "
-        "before = set(sys.modules); import agent_sandbox.confsyntax; "
+        "before = set(sys.modules); import agent_sandbox.config.syntax; "
         "print(sorted(m for m in ('re', 'dataclasses', 'difflib', 'typing', 'inspect') "
         "if m in sys.modules and m not in before))"
     )

@@ -10,8 +10,9 @@ import time
 
 import pytest
 
-from agent_sandbox import doctor, logs, registry, status
-from agent_sandbox.doctor import GAPS, GO, NOGO, Backend, Item
+from agent_sandbox.tools import doctor, logs, status
+from agent_sandbox.launch import registry
+from agent_sandbox.tools.doctor import GAPS, GO, NOGO, Backend, Item
 
 # ---------------------------------------------------------------- registry
 HOST, BOOT = "login1", "boot-a"

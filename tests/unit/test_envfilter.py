@@ -1,11 +1,11 @@
-"""Unit tests for agent_sandbox.envfilter: the environment scrub of SPEC §6."""
+"""Unit tests for agent_sandbox.policy.envfilter: the environment scrub of SPEC §6."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from agent_sandbox.envfilter import is_removed, scrub
+from agent_sandbox.policy.envfilter import is_removed, scrub
 
 # The shipped defaults' shape, reduced to what the tests need.
 BLOCKED = ("KUBECONFIG", "SLURM_CONF", "DATABASE_URL")
@@ -124,7 +124,7 @@ def test_caller_environment_is_not_modified():
 
 
 def test_shipped_default_patterns_cover_spec_examples():
-    from agent_sandbox.confload import load_settings
+    from agent_sandbox.config.load import load_settings
 
     settings = load_settings(home="/nonexistent-home", user="alice", environ={},
                              admin_path="/nonexistent/admin.conf", cache=False)

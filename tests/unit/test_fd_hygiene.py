@@ -8,8 +8,10 @@ import sys
 
 import pytest
 
-from agent_sandbox import launcher, sandbox_exec
+from agent_sandbox.launch import run as launcher
 from agent_sandbox.errors import PolicyError
+from agent_sandbox.paths import helper_module
+sandbox_exec = helper_module("sandbox_exec")
 
 
 def test_seal_marks_every_other_descriptor_close_on_exec():

@@ -9,7 +9,8 @@ import subprocess
 
 import pytest
 
-from agent_sandbox import gitcheck, gitrepo, placeholders
+from agent_sandbox.launch import gitcheck, placeholders
+from agent_sandbox.policy import gitrepo
 
 GIT = shutil.which("git")
 

@@ -9,9 +9,10 @@ import sys
 
 import pytest
 
-from agent_sandbox import landlock as ll
-from agent_sandbox import sandbox_exec
 from agent_sandbox.backends.base import helper_command
+from agent_sandbox.paths import helper_module
+ll = helper_module("landlock")
+sandbox_exec = helper_module("sandbox_exec")
 
 
 def full(abi: int) -> dict:

@@ -1,7 +1,7 @@
 """The strictness rules of admin floors (pure)."""
 import pytest
 
-from agent_sandbox import locks
+from agent_sandbox.config import locks
 
 A = dict(admin_origin="/etc/agent-sandbox/sandbox.conf:3", origin="/home/u/.config/x:1")
 

@@ -1,15 +1,15 @@
-"""Unit tests for agent_sandbox.passwd (FILTER_PASSWD, SPEC §4)."""
+"""Unit tests for agent_sandbox.policy.passwd (FILTER_PASSWD, SPEC §4)."""
 
 from __future__ import annotations
 
 import pytest
 
-from agent_sandbox.passwd import (
-    filter_group,
-    filter_nsswitch,
-    filter_passwd,
-    sys_id_max,
-)
+from agent_sandbox.policy.passwd import (
+                                         filter_group,
+                                         filter_nsswitch,
+                                         filter_passwd,
+                                         sys_id_max,
+                                         )
 
 # A Debian 12 login node: system accounts, two other local people, the
 # caller (alice, 1000), nobody.  "carol" (uid 20417) exists only in LDAP.

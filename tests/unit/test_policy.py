@@ -1,4 +1,4 @@
-"""Unit tests for agent_sandbox.policy: Settings + LaunchContext → Policy.
+"""Unit tests for agent_sandbox.policy.resolve: Settings + LaunchContext → Policy.
 
 Every test builds a real directory tree under tmp_path (a fake $HOME with
 credentials, dotfiles and a project) and real Settings from the shipped
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.errors import PolicyError
-from agent_sandbox.policy import CREDENTIAL_DIRS, resolve_policy
+from agent_sandbox.policy.resolve import CREDENTIAL_DIRS, resolve_policy
 from tests.unit.homes import HOME_MODES, USER, context, make_home, settings_for
 
 @pytest.fixture

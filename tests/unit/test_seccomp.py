@@ -1,4 +1,4 @@
-"""Tests of agent_sandbox.seccomp: the deny list, the compiled BPF, and a real
+"""Tests of agent_sandbox.policy.seccomp: the deny list, the compiled BPF, and a real
 run of the filter under bwrap as an unprivileged user (SPEC §7)."""
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_sandbox import seccomp
-from agent_sandbox.seccomp import DEFAULT_DENY, LANDLOCK_EXTRA_DENY, compile_filter, deny_list
+from agent_sandbox.policy import seccomp
+from agent_sandbox.policy.seccomp import DEFAULT_DENY, LANDLOCK_EXTRA_DENY, compile_filter, deny_list
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = REPO / "tests" / "probes" / "syscalls.py"
@@ -98,7 +98,7 @@ def test_deny_list_properties(extra, no_pid):
 
 def test_module_import_does_not_load_pyseccomp():
     code = (
-        "import sys; import agent_sandbox.seccomp as s; s.deny_list(); "
+        "import sys; import agent_sandbox.policy.seccomp as s; s.deny_list(); "
         "assert 'pyseccomp' not in sys.modules, 'pyseccomp imported eagerly'"
     )
     subprocess.run([sys.executable, "-c", code], cwd=REPO, check=True)

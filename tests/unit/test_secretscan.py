@@ -8,13 +8,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from agent_sandbox import boundfiles, confload
+from agent_sandbox.launch import boundfiles
+from agent_sandbox.config import load as confload
 from agent_sandbox.backends import bwrap, firejail, landlock as landlock_backend
 from agent_sandbox.backends.base import Payload
-from agent_sandbox.envfilter import removal_rule
-from agent_sandbox.fsview import mount_ops
-from agent_sandbox.policy import LaunchContext, resolve_policy
-from agent_sandbox.secretscan import CREDENTIAL_SHAPES, Finding, blank, scan
+from agent_sandbox.policy.envfilter import removal_rule
+from agent_sandbox.policy.view import mount_ops
+from agent_sandbox.policy.resolve import LaunchContext, resolve_policy
+from agent_sandbox.policy.secrets import CREDENTIAL_SHAPES, Finding, blank, scan
 
 # The shipped defaults' rule (ALLOWED_ENV_VARS keeps ANTHROPIC_API_KEY).
 DEFAULTS = confload.load_settings(home="/nonexistent", user="u", environ={},
@@ -227,7 +228,7 @@ def test_a_file_too_large_to_check_is_not_bound(home):
                                  removed=REMOVED)
     assert str(home / ".profile") in policy.hidden
     assert policy.bound_file_report.findings[0].what == "larger than 1 MiB, too large to check"
-    from agent_sandbox.report import bound_file_banner
+    from agent_sandbox.launch.report import bound_file_banner
 
     assert bound_file_banner(policy, "bwrap").startswith(
         f"agent-sandbox: {home / '.bashrc'} is larger than 1 MiB, too large to check for "
@@ -235,7 +236,7 @@ def test_a_file_too_large_to_check_is_not_bound(home):
 
 
 def test_the_admin_floor_orders_skip_blank_off():
-    from agent_sandbox import locks
+    from agent_sandbox.config import locks
 
     assert locks.ORDER["SECRETS_IN_BOUND_FILES"] == boundfiles.MODES
     value, warning = locks.enforce("SECRETS_IN_BOUND_FILES", "blank", "off",

@@ -16,7 +16,8 @@ import os
 import signal
 import sys
 
-from .policy import SLURM_COMMANDS
+from agent_sandbox.paths import PACKAGE_DIR, helper_path
+from agent_sandbox.policy.resolve import SLURM_COMMANDS
 
 
 def wanted(settings, policy) -> bool:
@@ -63,7 +64,7 @@ class ChaperonSession:
     def start(cls, settings, policy) -> "ChaperonSession":
         from chaperon.session import ANNOUNCE_FIFO, CONN_DIR, visible_paths
 
-        from .errors import SandboxError
+        from agent_sandbox.errors import SandboxError
 
         # The session id is random; the suffix only guards against a stale
         # directory of the same name (os.mkdir, not tempfile: 3 ms of imports).
@@ -122,7 +123,7 @@ class ChaperonSession:
     def stub_script() -> bytes:
         """The stub every Slurm name inside points to: the system python in
         isolated mode, importing only our stdlib-only client code."""
-        site = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        site = os.path.dirname(PACKAGE_DIR)
         return ("#!/usr/bin/python3 -IS\n"
                 "import sys\n"
                 f"sys.path.insert(0, {site!r})\n"
@@ -130,7 +131,7 @@ class ChaperonSession:
                 "sys.exit(main())\n").encode()
 
     def stub_payload(self):
-        from .backends.base import Payload
+        from agent_sandbox.backends.base import Payload
 
         return Payload(data=self.stub_script())
 
@@ -177,7 +178,7 @@ def _exited(pid: int, pidfd: int, timeout: float) -> bool:
 def handler_config(settings, policy, staging: str) -> dict:
     """What the Slurm handlers need to know of the session, whether they run
     in a chaperon or in-process (`agent-sandbox sbatch` outside)."""
-    from .confload import state_dir
+    from agent_sandbox.config.load import state_dir
 
     return {
         "session_id": policy.session_id, "project_dir": policy.project_dir,
@@ -189,7 +190,7 @@ def handler_config(settings, policy, staging: str) -> dict:
         "max_jobs": settings.SLURM_MAX_JOBS, "allow_mail": settings.SLURM_ALLOW_MAIL,
         "backend": policy.backend,
         "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
-        "jobstart": os.path.join(os.path.dirname(os.path.abspath(__file__)), "jobstart.py"),
+        "jobstart": helper_path("jobstart"),
         "home": policy.home, "user": policy.user, "overrides": _overrides(settings),
     }
 

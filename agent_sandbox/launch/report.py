@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import shlex
 
-from .backends.base import GUARANTEE_TEXT
+from agent_sandbox.backends.base import GUARANTEE_TEXT
+from agent_sandbox.paths import helper_module
 
 
 def _mount_line(op) -> str:
@@ -30,7 +31,7 @@ def _mount_line(op) -> str:
 def _rights(access: int) -> str:
     """A Landlock rule's rights in words: rw (create, write, read, exec),
     files (read and write existing files: devices, /proc), ro (read, exec)."""
-    from . import landlock as ll
+    ll = helper_module("landlock")
 
     if access & ll.MAKE_REG:
         return "rw"

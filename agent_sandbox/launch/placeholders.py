@@ -37,7 +37,7 @@ import errno
 import os
 import stat
 
-from .errors import PolicyError
+from agent_sandbox.errors import PolicyError
 
 SUBDIR = "placeholders"
 EXCLUDE_BEGIN = b"# agent-sandbox: placeholders of running sessions (removed by the last one)\n"
@@ -61,7 +61,7 @@ def _made_or_there(make, path: str, is_dir: bool) -> bool:
 def create(policy) -> list[tuple[str, bool, bytes]]:
     """Make the placeholders the plan mounts; return (path, is_dir, content)
     of each thing made (missing parents included), oldest first."""
-    from .fsview import placeholder_candidates
+    from agent_sandbox.policy.view import placeholder_candidates
 
     created = []
     for item in placeholder_candidates(policy):
@@ -124,7 +124,7 @@ def project_lock(home: str, project: str):
 def _list_path(home: str, project: str) -> str:
     from chaperon.paths import project_hash
 
-    from .confload import state_dir
+    from agent_sandbox.config.load import state_dir
 
     return os.path.join(state_dir(home), SUBDIR, project_hash(project) + ".jsonl")
 
@@ -150,7 +150,7 @@ def remember(home: str, project: str, created: list) -> None:
 
 
 def _others_running(home: str, project: str, session: str) -> bool:
-    from . import registry
+    from agent_sandbox.launch import registry
 
     host, boot = registry.host_name(), registry.boot_id()
     records, _ = registry.read(home, now=0.0)
@@ -216,8 +216,8 @@ def _pattern(relative: str, is_dir: bool) -> bytes:
 
 
 def _worktree_patterns(policy) -> list[bytes]:
-    from .fsview import placeholder_candidates
-    from .policy import _is_within
+    from agent_sandbox.policy.view import placeholder_candidates
+    from agent_sandbox.policy.resolve import _is_within
 
     project = policy.project_dir
     dotgit = os.path.join(project, ".git")

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .envfilter import scrub
-from .errors import PolicyError
+from agent_sandbox.policy.envfilter import scrub
+from agent_sandbox.errors import PolicyError
 
 # Always hidden, in every HOME_ACCESS mode; not configurable away (SPEC §4).
 # The last one holds the chaperon session directories: hidden so that no
@@ -211,7 +211,7 @@ def _git_protected(protected: tuple[Protected, ...], project: str, home: str,
     """The project's own repository: every control file git reads kept
     read-only (gitrepo.py), and its `.git` directory pinned — when it exists,
     or when placeholders will create it."""
-    from . import gitrepo
+    from agent_sandbox.policy import gitrepo
 
     have = {p.path for p in protected}
     extra = tuple(Protected(path, is_dir, os.path.lexists(path), placeholder)

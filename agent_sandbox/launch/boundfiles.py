@@ -29,7 +29,7 @@ from __future__ import annotations
 import os
 from typing import Callable, NamedTuple
 
-from .secretscan import Finding, blank, scan
+from agent_sandbox.policy.secrets import Finding, blank, scan
 
 MAX_BYTES = 1 << 20
 MODES = ("skip", "blank", "off")          # strictest first (locks.ORDER)

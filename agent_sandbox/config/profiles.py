@@ -22,8 +22,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from .confsyntax import ConfigSyntaxError, parse_config
-from .errors import ConfigError
+from agent_sandbox.config.syntax import ConfigSyntaxError, parse_config
+from agent_sandbox.errors import ConfigError
 
 PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PATH",
                           "AGENT_STATE"})
@@ -41,7 +41,7 @@ class Profile(NamedTuple):
 
 
 def search_dirs(home: str) -> tuple[str, ...]:
-    from .confload import ADMIN_CONFIG, defaults_path, user_config_dir
+    from agent_sandbox.config.load import ADMIN_CONFIG, defaults_path, user_config_dir
 
     return (os.path.join(os.path.dirname(ADMIN_CONFIG), "agents"),
             os.path.join(user_config_dir(home), "agents"),

@@ -6,7 +6,7 @@ from typing import List, Optional
 
 import typer
 
-from . import __version__
+from agent_sandbox import __version__
 
 app = typer.Typer(
     add_completion=False, no_args_is_help=True,
@@ -37,7 +37,7 @@ def run(
 ) -> None:
     """Run CMD in the sandbox. Its exit code and signals pass through; 125 means the
     sandbox could not be set up."""
-    from .launcher import run as launch
+    from agent_sandbox.launch.run import run as launch
 
     raise typer.Exit(launch(list(command), project_dir=project_dir, backend=backend,
                             dry_run=dry_run, keep_fds=tuple(keep_fd)))
@@ -46,7 +46,7 @@ def run(
 @app.command(context_settings=_PASSTHROUGH)
 def bash(ctx: typer.Context) -> None:
     """An interactive bash inside the sandbox (arguments go to bash)."""
-    from .launcher import run as launch
+    from agent_sandbox.launch.run import run as launch
 
     raise typer.Exit(launch(["bash", *ctx.args]))
 
@@ -64,8 +64,8 @@ app.add_typer(config_app, name="config")
 def _settings(project_dir: Optional[str]):
     import os
 
-    from .confload import load_settings
-    from .launcher import launch_context
+    from agent_sandbox.config.load import load_settings
+    from agent_sandbox.launch.run import launch_context
 
     ctx = launch_context(project_dir, os.environ)
     return load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ,
@@ -88,8 +88,8 @@ def config_show(
                                               help="Apply conf.d files matching this project."),
 ) -> None:
     """Print every effective configuration value (as sandbox.conf syntax)."""
-    from .errors import SandboxError
-    from .introspect import config_show as show
+    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.tools.explain import config_show as show
 
     try:
         settings = _settings(project_dir)
@@ -109,9 +109,9 @@ def explain(
     """Say what the sandbox does with PATH or ENV_NAME, and which rule of which layer decided."""
     import os
 
-    from .errors import SandboxError
-    from .introspect import explain as explain_target
-    from .launcher import build
+    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.tools.explain import explain as explain_target
+    from agent_sandbox.launch.run import build
 
     try:
         settings, policy, plan, _ = build(["true"], project_dir=project_dir, backend=None,
@@ -129,7 +129,7 @@ def _hidden_here(what: str) -> None:
     answering 'nothing'."""
     import os
 
-    from .launcher import inside_sandbox
+    from agent_sandbox.launch.run import inside_sandbox
 
     if inside_sandbox(os.environ):
         typer.echo(f"agent-sandbox: {what} — ~/.local/state/agent-sandbox is hidden inside "
@@ -150,8 +150,8 @@ def doctor(
     when some allowed backend works and gives every REQUIREd guarantee, 1 otherwise."""
     import os
 
-    from .doctor import as_json as doctor_json
-    from .doctor import gather, render
+    from agent_sandbox.tools.doctor import as_json as doctor_json
+    from agent_sandbox.tools.doctor import gather, render
 
     report = gather(project_dir, os.environ)
     typer.echo((doctor_json if as_json else render)(report), nl=False)
@@ -168,11 +168,11 @@ def status(
     import pwd
     import time
 
-    from .status import as_json as status_json
-    from .status import collect, render
+    from agent_sandbox.tools.status import as_json as status_json
+    from agent_sandbox.tools.status import collect, render
 
     _hidden_here("status cannot see the session records")
-    from .gitcheck import recover
+    from agent_sandbox.launch.gitcheck import recover
 
     recover(pwd.getpwuid(os.getuid()).pw_dir)   # sessions whose launcher was killed
     status_report = collect(pwd.getpwuid(os.getuid()).pw_dir)
@@ -193,7 +193,7 @@ def logs(
     import os
     import pwd
 
-    from .logs import log_directory, read_records, render, select
+    from agent_sandbox.tools.logs import log_directory, read_records, render, select
 
     _hidden_here("the audit logs cannot be read")
     directory = log_directory(pwd.getpwuid(os.getuid()).pw_dir)
@@ -257,7 +257,7 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
     import os
     import sys
 
-    from .launcher import inside_sandbox
+    from agent_sandbox.launch.run import inside_sandbox
 
     if inside_sandbox(os.environ):
         # Inside a sandbox the stub is this command already (PATH leads to it).
@@ -271,9 +271,9 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
     from chaperon.audit import AuditLog
     from chaperon.handlers import Context, dispatch
 
-    from .chaperon_session import _real_binaries, handler_config, staging_dir
-    from .errors import SandboxError
-    from .launcher import build
+    from agent_sandbox.launch.chaperon import _real_binaries, handler_config, staging_dir
+    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.launch.run import build
 
     try:
         settings, policy, _, _ = build(["true"], project_dir=project_dir, backend=None,

@@ -59,19 +59,19 @@ def main(argv: list[str] | None = None) -> int:
     if args and args[0] == "run":
         parsed = _fast_run(args[1:])
         if parsed is not None:
-            from .launcher import run
+            from agent_sandbox.launch.run import run
 
             return run(parsed.pop("command"), **parsed)
     elif args and args[0] == "bash" and "--help" not in args[1:2]:
-        from .launcher import run_profile
+        from agent_sandbox.launch.run import run_profile
 
         return run_profile("bash", args[1:])
     elif args and not args[0].startswith("-") and args[0] not in COMMANDS:
         # `agent-sandbox claude [ARGS]`: an agent profile, or an error listing them.
-        from .launcher import run_profile
+        from agent_sandbox.launch.run import run_profile
 
         return run_profile(args[0], args[1:])
-    from .cli_app import app
+    from agent_sandbox.cli.app import app
 
     try:
         app(args=args, prog_name="agent-sandbox", standalone_mode=True)

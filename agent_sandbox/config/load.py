@@ -20,9 +20,9 @@ import marshal
 import os
 import stat
 
-from . import __version__
-from .confsyntax import ConfigSyntaxError, parse_config
-from .errors import ConfigError
+from agent_sandbox import __version__
+from agent_sandbox.config.syntax import ConfigSyntaxError, parse_config
+from agent_sandbox.errors import ConfigError
 
 ADMIN_CONFIG = "/etc/agent-sandbox/sandbox.conf"
 # Keys the environment may override (SPEC §4 layer 5).
@@ -31,7 +31,8 @@ ENV_OVERRIDES = ("SANDBOX_BACKEND", "HOME_ACCESS", "SLURM_SCOPE", "PRIVATE_TMP",
 
 
 def defaults_path() -> str:
-    here = os.path.dirname(os.path.abspath(__file__))
+    from agent_sandbox.paths import PACKAGE_DIR as here
+
     installed = os.path.join(here, "conf", "sandbox.conf")
     if os.path.exists(installed):
         return installed
@@ -159,7 +160,7 @@ class Merged:
         self.files: list[str] = []           # the files that applied, in order
 
     def assign(self, kind: str, key: str, value, origin: str) -> None:
-        from . import locks
+        from agent_sandbox.config import locks
 
         if (key in locks.ADMIN_ONLY and kind not in ("default", "profile", "admin")
                 and locks.as_bool(value) is not False):
@@ -207,7 +208,7 @@ def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
         if kind == "conf.d":
             keys = known | {"PROJECT_MATCH"}
         elif kind == "profile":
-            from .profiles import PROFILE_KEYS
+            from agent_sandbox.config.profiles import PROFILE_KEYS
 
             keys = known | PROFILE_KEYS
         else:
@@ -260,7 +261,7 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
         if cached is not None:
             return Settings(*cached)
     merged = merge(layers, home=home, user=user, overrides=overrides, project_dir=project_dir)
-    from .confmodel import validate  # pydantic: only on a cache miss
+    from agent_sandbox.config.model import validate  # pydantic: only on a cache miss
 
     values = validate(merged.raw, merged.origins)
     result = (values, merged.origins, tuple(merged.files), merged.locks,

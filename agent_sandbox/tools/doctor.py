@@ -27,7 +27,8 @@ import stat
 import subprocess
 from typing import NamedTuple
 
-from . import __version__
+from agent_sandbox import __version__
+from agent_sandbox.paths import helper_module
 
 GO, GAPS, NOGO = "GO", "GAPS", "NO-GO"
 ORDER = ("bwrap", "firejail", "landlock")
@@ -167,7 +168,7 @@ def render(report: Report) -> str:
         out.append(f"backend: none — {report.pick_reason}")
     names = [b.name for b in report.backends]
     rows = [("usable here", [b.state() for b in report.backends])]
-    from .backends.base import GUARANTEE_TEXT
+    from agent_sandbox.backends.base import GUARANTEE_TEXT
 
     for guarantee in GUARANTEE_TEXT:
         cells = []
@@ -395,7 +396,7 @@ def seccomp_check(denied) -> tuple[str, str, str]:
     except Exception as exc:   # noqa: BLE001 - ImportError, OSError from ctypes
         return (NOGO, f"pyseccomp/libseccomp cannot be loaded — {exc}",
                 "install libseccomp2 (apt-get install libseccomp2) and reinstall agent-sandbox")
-    from .seccomp import compile_filter
+    from agent_sandbox.policy.seccomp import compile_filter
 
     try:
         program = compile_filter(denied)
@@ -422,8 +423,8 @@ def seccomp_check(denied) -> tuple[str, str, str]:
     check_io_uring = os.uname().machine in ("x86_64", "aarch64", "riscv64", "ppc64le", "s390x")
 
     def work() -> str:
-        from . import landlock
-        from .sandbox_exec import load_seccomp
+        landlock = helper_module("landlock")
+        load_seccomp = helper_module("sandbox_exec").load_seccomp
 
         before = 0
         if check_io_uring and libc.syscall(425, 0, None) < 0:   # io_uring_setup
@@ -455,14 +456,14 @@ def _settings(ctx):
     """(settings, error): the effective Settings, or the shipped defaults and
     the error when the configuration does not load (doctor goes on with the
     defaults for the host checks)."""
-    from .confload import Settings, defaults_path, load_settings, merge
-    from .errors import SandboxError
+    from agent_sandbox.config.load import Settings, defaults_path, load_settings, merge
+    from agent_sandbox.errors import SandboxError
 
     try:
         return load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ,
                              project_dir=ctx.project_dir or ctx.cwd, cache=False), None
     except SandboxError as exc:
-        from .confmodel import validate
+        from agent_sandbox.config.model import validate
 
         path = defaults_path()
         merged = merge([("default", path, _read(path))], home=ctx.home, user=ctx.user,
@@ -472,7 +473,7 @@ def _settings(ctx):
 
 
 def config_items(settings, error) -> list[Item]:
-    from .confload import ADMIN_CONFIG
+    from agent_sandbox.config.load import ADMIN_CONFIG
 
     if error is not None:
         return [Item("config", NOGO, str(error), "fix the file named above; "
@@ -492,7 +493,7 @@ def config_items(settings, error) -> list[Item]:
         items.append(Item("config", GO, f"valid ({files})",
                           data={"files": list(settings.files), "warnings": []}))
     if settings.locks:
-        from .introspect import _shell
+        from agent_sandbox.tools.explain import _shell
 
         locked = {k: settings.locks[k] for k in sorted(settings.locks)}
         where = sorted({v.rsplit(":", 1)[0] for v in locked.values()})
@@ -516,8 +517,8 @@ def _policies(settings, ctx):
     throw-away directory (the guarantees do not depend on which project)."""
     import tempfile
 
-    from .errors import SandboxError
-    from .policy import resolve_policy
+    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.policy.resolve import resolve_policy
 
     try:
         return {n: resolve_policy(settings, ctx, backend=n) for n in ORDER}, None
@@ -537,10 +538,10 @@ def _policies(settings, ctx):
 
 def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
     """(provides, partial, cannot, refusal) from the backend's own plan."""
-    from .backends import Selection
-    from .backends.base import Payload
-    from .errors import SandboxError
-    from .launcher import backend_plan, identity_payloads, marker_payload, seccomp_payload
+    from agent_sandbox.backends import Selection
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.launch.run import backend_plan, identity_payloads, marker_payload, seccomp_payload
 
     payloads = {"marker": marker_payload(policy)}
     if policy.seccomp:
@@ -550,7 +551,7 @@ def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
             payloads["seccomp"] = Payload(data=b"\0" * 8)
     if name == "bwrap" and policy.filter_passwd:
         payloads.update(identity_payloads(policy))
-    from .backends import module
+    from agent_sandbox.backends import module
 
     if path is None:
         # Not installed: what it would give once installed (the plan needs the program).
@@ -563,7 +564,7 @@ def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
 
 
 def backend_items(backends, abi: int) -> list[Item]:
-    from .backends import INSTALL_HINT, PROBE_HINT
+    from agent_sandbox.backends import INSTALL_HINT, PROBE_HINT
 
     any_usable = any(b.usable for b in backends)
     items = []
@@ -573,7 +574,7 @@ def backend_items(backends, abi: int) -> list[Item]:
         if b.name == "landlock":
             extra = f"ABI {abi}" if abi else "no Landlock in this kernel"
             if abi and abi < 6:
-                from .landlock import FEATURES
+                FEATURES = helper_module("landlock").FEATURES
 
                 lost = sorted({text for need, _, _, text in FEATURES if abi < need})
                 extra += f" (missing: {'; '.join(lost)})"
@@ -622,7 +623,7 @@ def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
         return Item("munge", GO, "no munge socket (no Slurm here)", data={"sockets": []})
     socket = found[0]
     real = os.path.realpath(socket)
-    from .policy import _is_within
+    from agent_sandbox.policy.resolve import _is_within
 
     visible = []
     if policy is not None:
@@ -667,7 +668,7 @@ def slurm_item(settings, policy, environ) -> tuple[Item, bool]:
 def chaperon_pipes_item(home: str) -> Item:
     """The chaperon's session directory holds named pipes: make one there, as
     a launch would (a home filesystem without FIFO support refuses launches)."""
-    from .chaperon_session import session_parent
+    from agent_sandbox.launch.chaperon import session_parent
 
     probe = None
     try:
@@ -722,9 +723,9 @@ def fs_item(name: str, path: str, mounts, *, project: bool, slurm_present: bool,
 
 
 def gather(project_dir: str | None, environ) -> Report:
-    from .backends import module
-    from .launcher import (_forget_probe, choose_backend, landlock_abi, launch_context,
-                           probe_backend)
+    from agent_sandbox.backends import module
+    from agent_sandbox.launch.run import (_forget_probe, choose_backend, landlock_abi, launch_context,
+                                          probe_backend)
 
     environ = dict(environ)
     ctx = launch_context(project_dir, environ)
@@ -773,7 +774,7 @@ def gather(project_dir: str | None, environ) -> Report:
     items += backend_items(reports, abi)
 
     any_policy = next(iter(policies.values()), None)
-    from .seccomp import deny_list
+    from agent_sandbox.policy.seccomp import deny_list
 
     try:
         denied = deny_list(settings.SECCOMP_EXTRA_DENY)
@@ -800,7 +801,7 @@ def gather(project_dir: str | None, environ) -> Report:
                          slurm_present=slurm_present, refusal=refusal))
 
     requested = settings.SANDBOX_BACKEND
-    from .errors import SandboxError
+    from agent_sandbox.errors import SandboxError
 
     try:
         selection = choose_backend(settings, None, home=ctx.home, environ=environ)

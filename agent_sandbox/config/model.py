@@ -186,7 +186,7 @@ KNOWN_KEYS = frozenset(SandboxConfig.model_fields)
 def validate(raw: dict[str, Any], origins: dict[str, str]) -> dict[str, Any]:
     """Validate merged raw values; return plain Python values (tuples, bools,
     ints, strings) for every key. Raise ConfigError naming key, value, origin."""
-    from .errors import ConfigError
+    from agent_sandbox.errors import ConfigError
 
     try:
         model = SandboxConfig(**raw)

@@ -18,8 +18,9 @@ import pwd
 import signal
 import sys
 
-from . import __version__
-from .errors import SETUP_FAILED, BackendUnavailable, PolicyError, SandboxError
+from agent_sandbox import __version__
+from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError, SandboxError
+from agent_sandbox.paths import helper_module
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
@@ -93,15 +94,16 @@ def exec_nested(command: list[str], environ) -> int:
 
 # ---------------------------------------------------------------- context
 def _install_paths() -> tuple[str, ...]:
-    package = os.path.dirname(os.path.abspath(__file__))
-    paths = [os.path.dirname(package)]           # site-packages or the source tree
+    from agent_sandbox.paths import PACKAGE_DIR
+
+    paths = [os.path.dirname(PACKAGE_DIR)]       # site-packages or the source tree
     if sys.prefix != sys.base_prefix:
         paths.append(sys.prefix)                 # the virtual environment
     return tuple(paths)
 
 
 def launch_context(project_dir: str | None, environ):
-    from .policy import LaunchContext
+    from agent_sandbox.policy.resolve import LaunchContext
 
     entry = pwd.getpwuid(os.getuid())
     # The user config dir is kept read-only inside only if it exists; made
@@ -124,7 +126,7 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
     auto the first of bwrap → firejail → landlock that is allowed, installed
     and passes a real probe (a trivial sandbox; the verdict is cached while
     nothing it depends on changes)."""
-    from .backends import Unavailable, module, select
+    from agent_sandbox.backends import Unavailable, module, select
 
     name = requested or settings.SANDBOX_BACKEND
     if name not in ("auto",) + KNOWN_BACKENDS:
@@ -145,7 +147,7 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
 
 
 def landlock_abi() -> int:
-    from . import landlock
+    landlock = helper_module("landlock")
 
     return landlock.abi_version()
 
@@ -179,7 +181,7 @@ def _probe_inputs(name: str, path: str) -> tuple:
     if name == "firejail":
         extra = (stat_of("/etc/firejail/firejail.config"), stat_of("/etc/firejail/firejail.users"))
     elif name == "landlock":
-        from .backends.base import helper_path
+        from agent_sandbox.backends.base import helper_path
 
         extra = (stat_of(helper_path()), landlock_abi())
     sysctls = tuple(read(p) for p in ("/proc/sys/user/max_user_namespaces",
@@ -190,15 +192,15 @@ def _probe_inputs(name: str, path: str) -> tuple:
 
 
 def _probe_cache(name: str, home: str) -> str:
-    from .confload import state_dir
+    from agent_sandbox.config.load import state_dir
 
     return os.path.join(state_dir(home), "cache", f"probe-{name}.marshal")
 
 
 def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
     """Run the backend's trivial sandbox; (passed, detail)."""
-    from .backends import module
-    from .confload import load_cache, store_cache
+    from agent_sandbox.backends import module
+    from agent_sandbox.config.load import load_cache, store_cache
 
     inputs = _probe_inputs(name, path)
     cache = _probe_cache(name, home)
@@ -223,7 +225,7 @@ def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
 def helper_python() -> str:
     """The interpreter the helper runs on: Debian's, else the one behind this
     launcher (so marshal formats always agree)."""
-    from .backends.base import HELPER_PYTHON
+    from agent_sandbox.backends.base import HELPER_PYTHON
 
     if os.access(HELPER_PYTHON, os.X_OK):
         return HELPER_PYTHON
@@ -232,7 +234,7 @@ def helper_python() -> str:
 
 def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):
     """The selected backend's plan for the policy, on a kernel with Landlock ABI `abi`."""
-    from .backends import module
+    from agent_sandbox.backends import module
 
     mod = module(selection.name)
     if selection.name == "bwrap":
@@ -259,7 +261,7 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
 def check_required(plan, policy, settings, abi: int) -> None:
     """REQUIRE: every listed guarantee must be fully provided, else refuse,
     naming the backends that would give it."""
-    from .backends import would_provide
+    from agent_sandbox.backends import would_provide
 
     missing = plan.missing(policy.require)
     if not missing:
@@ -293,8 +295,8 @@ def _read_text(path: str) -> str:
 
 
 def identity_payloads(policy) -> dict:
-    from .backends.base import Payload
-    from .passwd import filter_group, filter_nsswitch, filter_passwd, sys_id_max
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.policy.passwd import filter_group, filter_nsswitch, filter_passwd, sys_id_max
 
     sys_uid_max, sys_gid_max = sys_id_max(_read_text("/etc/login.defs"))
     entry = pwd.getpwuid(policy.uid)
@@ -324,9 +326,9 @@ def identity_payloads(policy) -> dict:
 def seccomp_payload(policy, home: str):
     """The BPF program for the policy's deny list, cached in the hidden state
     directory (generating it loads libseccomp, which costs more than a launch)."""
-    from .backends.base import Payload
-    from .confload import load_cache, state_dir, store_cache
-    from .seccomp import compile_filter, deny_list
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.config.load import load_cache, state_dir, store_cache
+    from agent_sandbox.policy.seccomp import compile_filter, deny_list
 
     denied = deny_list(policy.seccomp_extra, no_pid_namespace=policy.backend == "landlock")
     inputs = (__version__, os.uname().machine, denied)
@@ -339,7 +341,7 @@ def seccomp_payload(policy, home: str):
 
 
 def marker_payload(policy):
-    from .backends.base import Payload
+    from agent_sandbox.backends.base import Payload
 
     text = (f"session={policy.session_id}\nbackend={policy.backend}\n"
             f"project={policy.project_dir}\n")
@@ -355,7 +357,7 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile)
     if chaperon:
-        from .policy import with_chaperon
+        from agent_sandbox.policy.resolve import with_chaperon
 
         policy = with_chaperon(policy, chaperon.directory, chaperon.staging)
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
@@ -366,8 +368,8 @@ def build(command: list[str], *, project_dir: str | None, backend: str | None,
 def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None) -> tuple:
     """(settings, backend selection, policy): the configuration resolved for
     this user, project and host, before any payload or plan."""
-    from .confload import load_settings
-    from .policy import resolve_policy
+    from agent_sandbox.config.load import load_settings
+    from agent_sandbox.policy.resolve import resolve_policy
 
     ctx = launch_context(project_dir, environ)
     flags = {"SANDBOX_BACKEND": backend} if backend else {}
@@ -401,10 +403,10 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
 def check_bound_files(settings, policy, backend: str) -> tuple:
     """(policy, payloads): the single files bound from the home, read here and
     checked for secrets by boundfiles (SECRETS_IN_BOUND_FILES)."""
-    from . import boundfiles
-    from .backends import module
-    from .backends.base import Payload
-    from .envfilter import removal_rule
+    from agent_sandbox.launch import boundfiles
+    from agent_sandbox.backends import module
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.policy.envfilter import removal_rule
 
     mode = settings.SECRETS_IN_BOUND_FILES
     contents = {} if mode == "off" else {
@@ -423,7 +425,7 @@ def _read_bound_file(path: str):
     or is not a regular file (then nothing of it is readable inside either)."""
     import stat
 
-    from .boundfiles import MAX_BYTES, TOO_LARGE
+    from agent_sandbox.launch.boundfiles import MAX_BYTES, TOO_LARGE
 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -451,8 +453,8 @@ def _read_bound_file(path: str):
 
 def _with_note(policy, profile, *, slurm: bool):
     """The profile's note, after whatever the user keeps at that path."""
-    from .backends.base import Payload
-    from .profiles import note_text
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.config.profiles import note_text
 
     existing = b""
     if not policy.is_hidden(os.path.realpath(profile.note_path)):
@@ -469,8 +471,8 @@ def run_profile(name: str, args: list[str], environ=None) -> int:
     """`agent-sandbox NAME [ARGS]`: run an agent with its profile applied."""
     import shutil
 
-    from .confload import known_keys
-    from .profiles import create_state, load
+    from agent_sandbox.config.load import known_keys
+    from agent_sandbox.config.profiles import create_state, load
 
     environ = os.environ if environ is None else environ
     entry = pwd.getpwuid(os.getuid())
@@ -639,7 +641,7 @@ def _spawn_scoped(ruleset: dict, argv: list[str], env: dict, **kwargs):
     parent *thread* ends, and must fire only when the launcher does."""
     import _thread
 
-    from . import landlock
+    landlock = helper_module("landlock")
 
     started, hold = _thread.allocate_lock(), _thread.allocate_lock()
     started.acquire()
@@ -813,7 +815,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                                               environ=environ, profile=profile)
         policy = policy._replace(keep_fds=keep_fds_checked(keep_fds))
         if profile is not None:
-            from .profiles import ALWAYS_ENABLED
+            from agent_sandbox.config.profiles import ALWAYS_ENABLED
 
             if profile.name not in settings.ENABLED_AGENTS + ALWAYS_ENABLED:
                 raise PolicyError(
@@ -821,13 +823,13 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     f"({' '.join(settings.ENABLED_AGENTS)}). Add ENABLED_AGENTS+=({profile.name}) "
                     "to ~/.config/agent-sandbox/sandbox.conf.", reason="profile_disabled")
         if dry_run:
-            from .report import dry_run_report
+            from agent_sandbox.launch.report import dry_run_report
 
             policy, plan, denied = plan_for(settings, selection, policy, command,
                                             profile=profile)
             sys.stdout.write(dry_run_report(policy, plan, denied))
             return 0
-        from .chaperon_session import ChaperonSession, wanted
+        from agent_sandbox.launch.chaperon import ChaperonSession, wanted
 
         session = None
         try:
@@ -835,7 +837,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             # directory (a plan that then refuses stops it again below).
             if wanted(settings, policy):
                 session = ChaperonSession.start(settings, policy)
-                from .policy import with_chaperon
+                from agent_sandbox.policy.resolve import with_chaperon
 
                 policy = with_chaperon(policy, session.directory, session.staging)
             policy, plan, _ = plan_for(settings, selection, policy, command,
@@ -848,7 +850,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             for warning in policy.warnings:
                 say(f"warning: {warning}")
             if not policy.quiet:
-                from .report import banner
+                from agent_sandbox.launch.report import banner
 
                 sys.stderr.write(banner(policy, plan))
             # The session registry (`agent-sandbox status`): written before the
@@ -857,7 +859,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             # named by the session id the chaperon's audit log and ledger carry.
             # Both steps run under the project's lock, so that concurrent
             # launches and ends of one project never race (placeholders.py).
-            from . import gitcheck, placeholders, registry
+            from agent_sandbox.launch import gitcheck, placeholders, registry
 
             created, record, snapshot = [], None, None
             try:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import stat
 
-from .policy import MARKER_PATH, Policy, _is_within
+from agent_sandbox.policy.resolve import MARKER_PATH, Policy, _is_within
 
 Op = tuple
 
@@ -218,7 +218,7 @@ def placeholder_candidates(policy: Policy) -> tuple:
     """Protected paths in the writable surface, whether they exist or not:
     the launcher makes those missing *when it starts the sandbox* (another
     session's placeholder, there when the policy was made, may be gone)."""
-    from .policy import Protected
+    from agent_sandbox.policy.resolve import Protected
 
     roots = ViewBuilder(policy).writable_roots()
     notes = tuple(Protected(path, False, os.path.lexists(path)) for path, _ in policy.notes)

@@ -10,8 +10,8 @@ import json
 import os
 import shlex
 
-from .envfilter import _compile
-from .policy import CREDENTIAL_DIRS, _home_path, _is_within
+from agent_sandbox.policy.envfilter import _compile
+from agent_sandbox.policy.resolve import CREDENTIAL_DIRS, _home_path, _is_within
 
 
 def _shell(value) -> str:

@@ -35,7 +35,7 @@ import sys
 import time
 from typing import NamedTuple
 
-from . import gitrepo
+from agent_sandbox.policy import gitrepo
 
 SUBDIR = "git"
 SLACK = 0.01             # a clock tick: ctime comes from the kernel's coarse clock
@@ -51,7 +51,7 @@ class Finding(NamedTuple):
     remedy: tuple[str, ...]
 
     def message(self) -> str:
-        from .logs import clean
+        from agent_sandbox.tools.logs import clean
 
         value = clean(self.value if len(self.value) <= 80 else self.value[:77] + "...")
         if self.key == "hook":
@@ -74,7 +74,7 @@ def _stored(data: bytes) -> str:
 
 
 def _state(home: str) -> str:
-    from .confload import state_dir
+    from agent_sandbox.config.load import state_dir
 
     return os.path.join(state_dir(home), SUBDIR)
 
@@ -106,7 +106,7 @@ def start(policy) -> str | None:
     since the start are reported)."""
     home = policy.home
     recover(home, environ=policy.env)
-    from .policy import _is_within
+    from agent_sandbox.policy.resolve import _is_within
 
     git_items = [p for p in policy.protected if _is_within(p.path, policy.project_dir)]
     directory = _state(home)
@@ -298,7 +298,7 @@ def _report(home: str, session: str, project: str, findings, complete: bool, out
                   "checked. Check them yourself before you run git in them.\n")
     if not findings:
         return
-    from .logs import log_directory
+    from agent_sandbox.tools.logs import log_directory
 
     directory = log_directory(home)
     stamp = time.strftime(TIME_FORMAT)
@@ -356,7 +356,7 @@ def recover(home: str, *, environ=None, out=None) -> None:
         return
     if not names:
         return
-    from . import registry
+    from agent_sandbox.launch import registry
 
     host, boot = registry.host_name(), registry.boot_id()
     records, _ = registry.read(home, now=0.0)
