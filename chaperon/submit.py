@@ -91,6 +91,22 @@ def read_project_file(project: Project, cwd: str, name: str, what: str, limit: i
         raise _unusable(what, name, exc) from None
 
 
+def check_writable(ctx, full: str, name: str, what: str) -> None:
+    """The chaperon writes a file for the caller (srun -o/-e) outside the
+    sandbox, with the user's full rights: it may write only where the
+    sandbox could. So a protected path (PROTECTED_PATHS, the repository's
+    control files: read-only inside) and anything in a `.git` directory at
+    any depth (git runs what a config or hook there says) are refused."""
+    parts = full.split("/")
+    protected = ctx.config.get("protected", ())
+    if ".git" in parts or any(full == p or full.startswith(p.rstrip("/") + "/")
+                              for p in protected):
+        raise Refusal("protected_path", f"{what} {name} is refused",
+                      "it is read-only inside the sandbox (a protected path or a git control "
+                      "file), and the chaperon writes only where the sandbox may",
+                      "Write the output to another file of the project")
+
+
 def copy_project_file(project: Project, cwd: str, name: str, what: str, dest: str) -> None:
     """Copy a regular file the caller names (opened once beneath the project,
     no symlink followed) to the chaperon-owned `dest`."""

@@ -183,6 +183,9 @@ def handler_config(settings, policy, staging: str) -> dict:
     return {
         "session_id": policy.session_id, "project_dir": policy.project_dir,
         "staging_dir": staging, "state_dir": state_dir(policy.home),
+        # What is read-only inside the sandbox stays so for the chaperon,
+        # which writes srun's -o/-e outside it (chaperon/submit.py).
+        "protected": sorted({p.path for p in policy.protected} | set(policy.pinned)),
         "slurm_scope": settings.SLURM_SCOPE, "slurm_binaries": _real_binaries(policy),
         "log_level": settings.CHAPERON_LOG_LEVEL,
         "retain_days": settings.CHAPERON_LOG_RETAIN_DAYS,

@@ -34,10 +34,10 @@ from ..options import OptionRefused, merge
 from ..sbatch_options import parse, parse_env
 from ..scope import Scope
 from ..environment import command_env
-from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, comment_tag,
-                      copy_project_file, discard_stage, from_option, new_stage, open_project,
-                      output_pattern, preflight, read_project_file, staged_env, working_dir,
-                      write_staged)
+from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, check_writable,
+                      comment_tag, copy_project_file, discard_stage, from_option, new_stage,
+                      open_project, output_pattern, preflight, read_project_file, staged_env,
+                      working_dir, write_staged)
 from ..jobwrap import wrapper_script
 from . import refuse, run_real
 
@@ -96,6 +96,8 @@ def _stage(ctx, project, cwd: str, merged, body: bytes, args: list[str], stage: 
         if not requested:
             continue
         target = output_pattern(project, cwd, requested, f"--{name}")
+        if target != DEV_NULL:   # the job links it inside its sandbox: same rule as srun's
+            check_writable(ctx, target, requested, f"--{name}")
         if target == DEV_NULL:
             options.append(f"--{name}={DEV_NULL}")
         else:

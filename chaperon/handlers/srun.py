@@ -31,15 +31,15 @@ from ..options import OptionRefused, merge
 from ..scope import AllocationWatcher, Scope, known_job
 from ..srun_options import (INPUT_ENV, STEP_FACTS, allocation_only, allowed_in_step, parse,
                             parse_env)
-from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, comment_tag,
-                      discard_stage, from_option, launcher_env, new_stage, open_project,
-                      preflight, staged_env, working_dir, write_staged)
+from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, check_writable,
+                      comment_tag, discard_stage, from_option, launcher_env, new_stage,
+                      open_project, preflight, staged_env, working_dir, write_staged)
 from . import refuse, run_real
 
 REBUILT = ("output", "error", "input", "export")
 
 
-def _open_stream(project, cwd: str, name: str, *, write: bool, append: bool = False) -> int:
+def _open_stream(ctx, project, cwd: str, name: str, *, write: bool, append: bool = False) -> int:
     """-o/-e/-i: opened once by the chaperon beneath the project, no symlink
     followed (a literal /dev/null is the one path outside)."""
     if "%" in name:
@@ -50,6 +50,8 @@ def _open_stream(project, cwd: str, name: str, *, write: bool, append: bool = Fa
         return os.open(DEV_NULL, (os.O_WRONLY if write else os.O_RDONLY) | os.O_CLOEXEC)
     try:
         rel = project.rel(cwd, name)
+        if write:
+            check_writable(ctx, os.path.join(project.path, rel), name, "the srun file")
         return project.write_regular(rel, append=append) if write else project.open_regular(rel)
     except Unusable as exc:
         outside = exc.errno == errno.EXDEV
@@ -139,12 +141,12 @@ def handle(ctx, request, out) -> int:
             for name in ("output", "error"):
                 target = given.last(name)
                 if target and target != "none":
-                    streams[name] = _open_stream(project, cwd, target, write=True,
+                    streams[name] = _open_stream(ctx, project, cwd, target, write=True,
                                                  append=append)
                     fds.append(streams[name])
             source = given.last("input")
             if source and source != "none":
-                fd = _open_stream(project, cwd, source, write=False)
+                fd = _open_stream(ctx, project, cwd, source, write=False)
                 fds.append(fd)
                 with os.fdopen(os.dup(fd), "rb") as handle:
                     stdin = handle.read(4 * 1024 * 1024)
