@@ -6,7 +6,7 @@ inside every jail with only its own folder on sys.path, so its modules import
 each other as top-level modules and the standard library only. Outside, the
 same modules are loaded the same way (`helper_module`), never as a package,
 so no module exists twice under two names; the folder has no __init__.py, so
-`import agent_sandbox.helper.x` fails.
+`import agent_sandbox.helper…` fails.
 """
 from __future__ import annotations
 
@@ -16,6 +16,40 @@ import sys
 
 PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 HELPER_DIR = os.path.join(PACKAGE_DIR, "helper")
+
+# --- the per-user layout (one spelling; every module asks here) -------------
+# The admin file: fixed at install time, never the user's to choose (SPEC §4).
+ADMIN_CONFIG = "/etc/agent-sandbox/sandbox.conf"
+# Below $HOME. The state and run directories are always hidden inside the
+# sandbox (policy/resolve.py lists them among the credential paths).
+CONFIG_DIR = ".config/agent-sandbox"          # user config, conf.d, agents: read-only inside
+STATE_DIR = ".local/state/agent-sandbox"      # ledger, audit logs, registry, caches
+RUN_DIR = ".local/state/agent-sandbox-run"    # chaperon session directories (FIFOs)
+STAGING_DIR = ".local/share/agent-sandbox/jobs"   # per-project job staging, read-only inside
+
+
+def user_config_dir(home: str) -> str:
+    return os.path.join(home, CONFIG_DIR)
+
+
+def state_dir(home: str) -> str:
+    return os.path.join(home, STATE_DIR)
+
+
+def run_dir(home: str) -> str:
+    return os.path.join(home, RUN_DIR)
+
+
+def staging_root(home: str) -> str:
+    return os.path.join(home, STAGING_DIR)
+
+
+def defaults_path() -> str:
+    """The shipped defaults: installed beside the package, or in the source tree."""
+    installed = os.path.join(PACKAGE_DIR, "conf", "sandbox.conf")
+    if os.path.exists(installed):
+        return installed
+    return os.path.join(os.path.dirname(PACKAGE_DIR), "conf", "sandbox.conf")
 
 
 def helper_path(name: str) -> str:

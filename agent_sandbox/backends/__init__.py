@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Callable, NamedTuple
 
-AUTO_ORDER = ("bwrap", "firejail", "landlock")
+from agent_sandbox.names import BACKENDS as AUTO_ORDER  # noqa: E402
 INSTALL_HINT = {
     "bwrap": "install bubblewrap (apt-get install bubblewrap)",
     "firejail": "install firejail (apt-get install firejail)",

@@ -16,25 +16,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-# SPEC §5: guarantee → one line a person can read. fs.protected is not in
-# the SPEC table: it makes visible that Landlock cannot keep PROTECTED_PATHS
-# read-only inside the writable project (SPEC §8, no persistence).
-GUARANTEE_TEXT = {
-    "fs.hidden": "hidden paths do not exist (ENOENT)",
-    "fs.write_confined": "writes only to the project and declared paths",
-    "fs.protected": "PROTECTED_PATHS (.git/hooks, .envrc, …) read-only inside writable paths",
-    "env.scrubbed": "credential variables removed from the environment",
-    "seccomp": "dangerous syscalls answer EPERM",
-    "pid.isolated": "processes outside the sandbox are invisible",
-    "ipc.isolated": "private SysV IPC and /dev/shm",
-    "passwd.filtered": "other users cannot be enumerated",
-    "slurm.boundary": "munge socket and real Slurm binaries/config unreachable",
-    "abstract_unix.scoped": "abstract unix sockets outside are unreachable",
-    "signals.scoped": "processes outside cannot be signalled",
-    "self.protected": "install dir and user config read-only",
-    "tty.safe": "no TIOCSTI/TIOCLINUX injection into your terminal",
-    "fd.clean": "no inherited descriptor but stdin, stdout and stderr enters",
-}
+from agent_sandbox.names import GUARANTEES as GUARANTEE_TEXT  # noqa: E402
 SCOPING_ABI = 6          # Landlock scopes abstract unix sockets and signals
 HELPER_PYTHON = "/usr/bin/python3"
 

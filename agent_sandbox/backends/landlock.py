@@ -39,7 +39,7 @@ import os
 from agent_sandbox.policy.resolve import Policy, _is_within
 from agent_sandbox.backends.base import (HELPER_PYTHON, Guarantees, Payload, Plan, fd_hygiene, helper_argv,
                                          helper_command, helper_path, scoping)
-from agent_sandbox.paths import helper_module
+from agent_sandbox.paths import helper_module, user_config_dir
 ll = helper_module("landlock")
 
 NAME = "landlock"
@@ -123,7 +123,7 @@ class Rules:
 
 def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
     """The filesystem rules, in the order they are listed in --dry-run."""
-    config_tree = os.path.join(policy.home, ".config", "agent-sandbox")
+    config_tree = user_config_dir(policy.home)
     readonly = tuple(policy.readonly_overlays) + (config_tree,)
     staging = getattr(policy, "staging_dir", None)
     if staging:

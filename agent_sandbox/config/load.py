@@ -20,31 +20,19 @@ import marshal
 import os
 import stat
 
+from agent_sandbox.paths import (ADMIN_CONFIG, defaults_path, state_dir,  # noqa: F401
+                                 user_config_dir)
 from agent_sandbox import __version__
 from agent_sandbox.config.syntax import ConfigSyntaxError, parse_config
 from agent_sandbox.errors import ConfigError
 
-ADMIN_CONFIG = "/etc/agent-sandbox/sandbox.conf"
+# Keys only an agent profile (conf/agents/<name>.conf) may set, beside the
+# ordinary ones (profiles.py reads them; the layer merge must know them).
+PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PATH",
+                          "AGENT_STATE"})
 # Keys the environment may override (SPEC §4 layer 5).
 ENV_OVERRIDES = ("SANDBOX_BACKEND", "HOME_ACCESS", "SLURM_SCOPE", "PRIVATE_TMP",
                  "PRIVATE_IPC", "FILTER_PASSWD", "NETWORK_MODE", "SANDBOX_QUIET")
-
-
-def defaults_path() -> str:
-    from agent_sandbox.paths import PACKAGE_DIR as here
-
-    installed = os.path.join(here, "conf", "sandbox.conf")
-    if os.path.exists(installed):
-        return installed
-    return os.path.join(os.path.dirname(here), "conf", "sandbox.conf")
-
-
-def user_config_dir(home: str) -> str:
-    return os.path.join(home, ".config", "agent-sandbox")
-
-
-def state_dir(home: str) -> str:
-    return os.path.join(home, ".local", "state", "agent-sandbox")
 
 
 class Settings:
@@ -208,8 +196,6 @@ def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
         if kind == "conf.d":
             keys = known | {"PROJECT_MATCH"}
         elif kind == "profile":
-            from agent_sandbox.config.profiles import PROFILE_KEYS
-
             keys = known | PROFILE_KEYS
         else:
             keys = known

@@ -15,15 +15,12 @@ import os
 import re
 from typing import Any, Literal
 
+from agent_sandbox.names import BACKENDS, GUARANTEES as GUARANTEE_NAMES
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 
-Backend = Literal["bwrap", "firejail", "landlock"]
+Backend = Literal["bwrap", "firejail", "landlock"]   # = names.BACKENDS (a test checks)
 
-GUARANTEES = (
-    "fs.hidden", "fs.write_confined", "fs.protected", "env.scrubbed", "seccomp", "pid.isolated",
-    "ipc.isolated", "passwd.filtered", "slurm.boundary", "abstract_unix.scoped",
-    "signals.scoped", "self.protected", "tty.safe", "fd.clean",
-)
+GUARANTEES = tuple(GUARANTEE_NAMES)
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -34,7 +31,7 @@ class SandboxConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
     SANDBOX_BACKEND: Literal["auto", "bwrap", "firejail", "landlock"] = "auto"
-    ALLOWED_BACKENDS: tuple[Backend, ...] = ("bwrap", "firejail", "landlock")
+    ALLOWED_BACKENDS: tuple[Backend, ...] = BACKENDS
     REQUIRE: tuple[str, ...] = ()
 
     ALLOWED_PROJECT_PARENTS: tuple[str, ...] = ()

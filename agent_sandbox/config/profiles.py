@@ -22,11 +22,10 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from agent_sandbox.config.load import PROFILE_KEYS
 from agent_sandbox.config.syntax import ConfigSyntaxError, parse_config
 from agent_sandbox.errors import ConfigError
 
-PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PATH",
-                          "AGENT_STATE"})
 ALWAYS_ENABLED = ("bash",)
 
 
@@ -41,7 +40,7 @@ class Profile(NamedTuple):
 
 
 def search_dirs(home: str) -> tuple[str, ...]:
-    from agent_sandbox.config.load import ADMIN_CONFIG, defaults_path, user_config_dir
+    from agent_sandbox.paths import ADMIN_CONFIG, defaults_path, user_config_dir
 
     return (os.path.join(os.path.dirname(ADMIN_CONFIG), "agents"),
             os.path.join(user_config_dir(home), "agents"),

@@ -16,8 +16,8 @@ import os
 import signal
 import sys
 
-from agent_sandbox.paths import PACKAGE_DIR, helper_path
-from agent_sandbox.policy.resolve import SLURM_COMMANDS
+from agent_sandbox.paths import PACKAGE_DIR, helper_path, run_dir, staging_root
+from agent_sandbox.names import slurm_commands
 
 
 def wanted(settings, policy) -> bool:
@@ -32,7 +32,7 @@ def session_parent(home: str) -> str:
     part of. Not /tmp: a sandbox that shares /tmp (PRIVATE_TMP=false, or
     landlock, which cannot hide part of a tree it grants) could drive every
     other session's chaperon there (SPEC §9)."""
-    base = os.path.join(home, ".local", "state", "agent-sandbox-run")
+    base = run_dir(home)
     os.makedirs(base, mode=0o700, exist_ok=True)
     return base
 
@@ -40,15 +40,14 @@ def session_parent(home: str) -> str:
 def staging_dir(home: str, project_dir: str) -> str:
     from chaperon.paths import project_hash
 
-    return os.path.join(home, ".local", "share", "agent-sandbox", "jobs",
-                        project_hash(project_dir))
+    return os.path.join(staging_root(home), project_hash(project_dir))
 
 
 def _real_binaries(policy) -> dict[str, str]:
     found = {}
     for path in policy.slurm_binaries:
         name = os.path.basename(path)
-        if name in SLURM_COMMANDS:
+        if name in slurm_commands():
             found.setdefault(name, path)
     return found
 
@@ -178,7 +177,7 @@ def _exited(pid: int, pidfd: int, timeout: float) -> bool:
 def handler_config(settings, policy, staging: str) -> dict:
     """What the Slurm handlers need to know of the session, whether they run
     in a chaperon or in-process (`agent-sandbox sbatch` outside)."""
-    from agent_sandbox.config.load import state_dir
+    from agent_sandbox.paths import state_dir
 
     return {
         "session_id": policy.session_id, "project_dir": policy.project_dir,

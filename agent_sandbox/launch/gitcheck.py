@@ -74,7 +74,7 @@ def _stored(data: bytes) -> str:
 
 
 def _state(home: str) -> str:
-    from agent_sandbox.config.load import state_dir
+    from agent_sandbox.paths import state_dir
 
     return os.path.join(state_dir(home), SUBDIR)
 

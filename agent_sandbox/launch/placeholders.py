@@ -124,7 +124,7 @@ def project_lock(home: str, project: str):
 def _list_path(home: str, project: str) -> str:
     from chaperon.paths import project_hash
 
-    from agent_sandbox.config.load import state_dir
+    from agent_sandbox.paths import state_dir
 
     return os.path.join(state_dir(home), SUBDIR, project_hash(project) + ".jsonl")
 

@@ -30,7 +30,7 @@ FIELDS = ("session", "pid", "host", "boot_id", "start_ticks", "uid")
 
 
 def registry_dir(home: str) -> str:
-    from agent_sandbox.config.load import state_dir
+    from agent_sandbox.paths import state_dir
 
     return os.path.join(state_dir(home), SUBDIR)
 

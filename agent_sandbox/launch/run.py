@@ -18,6 +18,7 @@ import pwd
 import signal
 import sys
 
+from agent_sandbox.paths import user_config_dir
 from agent_sandbox import __version__
 from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError, SandboxError
 from agent_sandbox.paths import helper_module
@@ -26,7 +27,7 @@ FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUI
                      signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
 RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP,
                                      signal.SIGTTIN, signal.SIGTTOU)
-KNOWN_BACKENDS = ("bwrap", "firejail", "landlock")
+from agent_sandbox.names import BACKENDS as KNOWN_BACKENDS  # noqa: E402
 MARKER_PATH = "/run/agent-sandbox/session"   # policy.MARKER_PATH, kept import-free here
 
 
@@ -64,8 +65,9 @@ def inside_sandbox(environ) -> bool:
         except OSError:
             return False
     if backend == "landlock":
-        state = os.path.join(pwd.getpwuid(os.getuid()).pw_dir, ".local", "state",
-                             "agent-sandbox")
+        from agent_sandbox.paths import state_dir
+
+        state = state_dir(pwd.getpwuid(os.getuid()).pw_dir)
         try:
             info = os.stat(state)
             if info.st_uid != os.getuid() or info.st_mode & 0o500 != 0o500:
@@ -110,7 +112,7 @@ def launch_context(project_dir: str | None, environ):
     # here so that a session with a writable home cannot create it and plant
     # a config that weakens the next launch.
     try:
-        os.makedirs(os.path.join(entry.pw_dir, ".config", "agent-sandbox"), mode=0o700,
+        os.makedirs(user_config_dir(entry.pw_dir), mode=0o700,
                     exist_ok=True)
     except OSError:
         pass   # a read-only home: nothing can be planted there either
@@ -192,7 +194,7 @@ def _probe_inputs(name: str, path: str) -> tuple:
 
 
 def _probe_cache(name: str, home: str) -> str:
-    from agent_sandbox.config.load import state_dir
+    from agent_sandbox.paths import state_dir
 
     return os.path.join(state_dir(home), "cache", f"probe-{name}.marshal")
 
@@ -327,7 +329,8 @@ def seccomp_payload(policy, home: str):
     """The BPF program for the policy's deny list, cached in the hidden state
     directory (generating it loads libseccomp, which costs more than a launch)."""
     from agent_sandbox.backends.base import Payload
-    from agent_sandbox.config.load import load_cache, state_dir, store_cache
+    from agent_sandbox.paths import state_dir
+    from agent_sandbox.config.load import load_cache, store_cache
     from agent_sandbox.policy.seccomp import compile_filter, deny_list
 
     denied = deny_list(policy.seccomp_extra, no_pid_namespace=policy.backend == "landlock")

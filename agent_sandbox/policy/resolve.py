@@ -18,6 +18,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
+from agent_sandbox.paths import RUN_DIR, STATE_DIR, user_config_dir
+from agent_sandbox.names import forced_env, slurm_commands
 from agent_sandbox.policy.envfilter import scrub
 from agent_sandbox.errors import PolicyError
 
@@ -27,8 +29,8 @@ from agent_sandbox.errors import PolicyError
 # its own session's directory, nothing else).
 CREDENTIAL_DIRS = (
     ".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud",
-    ".password-store", ".local/state/agent-sandbox", ".local/share/keyrings",
-    ".netrc", ".config/gh", ".local/state/agent-sandbox-run",
+    ".password-store", STATE_DIR, ".local/share/keyrings",
+    ".netrc", ".config/gh", RUN_DIR,
 )
 # /run is a tmpfs; only what DNS needs comes back (never munge or D-Bus).
 RUN_DNS_PATHS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager/resolv.conf")
@@ -37,11 +39,6 @@ MARKER_PATH = "/run/agent-sandbox/session"
 # slurm.boundary: the real Slurm config and binaries are unusable inside (the
 # chaperon's stubs take their place on PATH); the munge socket lives in /run.
 SLURM_CONFIG_DIRS = ("/etc/slurm", "/etc/slurm-llnl", "/etc/munge")
-SLURM_COMMANDS = (
-    "sbatch", "srun", "squeue", "scancel", "scontrol", "sacct", "sacctmgr", "sinfo",
-    "sstat", "sprio", "sshare", "sdiag", "salloc", "sattach", "sbcast", "scrontab",
-    "scrun", "strigger", "sreport", "sview", "smap",
-)
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/slurm/bin")
 # Written for a missing protected path and removed at exit when unchanged.
 PLACEHOLDER_CONTENT = {".mcp.json": b'{"mcpServers": {}}\n', "settings.json": b"{}\n",
@@ -245,7 +242,7 @@ def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], 
     dirs = SLURM_BIN_DIRS + tuple(environ.get("PATH", "").split(":"))
     binaries = set()
     for directory in dict.fromkeys(d for d in dirs if d.startswith("/")):
-        for name in SLURM_COMMANDS:
+        for name in slurm_commands():
             candidate = os.path.join(directory, name)
             if os.path.isfile(candidate):
                 real = os.path.realpath(candidate)
@@ -296,16 +293,15 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     if not settings.FILTER_PASSWD:
         run_binds.append(RUN_NSCD)   # nscd would answer name lookups for any user
 
-    config_tree = os.path.join(home, ".config", "agent-sandbox")
+    config_tree = user_config_dir(home)
     overlays = tuple(p for p in dict.fromkeys(ctx.install_paths + (config_tree,))
                      if os.path.exists(p))
 
     env, removed = scrub(
         ctx.environ, blocked=settings.BLOCKED_ENV_VARS, patterns=settings.BLOCKED_ENV_PATTERNS,
         allowed=settings.ALLOWED_ENV_VARS, extra=settings.SANDBOX_ENV,
-        forced={"HOME": home, "USER": ctx.user, "LOGNAME": ctx.user, "AGENT_SANDBOX": "1",
-                "SANDBOX_BACKEND": backend, "SANDBOX_PROJECT_DIR": project,
-                "AGENT_SANDBOX_SESSION": ctx.session_id, "PWD": workdir})
+        forced=forced_env(home=home, user=ctx.user, backend=backend, project=project,
+                          session=ctx.session_id, workdir=workdir))
     if settings.PRIVATE_TMP and "TMPDIR" in env and not _is_within(env["TMPDIR"], project):
         env["TMPDIR"] = "/tmp"   # the caller's TMPDIR is not visible inside
 

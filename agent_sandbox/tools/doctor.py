@@ -27,11 +27,12 @@ import stat
 import subprocess
 from typing import NamedTuple
 
+from agent_sandbox.names import BACKENDS
 from agent_sandbox import __version__
 from agent_sandbox.paths import helper_module
 
 GO, GAPS, NOGO = "GO", "GAPS", "NO-GO"
-ORDER = ("bwrap", "firejail", "landlock")
+ORDER = BACKENDS
 MUNGE_SOCKETS = ("/run/munge/munge.socket.2", "/var/run/munge/munge.socket.2")
 SLURM_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
 USERNS_SYSCTLS = ("/proc/sys/user/max_user_namespaces",
@@ -456,7 +457,8 @@ def _settings(ctx):
     """(settings, error): the effective Settings, or the shipped defaults and
     the error when the configuration does not load (doctor goes on with the
     defaults for the host checks)."""
-    from agent_sandbox.config.load import Settings, defaults_path, load_settings, merge
+    from agent_sandbox.paths import defaults_path
+    from agent_sandbox.config.load import Settings, load_settings, merge
     from agent_sandbox.errors import SandboxError
 
     try:
@@ -473,7 +475,7 @@ def _settings(ctx):
 
 
 def config_items(settings, error) -> list[Item]:
-    from agent_sandbox.config.load import ADMIN_CONFIG
+    from agent_sandbox.paths import ADMIN_CONFIG
 
     if error is not None:
         return [Item("config", NOGO, str(error), "fix the file named above; "

@@ -49,9 +49,9 @@ def config_show(settings, *, origin: bool, as_json: bool) -> str:
 
 # ---------------------------------------------------------------- env names
 def explain_env(name: str, settings) -> str:
-    forced = {"HOME", "USER", "LOGNAME", "AGENT_SANDBOX", "SANDBOX_BACKEND",
-              "SANDBOX_PROJECT_DIR", "AGENT_SANDBOX_SESSION", "PWD"}
-    if name in forced:
+    from agent_sandbox.names import FORCED_ENV
+
+    if name in FORCED_ENV:
         return f"{name}: set by agent-sandbox itself (identity from the password database)\n"
     for item in settings.SANDBOX_ENV:
         if item.partition("=")[0] == name:

@@ -35,7 +35,7 @@ class Entry(NamedTuple):
 
 
 def log_directory(home: str) -> str:
-    from agent_sandbox.config.load import state_dir
+    from agent_sandbox.paths import state_dir
 
     return os.path.join(state_dir(home), "chaperon")
 

@@ -73,7 +73,7 @@ def jobs_submitted(state_dir: str, host: str, session: str) -> int:
 
 
 def collect(home: str, *, lookup=registry.lookup_proc, now: float | None = None) -> Status:
-    from agent_sandbox.config.load import state_dir
+    from agent_sandbox.paths import state_dir
 
     now = time.time() if now is None else now
     host, boot = registry.host_name(), registry.boot_id()
