@@ -6,7 +6,7 @@ inside every jail with only its own folder on sys.path, so its modules import
 each other as top-level modules and the standard library only. Outside, the
 same modules are loaded the same way (`helper_module`), never as a package,
 so no module exists twice under two names; the folder has no __init__.py, so
-`import agent_sandbox.helper…` fails.
+importing it as a subpackage fails.
 """
 from __future__ import annotations
 
