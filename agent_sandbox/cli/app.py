@@ -73,10 +73,9 @@ def _settings(project_dir: Optional[str]):
 
 
 def _fail(exc) -> None:
-    import sys
+    from agent_sandbox.errors import fail
 
-    sys.stderr.write(f"agent-sandbox: {exc}\n")
-    raise typer.Exit(125)
+    raise typer.Exit(fail(exc))
 
 
 @config_app.command("show")
@@ -272,15 +271,14 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
     from chaperon.handlers import Context, dispatch
 
     from agent_sandbox.launch.chaperon import _real_binaries, handler_config, staging_dir
-    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.errors import SandboxError, fail
     from agent_sandbox.launch.run import build
 
     try:
         settings, policy, _, _ = build(["true"], project_dir=project_dir, backend=None,
                                        environ=os.environ)
     except SandboxError as exc:
-        sys.stderr.write(f"agent-sandbox: {exc}\n")
-        return 125
+        return fail(exc)
     binaries = _real_binaries(policy)
     if command not in binaries:
         sys.stderr.write(f"agent-sandbox: {command}: Slurm is not available here — {command} "

@@ -20,7 +20,8 @@ import sys
 
 from agent_sandbox.paths import user_config_dir
 from agent_sandbox import __version__
-from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError, SandboxError
+from agent_sandbox.errors import (NOT_EXECUTABLE, NOT_FOUND, SETUP_FAILED, USAGE,
+                                  BackendUnavailable, PolicyError, SandboxError, fail, say)
 from agent_sandbox.paths import helper_module
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
@@ -29,10 +30,6 @@ RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGT
                                      signal.SIGTTIN, signal.SIGTTOU)
 from agent_sandbox.names import BACKENDS as KNOWN_BACKENDS  # noqa: E402
 MARKER_PATH = "/run/agent-sandbox/session"   # policy.MARKER_PATH, kept import-free here
-
-
-def say(message: str) -> None:
-    sys.stderr.write(f"agent-sandbox: {message}\n")
 
 
 # ---------------------------------------------------------------- nesting
@@ -88,10 +85,10 @@ def exec_nested(command: list[str], environ) -> int:
         os.execvp(command[0], command)
     except FileNotFoundError:
         say(f"{command[0]}: command not found")
-        return 127
+        return NOT_FOUND
     except PermissionError:
         say(f"{command[0]}: permission denied")
-        return 126
+        return NOT_EXECUTABLE
 
 
 # ---------------------------------------------------------------- context
@@ -483,8 +480,7 @@ def run_profile(name: str, args: list[str], environ=None) -> int:
         profile = load(name, home=entry.pw_dir, user=entry.pw_name,
                        known_keys=known_keys(entry.pw_dir, entry.pw_name))
     except SandboxError as exc:
-        say(str(exc))
-        return SETUP_FAILED
+        return fail(exc)
     command = list(profile.command) + list(args)
     if shutil.which(command[0], path=environ.get("PATH")) is None:
         say(f"{name}: {command[0]} is not installed (not found on your PATH) — "
@@ -810,7 +806,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     environ = os.environ if environ is None else environ
     if not command:
         say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
-        return 2
+        return USAGE
     if inside_sandbox(environ) and not dry_run:
         return exec_nested(command, environ)
     try:
@@ -888,5 +884,4 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             if session:
                 session.stop()
     except SandboxError as exc:
-        say(str(exc))
-        return SETUP_FAILED
+        return fail(exc)
