@@ -2,7 +2,10 @@
 item 7), with AccountingStoreFlags=job_env,job_script (scripts/slurm-
 cluster.sh): a job the user submitted outside the sandbox, with a marker in
 its environment and script, leaves no trace in sacct --env-vars, -B, --json
-or --yaml inside, while a job of the sandbox shows its own script."""
+or --yaml inside, while a job of the sandbox shows its own script. Likewise a
+--wrap job submitted outside leaves its command line (sacct's SubmitLine) in
+no listing inside, however the field is asked for, while a job of the
+sandbox shows its own submit line as Slurm stored it."""
 from __future__ import annotations
 
 import subprocess
@@ -11,6 +14,7 @@ import uuid
 
 import pytest
 
+from chaperon.scope import untag_fields
 from tests.conftest import SLURM_SCRIPT
 from tests.integration.test_scope import outside
 
@@ -61,3 +65,60 @@ def test_env_and_script_of_a_job_outside_the_scope_stay_hidden(user, project, se
             time.sleep(0.5)
     finally:
         outside(user, "scancel", own_id)
+
+
+def test_submit_line_of_a_job_outside_the_scope_stays_hidden(user, project, sessions):
+    marker = f"WRAPSECRET{uuid.uuid4().hex[:8]}"
+    # Not held: sacct's user-wide listing shows a job once it is eligible.
+    submitted = outside(user, "sbatch", "--parsable", "--wrap", f"echo {marker}")
+    job = submitted.stdout.strip()
+    assert job.isdigit(), submitted
+    session = sessions(project)
+    own = session.run("sbatch", "--parsable", "--wrap", "echo own-line")
+    assert own.returncode == 0, own
+    own_id = own.stdout.strip()
+    try:
+        line = ["-X", "-P", "-n", "-o", "SubmitLine%500"]
+        window = ["-S", "now-1hours"]
+        deadline = time.monotonic() + 30
+        while True:   # both are in accounting once sacct outside lists them
+            theirs = outside(user, "sacct", "-j", job, *line).stdout
+            ours = outside(user, "sacct", "-j", own_id, *line).stdout
+            listed = outside(user, "sacct", *window, "-X", "-n", "-o", "jobid%20").stdout
+            if marker in theirs and ours.strip() and {job, own_id} <= set(listed.split()):
+                break
+            assert time.monotonic() < deadline, (theirs, ours, listed)
+            time.sleep(0.3)
+        for argv in (["sacct", "-j", job, "-o", "SubmitLine%200", "-p"],
+                     ["sacct", "-j", job, "-o", "submitl%300"],
+                     ["sacct", "-j", job, "--format", "JobID,SUBMITLINE%400", "-P"],
+                     ["sacct", "-j", f"{job},{own_id}", "-o", "jobid, submitline%300"],
+                     ["sacct", "-j", job, "-o", "all", "-P"],
+                     ["sacct", "-j", job, "-o", "a%300", "-P"],
+                     ["sacct", "-j", job, "-o", "%400"],
+                     ["sacct", "-j", job, "-o", "comment,submitline%300"],
+                     ["env", "SACCT_FORMAT=jobid,submitline%300", "sacct", "-j", job],
+                     ["sacct", "-j", job, "--json"], ["sacct", "-j", job, "--yaml"],
+                     ["sacct", *window, "-o", "jobid,submitline%400"],
+                     ["sacct", *window, "-X", "-P", "-o", "SubmitL"],
+                     ["sacct", *window, "-p", "-o", "submitline", "--delimiter=;"],
+                     ["sacct", *window, "-o", "comment%30,submitline%300", "-n"],
+                     ["sacct", *window, "-j", "", "-o", "submitline%300"],
+                     ["sacct", *window, "-P", "-o", "all"],
+                     ["env", "SACCT_FORMAT=submitline%300", "sacct", *window],
+                     ["sacct", *window, "--json"]):
+            inside = session.run(*argv)
+            assert marker not in inside.stdout + inside.stderr, (argv, inside)
+            assert inside.returncode == 0, (argv, inside)
+        # Ordinary columns stay user-wide (SPEC §9).
+        listed = session.run("sacct", *window, "-X", "-n", "-o", "jobid%20").stdout.split()
+        assert job in listed and own_id in listed, listed
+        # In scope: the submit line as Slurm stored it, named or listed (in
+        # parsable output without the comment tag, which never shows).
+        ours = untag_fields(ours.encode()).decode()
+        assert session.run("sacct", "-j", own_id, *line).stdout == ours
+        rows = session.run("sacct", *window, "-X", "-P", "-n", "-o", "jobid,submitline%500")
+        assert f"{own_id}|{ours.strip()}" in rows.stdout.splitlines(), rows
+        assert job not in rows.stdout, rows
+    finally:
+        outside(user, "scancel", job, own_id)
