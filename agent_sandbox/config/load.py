@@ -20,6 +20,7 @@ import marshal
 import os
 import stat
 
+from agent_sandbox.config.settings import Settings
 from agent_sandbox.paths import (ADMIN_CONFIG, defaults_path, state_dir,  # noqa: F401
                                  user_config_dir)
 from agent_sandbox import __version__
@@ -33,32 +34,6 @@ PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PAT
 # Keys the environment may override (SPEC §4 layer 5).
 ENV_OVERRIDES = ("SANDBOX_BACKEND", "HOME_ACCESS", "SLURM_SCOPE", "PRIVATE_TMP",
                  "PRIVATE_IPC", "FILTER_PASSWD", "NETWORK_MODE", "SANDBOX_QUIET")
-
-
-class Settings:
-    """The effective configuration: validated values, where each came from,
-    which keys an admin lock holds, and the weakenings that were dropped."""
-
-    __slots__ = ("values", "origins", "files", "locks", "warnings")
-
-    def __init__(self, values: dict, origins: dict[str, str], files: tuple[str, ...],
-                 locks: dict[str, str] | None = None, warnings: tuple[str, ...] = ()):
-        self.values = values
-        self.origins = origins
-        self.files = files
-        self.locks = locks or {}
-        self.warnings = warnings
-
-    def __getattr__(self, key: str):
-        try:
-            return self.values[key]
-        except KeyError:
-            raise AttributeError(key) from None
-
-    def replace(self, **changes) -> "Settings":
-        values = dict(self.values)
-        values.update(changes)
-        return Settings(values, self.origins, self.files, self.locks, self.warnings)
 
 
 def _read(path: str) -> str | None:
@@ -245,7 +220,7 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
     if cache:
         cached = load_cache(cache_file, inputs)
         if cached is not None:
-            return Settings(*cached)
+            return Settings.of(*cached)
     merged = merge(layers, home=home, user=user, overrides=overrides, project_dir=project_dir)
     from agent_sandbox.config.model import validate  # pydantic: only on a cache miss
 
@@ -254,7 +229,7 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
               tuple(merged.warnings))
     if cache:
         store_cache(cache_file, inputs, result)
-    return Settings(*result)
+    return Settings.of(*result)
 
 
 def load_cache(path: str, inputs):

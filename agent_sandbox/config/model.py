@@ -1,4 +1,6 @@
-"""The validated configuration: one pydantic model with a field per sandbox.conf key.
+"""Validation of the configuration: a pydantic model with a field per
+sandbox.conf key, derived from the typed `settings.Settings` (the one list of
+keys) plus the checks below.
 
 The parser (confsyntax) yields strings and tuples of strings; the layer merge
 (confload) decides which value wins; this module turns the winning raw values
@@ -13,12 +15,12 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
-from typing import Any, Literal
+import typing
+from typing import Any
 
-from agent_sandbox.names import BACKENDS, GUARANTEES as GUARANTEE_NAMES
-from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
-
-Backend = Literal["bwrap", "firejail", "landlock"]   # = names.BACKENDS (a test checks)
+from agent_sandbox.config.settings import KEYS, Settings
+from agent_sandbox.names import GUARANTEES as GUARANTEE_NAMES
+from pydantic import BaseModel, ConfigDict, ValidationError, create_model, field_validator
 
 GUARANTEES = tuple(GUARANTEE_NAMES)
 _TRUE = {"true", "1", "yes", "on"}
@@ -27,57 +29,12 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SYSCALL = re.compile(r"^[a-z_][a-z0-9_]*$")
 
 
-class SandboxConfig(BaseModel):
+class _Validators(BaseModel):
+    """The checks of every key; the fields come from settings.Settings."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, strict=False)
 
-    SANDBOX_BACKEND: Literal["auto", "bwrap", "firejail", "landlock"] = "auto"
-    ALLOWED_BACKENDS: tuple[Backend, ...] = BACKENDS
-    REQUIRE: tuple[str, ...] = ()
-
-    ALLOWED_PROJECT_PARENTS: tuple[str, ...] = ()
-
-    HOME_ACCESS: Literal["tmpwrite", "restricted", "read", "write"] = "tmpwrite"
-    HOME_READONLY: tuple[str, ...] = ()
-    HOME_WRITABLE: tuple[str, ...] = ()
-    HOME_SEEDED_FILES: tuple[str, ...] = ()
-
-    BLOCKED_FILES: tuple[str, ...] = ()
-    EXTRA_BLOCKED_PATHS: tuple[str, ...] = ()
-    EXTRA_WRITABLE_PATHS: tuple[str, ...] = ()
-    DENIED_WRITABLE_PATHS: tuple[str, ...] = ()
-    PROTECTED_PATHS: tuple[str, ...] = ()
-
-    READONLY_MOUNTS: tuple[str, ...] = ()
-
-    PRIVATE_TMP: bool = True
-    PRIVATE_IPC: bool = True
-    FILTER_PASSWD: bool = True
-    NETWORK_MODE: Literal["open", "isolated"] = "open"
-
-    DEVICES: tuple[str, ...] = ()
-    DEVICES_BLACKLIST: tuple[str, ...] = ()
-
-    BLOCKED_ENV_VARS: tuple[str, ...] = ()
-    BLOCKED_ENV_PATTERNS: tuple[str, ...] = ()
-    ALLOWED_ENV_VARS: tuple[str, ...] = ()
-    SANDBOX_ENV: tuple[str, ...] = ()
-    SECRETS_IN_BOUND_FILES: Literal["blank", "skip", "off"] = "blank"
-
-    SECCOMP: bool = True
-    SECCOMP_EXTRA_DENY: tuple[str, ...] = ()
-
-    SLURM_SCOPE: Literal["session", "project", "user", "none"] = "project"
-    CHAPERON: bool = True
-    CHAPERON_LOG_LEVEL: Literal["debug", "info", "warning", "error"] = "info"
-    CHAPERON_LOG_RETAIN_DAYS: int = 7
-    SLURM_ALLOWED_PARTITIONS: tuple[str, ...] = ()
-    SLURM_MAX_JOBS: int = 0
-    SLURM_ALLOW_MAIL: bool = False
-
-    ENABLED_AGENTS: tuple[str, ...] = ()
-    SANDBOX_QUIET: bool = False
-
-    @field_validator("*", mode="before")
+    @field_validator("*", mode="before", check_fields=False)
     @classmethod
     def _shape(cls, value: Any, info) -> Any:
         """A list key given a scalar becomes a one-element list (as in bash);
@@ -100,7 +57,7 @@ class SandboxConfig(BaseModel):
             raise ValueError("expected true or false")
         return value
 
-    @field_validator("REQUIRE")
+    @field_validator("REQUIRE", check_fields=False)
     @classmethod
     def _known_guarantees(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         unknown = [v for v in value if v not in GUARANTEES]
@@ -109,7 +66,7 @@ class SandboxConfig(BaseModel):
         return value
 
     @field_validator("ALLOWED_PROJECT_PARENTS", "EXTRA_BLOCKED_PATHS", "EXTRA_WRITABLE_PATHS",
-                     "DENIED_WRITABLE_PATHS", "READONLY_MOUNTS")
+                     "DENIED_WRITABLE_PATHS", "READONLY_MOUNTS", check_fields=False)
     @classmethod
     def _absolute(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for path in value:
@@ -117,7 +74,7 @@ class SandboxConfig(BaseModel):
                 raise ValueError(f"{path!r} is not an absolute path")
         return tuple(os.path.normpath(p) for p in value)
 
-    @field_validator("HOME_READONLY", "HOME_WRITABLE", "HOME_SEEDED_FILES", "BLOCKED_FILES")
+    @field_validator("HOME_READONLY", "HOME_WRITABLE", "HOME_SEEDED_FILES", "BLOCKED_FILES", check_fields=False)
     @classmethod
     def _home_entries(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for entry in value:
@@ -126,7 +83,7 @@ class SandboxConfig(BaseModel):
                                  "(or absolute paths under it) without '..'")
         return value
 
-    @field_validator("DEVICES", "DEVICES_BLACKLIST")
+    @field_validator("DEVICES", "DEVICES_BLACKLIST", check_fields=False)
     @classmethod
     def _device_globs(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for glob in value:
@@ -134,7 +91,7 @@ class SandboxConfig(BaseModel):
                 raise ValueError(f"{glob!r}: device globs must start with /dev/")
         return value
 
-    @field_validator("BLOCKED_ENV_VARS", "ALLOWED_ENV_VARS")
+    @field_validator("BLOCKED_ENV_VARS", "ALLOWED_ENV_VARS", check_fields=False)
     @classmethod
     def _env_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
@@ -142,7 +99,7 @@ class SandboxConfig(BaseModel):
                 raise ValueError(f"{name!r} is not an environment variable name")
         return value
 
-    @field_validator("BLOCKED_ENV_PATTERNS")
+    @field_validator("BLOCKED_ENV_PATTERNS", check_fields=False)
     @classmethod
     def _env_patterns(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for pattern in value:
@@ -152,7 +109,7 @@ class SandboxConfig(BaseModel):
             fnmatch.translate(body)
         return value
 
-    @field_validator("SANDBOX_ENV")
+    @field_validator("SANDBOX_ENV", check_fields=False)
     @classmethod
     def _assignments(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for item in value:
@@ -161,7 +118,7 @@ class SandboxConfig(BaseModel):
                 raise ValueError(f"{item!r}: expected NAME=value")
         return value
 
-    @field_validator("SECCOMP_EXTRA_DENY")
+    @field_validator("SECCOMP_EXTRA_DENY", check_fields=False)
     @classmethod
     def _syscall_names(cls, value: tuple[str, ...]) -> tuple[str, ...]:
         for name in value:
@@ -169,7 +126,7 @@ class SandboxConfig(BaseModel):
                 raise ValueError(f"{name!r} is not a syscall name")
         return value
 
-    @field_validator("CHAPERON_LOG_RETAIN_DAYS", "SLURM_MAX_JOBS")
+    @field_validator("CHAPERON_LOG_RETAIN_DAYS", "SLURM_MAX_JOBS", check_fields=False)
     @classmethod
     def _non_negative(cls, value: int) -> int:
         if value < 0:
@@ -177,6 +134,13 @@ class SandboxConfig(BaseModel):
         return value
 
 
+def _model():
+    hints = typing.get_type_hints(Settings)
+    fields = {name: (hints[name], Settings._field_defaults[name]) for name in KEYS}
+    return create_model("SandboxConfig", __base__=_Validators, **fields)
+
+
+SandboxConfig = _model()
 KNOWN_KEYS = frozenset(SandboxConfig.model_fields)
 
 

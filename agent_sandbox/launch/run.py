@@ -134,7 +134,7 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
     environ = os.environ if environ is None else environ
     home = home or pwd.getpwuid(os.getuid()).pw_dir
     path_env = environ.get("PATH", "/usr/bin:/bin")
-    origin = getattr(settings, "origins", {}).get("SANDBOX_BACKEND", "")
+    origin = settings.origins.get("SANDBOX_BACKEND", "")
     origin = {"flag": "with --backend", "env": "by SANDBOX_BACKEND in the environment"}.get(
         origin, f"by SANDBOX_BACKEND at {origin}" if origin else "")
     try:

@@ -254,19 +254,21 @@ def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], 
 def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
                    chaperon: tuple[str, str] | None = None) -> Policy:
     """`chaperon` is (session dir, staging dir) when a chaperon serves Slurm."""
-    warnings: list[str] = list(getattr(settings, "warnings", ()))
+    warnings: list[str] = list(settings.warnings)
     home = ctx.home
     hidden = _hidden_paths(settings, home)
     project = resolve_project(settings, ctx, hidden)
     cwd_real = os.path.realpath(ctx.cwd)
     workdir = cwd_real if _is_within(cwd_real, project) else project
     denied = tuple(os.path.realpath(p) for p in settings.DENIED_WRITABLE_PATHS)
-    origins = getattr(settings, "origins", {})
-    denied_origin = getattr(settings, "locks", {}).get(
+    origins = settings.origins
+    denied_origin = settings.locks.get(
         "DENIED_WRITABLE_PATHS", origins.get("DENIED_WRITABLE_PATHS", "default"))
 
-    for key in ("HOME_READONLY", "HOME_WRITABLE", "HOME_SEEDED_FILES"):
-        for entry in getattr(settings, key):
+    for key, entries in (("HOME_READONLY", settings.HOME_READONLY),
+                         ("HOME_WRITABLE", settings.HOME_WRITABLE),
+                         ("HOME_SEEDED_FILES", settings.HOME_SEEDED_FILES)):
+        for entry in entries:
             if entry.startswith("/") and not _is_within(os.path.normpath(entry), home):
                 warnings.append(f"{key}: dropped {entry} — home entries must lie under "
                                 f"{home}; use READONLY_MOUNTS or EXTRA_WRITABLE_PATHS")

@@ -471,7 +471,7 @@ def _settings(ctx):
         merged = merge([("default", path, _read(path))], home=ctx.home, user=ctx.user,
                        overrides=[])
         values = validate(merged.raw, merged.origins)
-        return Settings(values, merged.origins, (path,)), exc
+        return Settings.of(values, merged.origins, (path,)), exc
 
 
 def config_items(settings, error) -> list[Item]:

@@ -141,3 +141,14 @@ def test_the_graph_reader_sees_a_cycle_and_lazy_imports():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _cycles(graph) == [["a", "b", "c"]]
     assert "agent_sandbox.paths" in _graph()["agent_sandbox.tools.status"]   # lazy there
+
+
+def test_one_list_of_backend_names():
+    import typing
+
+    from agent_sandbox.config.settings import Backend, Settings
+    from agent_sandbox.names import BACKENDS
+
+    assert typing.get_args(Backend) == BACKENDS
+    hints = typing.get_type_hints(Settings)
+    assert typing.get_args(hints["SANDBOX_BACKEND"]) == ("auto",) + BACKENDS
