@@ -110,14 +110,14 @@ def explain(
 
     from agent_sandbox.errors import SandboxError
     from agent_sandbox.tools.explain import explain as explain_target
-    from agent_sandbox.launch.run import build
+    from agent_sandbox.launch.run import prepare
 
     try:
-        settings, policy, plan, _ = build(["true"], project_dir=project_dir, backend=None,
-                                          environ=os.environ)
+        prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ)
     except SandboxError as exc:
         _fail(exc)
-    typer.echo(explain_target(target, settings, policy, plan.mounts), nl=False)
+    typer.echo(explain_target(target, prepared.settings, prepared.policy,
+                              prepared.plan.mounts), nl=False)
 
 
 # ---------------------------------------------------------------- doctor, status, logs
@@ -272,11 +272,11 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
 
     from agent_sandbox.launch.chaperon import _real_binaries, handler_config, staging_dir
     from agent_sandbox.errors import SandboxError, fail
-    from agent_sandbox.launch.run import build
+    from agent_sandbox.launch.run import prepare
 
     try:
-        settings, policy, _, _ = build(["true"], project_dir=project_dir, backend=None,
-                                       environ=os.environ)
+        prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ)
+        settings, policy = prepared.settings, prepared.policy
     except SandboxError as exc:
         return fail(exc)
     binaries = _real_binaries(policy)

@@ -543,16 +543,16 @@ def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
     from agent_sandbox.backends import Selection
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.errors import SandboxError
-    from agent_sandbox.launch.run import backend_plan, identity_payloads, marker_payload, seccomp_payload
+    from agent_sandbox.launch.payloads import base_payloads, seccomp_payload
+    from agent_sandbox.launch.run import backend_plan
 
-    payloads = {"marker": marker_payload(policy)}
-    if policy.seccomp:
+    def seccomp(policy, home):
         try:
-            payloads["seccomp"] = seccomp_payload(policy, home)[0]
+            return seccomp_payload(policy, home)
         except Exception:   # noqa: BLE001 - reported by the seccomp line
-            payloads["seccomp"] = Payload(data=b"\0" * 8)
-    if name == "bwrap" and policy.filter_passwd:
-        payloads.update(identity_payloads(policy))
+            return Payload(data=b"\0" * 8), ()
+
+    payloads, _ = base_payloads(policy, name, seccomp=seccomp)
     from agent_sandbox.backends import module
 
     if path is None:
@@ -726,8 +726,9 @@ def fs_item(name: str, path: str, mounts, *, project: bool, slurm_present: bool,
 
 def gather(project_dir: str | None, environ) -> Report:
     from agent_sandbox.backends import module
-    from agent_sandbox.launch.run import (_forget_probe, choose_backend, landlock_abi, launch_context,
-                                          probe_backend)
+    from agent_sandbox.launch.run import launch_context
+    from agent_sandbox.launch.select import (choose_backend, forget_probe, landlock_abi,
+                                             probe_backend)
 
     environ = dict(environ)
     ctx = launch_context(project_dir, environ)
@@ -743,7 +744,7 @@ def gather(project_dir: str | None, environ) -> Report:
         path = module(name).find(path_env)
         version, ok, detail = "", False, "not run"
         if path is not None:
-            _forget_probe(name)
+            forget_probe(name)
             ok, detail = probe_backend(name, path, ctx.home)
             if name != "landlock":
                 code, text = _run([path, "--version"])

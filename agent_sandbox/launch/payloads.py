@@ -1,0 +1,157 @@
+"""The files a plan hands to its backend (as descriptors, never paths the
+sandbox could swap): the session marker, the seccomp program (cached: making
+it loads libseccomp), the filtered passwd/group/nsswitch, the profile's note,
+and blanked copies of home files that held a secret (boundfiles.py).
+`base_payloads` is what every plan of a policy needs — the launch and
+`doctor` build them the same way.
+"""
+from __future__ import annotations
+
+import os
+import pwd
+
+from agent_sandbox import __version__
+
+
+def _read_text(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="surrogateescape") as handle:
+            return handle.read()
+    except OSError:
+        return ""
+
+
+def identity_payloads(policy) -> dict:
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.policy.passwd import filter_group, filter_nsswitch, filter_passwd, sys_id_max
+
+    sys_uid_max, sys_gid_max = sys_id_max(_read_text("/etc/login.defs"))
+    entry = pwd.getpwuid(policy.uid)
+    user_entry = ":".join([entry.pw_name, "x", str(entry.pw_uid), str(entry.pw_gid),
+                           entry.pw_gecos, entry.pw_dir, entry.pw_shell])
+    gids = os.getgrouplist(policy.user, policy.gid)
+    extra = []
+    import grp
+
+    for gid in gids:
+        try:
+            extra.append(f"{grp.getgrgid(gid).gr_name}:x:{gid}:")
+        except KeyError:
+            pass
+    return {
+        "etc-passwd": Payload(data=filter_passwd(
+            _read_text("/etc/passwd"), uid=policy.uid, sys_uid_max=sys_uid_max,
+            user_entry=user_entry).encode()),
+        "etc-group": Payload(data=filter_group(
+            _read_text("/etc/group"), user=policy.user, gids=gids, sys_gid_max=sys_gid_max,
+            extra_entries=extra).encode()),
+        "etc-nsswitch.conf": Payload(data=filter_nsswitch(
+            _read_text("/etc/nsswitch.conf")).encode()),
+    }
+
+
+def seccomp_payload(policy, home: str):
+    """The BPF program for the policy's deny list, cached in the hidden state
+    directory (generating it loads libseccomp, which costs more than a launch)."""
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.paths import state_dir
+    from agent_sandbox.config.load import load_cache, store_cache
+    from agent_sandbox.policy.seccomp import compile_filter, deny_list
+
+    denied = deny_list(policy.seccomp_extra, no_pid_namespace=policy.backend == "landlock")
+    inputs = (__version__, os.uname().machine, denied)
+    path = os.path.join(state_dir(home), "cache", "seccomp.marshal")
+    data = load_cache(path, inputs)
+    if not isinstance(data, bytes) or not data or len(data) % 8:
+        data = compile_filter(denied)
+        store_cache(path, inputs, data)
+    return Payload(data=data), denied
+
+
+def base_payloads(policy, backend: str, *, seccomp=None) -> tuple[dict, tuple[str, ...]]:
+    """(payloads, denied syscalls) every plan of `policy` on `backend` needs:
+    the session marker, the seccomp program, and on bwrap (the one backend
+    that binds generated files) the filtered identity files. `seccomp`
+    builds the program (default: seccomp_payload)."""
+    payloads = {"marker": marker_payload(policy)}
+    denied: tuple[str, ...] = ()
+    if policy.seccomp:
+        payloads["seccomp"], denied = (seccomp or seccomp_payload)(policy, policy.home)
+    if policy.filter_passwd and backend == "bwrap":
+        payloads.update(identity_payloads(policy))
+    return payloads, denied
+
+
+def marker_payload(policy):
+    from agent_sandbox.backends.base import Payload
+
+    text = (f"session={policy.session_id}\nbackend={policy.backend}\n"
+            f"project={policy.project_dir}\n")
+    return Payload(data=text.encode())
+
+
+def check_bound_files(settings, policy, backend: str) -> tuple:
+    """(policy, payloads): the single files bound from the home, read here and
+    checked for secrets by boundfiles (SECRETS_IN_BOUND_FILES)."""
+    from agent_sandbox.launch import boundfiles
+    from agent_sandbox.backends import module
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.policy.envfilter import removal_rule
+
+    mode = settings.SECRETS_IN_BOUND_FILES
+    contents = {} if mode == "off" else {
+        path: _read_bound_file(source) for path, source in boundfiles.bound_files(policy)}
+    policy, blanked = boundfiles.apply(
+        policy, mode=mode, can_generate=module(backend).BINDS_GENERATED_FILES,
+        contents=contents, removed=removal_rule(blocked=settings.BLOCKED_ENV_VARS,
+                                                patterns=settings.BLOCKED_ENV_PATTERNS,
+                                                allowed=settings.ALLOWED_ENV_VARS))
+    return policy, {name: Payload(data=data) for name, data in blanked.items()}
+
+
+def _read_bound_file(path: str):
+    """The bytes of a home file the sandbox gets, opened once without following
+    a symlink; boundfiles.TOO_LARGE above its cap; None when it cannot be read
+    or is not a regular file (then nothing of it is readable inside either)."""
+    import stat
+
+    from agent_sandbox.launch.boundfiles import MAX_BYTES, TOO_LARGE
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > MAX_BYTES:
+            return TOO_LARGE
+        chunks, size = [], 0
+        while size <= MAX_BYTES:
+            chunk = os.read(fd, MAX_BYTES + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return TOO_LARGE if size > MAX_BYTES else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _with_note(policy, profile, *, slurm: bool):
+    """The profile's note, after whatever the user keeps at that path."""
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.config.profiles import note_text
+
+    existing = b""
+    if not policy.is_hidden(os.path.realpath(profile.note_path)):
+        try:
+            with open(profile.note_path, "rb") as handle:
+                existing = handle.read(1 << 20).rstrip(b"\n") + b"\n\n"
+        except OSError:
+            pass
+    note = existing + note_text(policy, slurm=slurm).encode()
+    return policy._replace(notes=((profile.note_path, "note-0"),)), Payload(data=note)

@@ -1,0 +1,136 @@
+"""Which backend runs this launch: the requested one, or with `auto` the
+first of names.BACKENDS that is allowed, installed and passes a real probe
+(a trivial sandbox). A probe's verdict is cached in the hidden state
+directory while nothing it depends on changes (boot, binary, sysctls, the
+namespace and seccomp state this launcher runs in).
+"""
+from __future__ import annotations
+
+import os
+import pwd
+import sys
+
+from agent_sandbox import __version__
+from agent_sandbox.errors import BackendUnavailable
+from agent_sandbox.names import BACKENDS as KNOWN_BACKENDS
+from agent_sandbox.paths import helper_module
+
+
+def choose_backend(settings, requested: str | None, *, home: str | None = None,
+                   environ=None):
+    """The backend to use (a backends.Selection): the requested one, or with
+    auto the first of bwrap → firejail → landlock that is allowed, installed
+    and passes a real probe (a trivial sandbox; the verdict is cached while
+    nothing it depends on changes)."""
+    from agent_sandbox.backends import Unavailable, module, select
+
+    name = requested or settings.SANDBOX_BACKEND
+    if name not in ("auto",) + KNOWN_BACKENDS:
+        raise BackendUnavailable(f"unknown backend {name!r} — choose one of auto, "
+                                 f"{', '.join(KNOWN_BACKENDS)}.")
+    environ = os.environ if environ is None else environ
+    home = home or pwd.getpwuid(os.getuid()).pw_dir
+    path_env = environ.get("PATH", "/usr/bin:/bin")
+    origin = settings.origins.get("SANDBOX_BACKEND", "")
+    origin = {"flag": "with --backend", "env": "by SANDBOX_BACKEND in the environment"}.get(
+        origin, f"by SANDBOX_BACKEND at {origin}" if origin else "")
+    try:
+        return select(name, settings.ALLOWED_BACKENDS,
+                      find=lambda n: module(n).find(path_env),
+                      probe=lambda n, path: probe_backend(n, path, home), origin=origin)
+    except Unavailable as exc:
+        raise BackendUnavailable(str(exc)) from None
+
+
+def landlock_abi() -> int:
+    landlock = helper_module("landlock")
+
+    return landlock.abi_version()
+
+
+def _probe_inputs(name: str, path: str) -> tuple:
+    """Everything a probe's verdict depends on. A cached verdict is reused only
+    while all of it is unchanged: a reboot, another binary, a changed sysctl or
+    running inside another sandbox (other user namespace, seccomp, no_new_privs)
+    all mean a fresh probe."""
+    def stat_of(p):
+        try:
+            st = os.stat(p)
+        except OSError:
+            return (p,)
+        return (p, st.st_ino, st.st_mtime_ns, st.st_size, st.st_mode, st.st_uid)
+
+    def read(p):
+        try:
+            with open(p, "rb") as handle:
+                return handle.read(8192)
+        except OSError:
+            return b""
+
+    status = [line for line in read("/proc/self/status").splitlines()
+              if line.startswith((b"NoNewPrivs", b"Seccomp:"))]
+    try:
+        userns = os.readlink("/proc/self/ns/user")
+    except OSError:
+        userns = ""
+    extra: tuple = ()
+    if name == "firejail":
+        extra = (stat_of("/etc/firejail/firejail.config"), stat_of("/etc/firejail/firejail.users"))
+    elif name == "landlock":
+        from agent_sandbox.backends.base import helper_path
+
+        extra = (stat_of(helper_path()), landlock_abi())
+    sysctls = tuple(read(p) for p in ("/proc/sys/user/max_user_namespaces",
+                                      "/proc/sys/kernel/unprivileged_userns_clone",
+                                      "/proc/sys/kernel/apparmor_restrict_unprivileged_userns"))
+    return (__version__, name, stat_of(path), read("/proc/sys/kernel/random/boot_id"), userns,
+            os.getuid(), tuple(status), sysctls, extra)
+
+
+def _probe_cache(name: str, home: str) -> str:
+    from agent_sandbox.paths import state_dir
+
+    return os.path.join(state_dir(home), "cache", f"probe-{name}.marshal")
+
+
+def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
+    """Run the backend's trivial sandbox; (passed, detail)."""
+    from agent_sandbox.backends import module
+    from agent_sandbox.config.load import load_cache, store_cache
+
+    inputs = _probe_inputs(name, path)
+    cache = _probe_cache(name, home)
+    cached = load_cache(cache, inputs)
+    if isinstance(cached, tuple) and len(cached) == 2:
+        return cached
+    import subprocess
+
+    try:
+        result = subprocess.run(module(name).probe_argv(path), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
+                                env={"PATH": "/usr/bin:/bin"}, timeout=30)
+        lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        verdict = (result.returncode == 0,
+                   lines[-1] if lines else f"exit status {result.returncode}")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        verdict = (False, str(exc))
+    store_cache(cache, inputs, verdict)
+    return verdict
+
+
+def helper_python() -> str:
+    """The interpreter the helper runs on: Debian's, else the one behind this
+    launcher (so marshal formats always agree)."""
+    from agent_sandbox.backends.base import HELPER_PYTHON
+
+    if os.access(HELPER_PYTHON, os.X_OK):
+        return HELPER_PYTHON
+    return os.path.realpath(sys.executable)
+
+
+def forget_probe(backend: str) -> None:
+    """A backend that failed to start is probed afresh next time."""
+    try:
+        os.unlink(_probe_cache(backend, pwd.getpwuid(os.getuid()).pw_dir))
+    except OSError:
+        pass

@@ -1,0 +1,320 @@
+"""Plan → running process: payloads become inheritable descriptors, every
+other descriptor is sealed (fd.clean), the backend is spawned (with Landlock
+scoping applied to the spawning thread where the kernel allows), signals are
+forwarded to the command's process group, and the outcome becomes an exit
+code (125 for a setup failure the backend or helper reported).
+"""
+from __future__ import annotations
+
+import os
+import signal
+
+from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError, say
+from agent_sandbox.launch.select import forget_probe
+from agent_sandbox.paths import helper_module
+
+FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
+                     signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
+RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP,
+                                     signal.SIGTTIN, signal.SIGTTOU)
+
+
+def _payload_fd(name: str, payload) -> int:
+    """An inheritable descriptor the backend reads the payload from."""
+    if payload.path is not None:
+        fd = os.open(payload.path, os.O_RDONLY | os.O_NOFOLLOW)
+    else:
+        fd = os.memfd_create(name, 0)
+        os.write(fd, payload.data)
+        os.lseek(fd, 0, os.SEEK_SET)
+    os.set_inheritable(fd, True)
+    return fd
+
+
+def keep_fds_checked(requested) -> tuple[int, ...]:
+    """The descriptors `--keep-fd` names, each open now (0-2 always pass)."""
+    kept = []
+    for fd in requested:
+        if fd < 0:
+            raise PolicyError(f"--keep-fd {fd} is not a descriptor number — give a number "
+                              "of 3 or more.", reason="bad_keep_fd")
+        if fd > 2:
+            try:
+                os.fstat(fd)
+            except OSError:
+                raise PolicyError(f"--keep-fd {fd}: descriptor {fd} is not open in the "
+                                  "launcher — nothing to keep. Open it before starting "
+                                  f"agent-sandbox (e.g. `{fd}<file`) or drop the option.",
+                                  reason="bad_keep_fd") from None
+            kept.append(fd)
+    return tuple(sorted(set(kept)))
+
+
+def _seal_inherited(keep) -> None:
+    """Mark every descriptor above stderr close-on-exec except `keep` (our
+    payloads and --keep-fd): whatever the caller left open (a key file on fd
+    9, a socket) must not reach the backend and the sandbox (fd.clean). Only
+    the flag in this process's table changes, never the caller's."""
+    try:
+        fds = [int(name) for name in os.listdir("/proc/self/fd")]
+    except OSError:                       # no /proc: every possible number
+        fds = range(3, os.sysconf("SC_OPEN_MAX"))
+    for fd in fds:
+        if fd > 2:
+            try:
+                os.set_inheritable(fd, fd in keep)
+            except OSError:
+                pass                      # not open (the listing's own descriptor)
+
+
+def run_plan(plan, keep_fds=()) -> int:
+    """Start the backend with the plan's payloads and environment, forward
+    signals to the command, return its exit code (125 for setup failures).
+    `keep_fds`: caller descriptors the command keeps (--keep-fd)."""
+    fds: dict[str, int] = {}
+    ours: list[int] = []        # our ends of pipes, open for the sandbox's lifetime
+    read_status = None
+    scratch = _make_scratch_dirs(plan.scratch_dirs)
+    try:
+        if plan.status_fd:
+            read_status, write_status = os.pipe()
+            os.set_inheritable(write_status, True)
+            fds[plan.status_fd] = write_status
+        if plan.lifeline_fd:
+            # The helper's watcher sees EOF once the launcher is gone.
+            read_life, write_life = os.pipe()
+            os.set_inheritable(read_life, True)
+            fds[plan.lifeline_fd] = read_life
+            ours.append(write_life)
+        name = ""
+        for name, payload in plan.payloads.items():
+            fds[name] = _payload_fd(name, payload)
+    except OSError as exc:
+        for fd in list(fds.values()) + ours + ([read_status] if read_status else []):
+            os.close(fd)
+        _remove_scratch_dirs(scratch)
+        raise BackendUnavailable(f"cannot prepare the sandbox's input {name or 'pipes'} — "
+                                 f"{exc}. The command was not run.") from None
+    argv = plan.render(fds)
+    launcher = _pdeathsig_wrapper() + argv
+    _seal_inherited(set(fds.values()) | set(keep_fds))
+    try:
+        # A helper that calls setsid() must not lead a process group already.
+        group = {} if plan.own_session else {"setpgroup": 0}
+        spawn = _spawn_scoped if plan.spawn_ruleset else _spawn
+        pid, release = spawn(plan.spawn_ruleset, launcher, plan.env, setsigdef=RESET_SIGNALS,
+                             **group)
+    except BaseException as exc:
+        for fd in ours + ([read_status] if read_status else []):
+            os.close(fd)
+        _remove_scratch_dirs(scratch)
+        if not isinstance(exc, OSError):
+            raise
+        raise BackendUnavailable(f"cannot start {argv[0]} — {exc.strerror}. Install it or "
+                                 "choose another backend; the command was not run.") from None
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+    status_text: list[str] = []
+
+    def forward(signum, _frame):
+        target = _command_group(plan, pid, read_status, status_text)
+        try:
+            os.killpg(target or pid, signum)
+        except OSError:
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+
+    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+    try:
+        _, status = os.waitpid(pid, 0)
+    finally:
+        release()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for fd in ours:
+            os.close(fd)
+        _remove_scratch_dirs(scratch)
+    _drain(read_status, status_text)
+    os.close(read_status)
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return 128 - code                    # the backend itself was killed
+    text = "".join(status_text)
+    if code != 0 and plan.started not in text:
+        say(_backend_failure_hint(plan.backend, text))
+        forget_probe(plan.backend)
+        return SETUP_FAILED
+    return code
+
+
+def _spawn(_ruleset, argv: list[str], env: dict, **kwargs):
+    """(pid, release): `release` is called once the child has been waited for."""
+    return os.posix_spawn(argv[0], argv, env, **kwargs), lambda: None
+
+
+def _spawn_scoped(ruleset: dict, argv: list[str], env: dict, **kwargs):
+    """posix_spawn from a thread that first puts itself into the Landlock
+    domain `ruleset` (no_new_privs and Landlock are per thread): the child and
+    everything it starts are inside, this launcher's own thread is not, and no
+    code runs between fork and exec. Costs a thread, not a process start.
+
+    The thread stays alive until `release` (after the child was waited for):
+    a parent-death signal (setpriv, bwrap --die-with-parent) fires when the
+    parent *thread* ends, and must fire only when the launcher does."""
+    import _thread
+
+    landlock = helper_module("landlock")
+
+    started, hold = _thread.allocate_lock(), _thread.allocate_lock()
+    started.acquire()
+    hold.acquire()
+    outcome: dict = {}
+
+    def work():
+        try:
+            try:
+                landlock.no_new_privs()
+                landlock.restrict_self(ruleset)
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot apply the Landlock scoping the plan promised "
+                                         f"— {exc}. The command was not run.") from None
+            outcome["pid"] = os.posix_spawn(argv[0], argv, env, **kwargs)
+        except BaseException as exc:   # handed to the launcher's thread
+            outcome["error"] = exc
+            hold.release()
+        finally:
+            started.release()
+        hold.acquire()
+
+    _thread.start_new_thread(work, ())
+    started.acquire()
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["pid"], hold.release
+
+
+def _make_scratch_dirs(paths) -> list[str]:
+    """Private directories the plan names (landlock's per-session $TMPDIR):
+    created exclusively, so a path someone else prepared is never used."""
+    made = []
+    try:
+        for path in paths:
+            os.mkdir(path, 0o700)
+            made.append(path)
+    except OSError as exc:
+        _remove_scratch_dirs(made)
+        raise BackendUnavailable(f"cannot create the private directory {path} — "
+                                 f"{exc.strerror}. The command was not run.") from None
+    return made
+
+
+def _remove_scratch_dirs(paths) -> None:
+    if paths:
+        import shutil   # rmtree works on descriptors: planted symlinks are not followed
+
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _command_group(plan, pid: int, fd, sink: list) -> int | None:
+    """The host pid leading the command's process group: bwrap's sandbox init,
+    or the helper (which called setsid before it became the command)."""
+    if plan.started == '"exit-code"':
+        return _sandbox_init_pid(fd, sink)
+    if fd is None:
+        return None
+    _drain(fd, sink)
+    for line in "".join(sink).splitlines():
+        if '"helper-exec"' in line:
+            try:
+                reported = int(line.split(":")[1].strip(" }"))
+            except (IndexError, ValueError):
+                return None
+            # firejail's PID namespace: the helper reported its pid in there.
+            return _host_pid(pid, reported) if plan.backend == "firejail" else reported
+    return None
+
+
+def _host_pid(root: int, ns_pid: int) -> int | None:
+    """The descendant of `root` whose pid in its own namespace is `ns_pid`."""
+    todo, seen = [root], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            with open(f"/proc/{current}/status", "rb") as handle:
+                for line in handle:
+                    if line.startswith(b"NSpid:"):
+                        fields = line.split()[1:]
+                        if current != root and len(fields) > 1 and int(fields[-1]) == ns_pid:
+                            return current
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", "rb") as handle:
+                    todo += [int(c) for c in handle.read().split()]
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+def _backend_failure_hint(backend: str, status: str) -> str:
+    if backend == "bwrap":
+        return _setup_failure_hint(status)
+    return (f"the {backend} backend could not set up the sandbox (its message is above). "
+            f"Check `agent-sandbox run --backend {backend} --dry-run -- true` and "
+            "`agent-sandbox doctor`, or choose another backend; the command was not run.")
+
+
+def _pdeathsig_wrapper() -> list[str]:
+    """bwrap's --die-with-parent ties the command to bwrap; setpriv ties bwrap
+    to us, so a SIGKILLed launcher leaves no sandbox behind."""
+    for path in ("/usr/bin/setpriv", "/bin/setpriv"):
+        if os.access(path, os.X_OK):
+            return [path, "--pdeathsig", "KILL", "--"]
+    return []
+
+
+def _drain(fd: int, sink: list) -> None:
+    os.set_blocking(fd, False)
+    while True:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        if not chunk:
+            return
+        sink.append(chunk.decode("utf-8", "replace"))
+
+
+def _sandbox_init_pid(fd, sink: list) -> int | None:
+    """The host pid of the sandbox's init, which leads the command's process
+    group (bwrap reports it as child-pid on the status fd)."""
+    if fd is None:
+        return None
+    _drain(fd, sink)
+    import json
+
+    for line in "".join(sink).splitlines():
+        if '"child-pid"' in line:
+            try:
+                return int(json.loads(line)["child-pid"])
+            except (ValueError, KeyError):
+                return None
+    return None
+
+
+def _setup_failure_hint(status: str) -> str:
+    if '"child-pid"' not in status:
+        return ("bwrap could not create the sandbox's namespaces (its message is above) — "
+                "unprivileged user namespaces are probably disabled on this host. Ask your "
+                "admin to enable them (sysctl user.max_user_namespaces > 0, "
+                "kernel.unprivileged_userns_clone=1, no AppArmor userns restriction for bwrap) "
+                "or use another backend; the command was not run.")
+    return ("bwrap could not set up the sandbox's filesystem (its message is above) — a path "
+            "in the plan changed while starting. Run again; if it persists, check "
+            "`agent-sandbox run --dry-run -- true`. The command was not run.")
