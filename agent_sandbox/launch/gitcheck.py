@@ -8,18 +8,26 @@ project's own repository on landlock, and on every backend the repositories
 `.git` file or a bare repository anywhere) — the user's next `git` there
 would read their configuration.
 
-- `start` (launch): a snapshot of the control files the launch protects —
-  their bytes (configuration, `commondir`) or a digest (hooks) — and the
-  start time, in `~/.local/state/agent-sandbox/git/<session>.json` (hidden
-  inside every sandbox).
-- `finish` (end of the session, before its registry record goes): every
-  repository in the project is found (a bounded walk that never follows a
-  symlink), and each file git would read for it — configuration and what it
-  includes, `config.worktree`, hooks — is compared with the snapshot: for a
-  file the snapshot holds, only keys that were not there before count; for
-  any other, only a file changed since the start (ctime, which a process
-  cannot set back). Each finding names the file, the key and the command
-  that removes it, on stderr and in a log `agent-sandbox logs` shows.
+- `start` (launch): every repository in the project is found (a bounded
+  walk that never follows a symlink) and what git reads for each is
+  recorded — configuration bytes (includes followed), redirecting
+  `commondir` files, hook digests — with each repository's `.git` path and
+  gitdir inode, in `~/.local/state/agent-sandbox/git/<session>.json`
+  (hidden inside every sandbox), together with the protected files.
+- `finish` (end of the session, before its registry record goes): the walk
+  again. A repository that was one at the start (same `.git` path, or same
+  gitdir inode: renamed) reports only code-running keys that are new — not
+  in that file's snapshot and nowhere in its configuration at the start —
+  and hooks or `commondir` files that are new or changed. Any other
+  repository *became* one during the session, whatever the age of its
+  files: a config, hooks or a `.git` file can be staged by an earlier
+  session in a directory that is not yet a repository and activated by a
+  later one (HEAD, objects, a `gitdir:` file or symlink), so every
+  code-running key, hook and redirecting `commondir` in it is reported.
+  File times are not trusted for anything. A directory the walk cannot
+  list is reported, as is a walk cut short. Each finding names the file,
+  the key and the command that removes it, on stderr and in a log
+  `agent-sandbox logs` shows.
 - `recover` (next launch, `agent-sandbox status`): the snapshot of a session
   whose launcher was killed is checked the same way; claimed by a rename, so
   two launches never report it twice.
@@ -38,7 +46,6 @@ from typing import NamedTuple
 from agent_sandbox.policy import gitrepo
 
 SUBDIR = "git"
-SLACK = 0.01             # a clock tick: ctime comes from the kernel's coarse clock
 WALK_LIMIT = 200_000     # directory entries looked at for nested repositories
 CONTENT_LIMIT = 65536    # larger files are kept as a digest only
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
@@ -79,83 +86,53 @@ def _state(home: str) -> str:
     return os.path.join(state_dir(home), SUBDIR)
 
 
-# ---------------------------------------------------------------- snapshot
-def snapshot_files(protected) -> dict[str, str]:
-    """{path: stored bytes or digest} of the protected git files as they are
-    now (placeholders included), and of the files in protected directories."""
-    files = {}
-    for item in protected:
-        if item.is_dir:
-            try:
-                names = os.listdir(item.path)
-            except OSError:
-                continue
-            paths = [os.path.join(item.path, n) for n in names]
-        else:
-            paths = [item.path]
-        for path in paths:
-            data = gitrepo.read_small(path)
-            if data is not None:
-                files[path] = _stored(data)
-    return files
+# ---------------------------------------------------------------- reading a repository
+class Walk(NamedTuple):
+    found: list[str]          # `.git` entries and bare-looking directories
+    complete: bool            # False: stopped at the entry limit
+    unreadable: list[str]     # directories the walk could not list
 
 
-def start(policy) -> str | None:
-    """Report what killed sessions left, then write this session's snapshot;
-    its path (None when it could not be written: then only files changed
-    since the start are reported)."""
-    home = policy.home
-    recover(home, environ=policy.env)
-    from agent_sandbox.policy.resolve import _is_within
-
-    git_items = [p for p in policy.protected if _is_within(p.path, policy.project_dir)]
-    directory = _state(home)
-    path = os.path.join(directory, f"{policy.session_id}.json")
-    temp = os.path.join(directory, f".{policy.session_id}.tmp")
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        try:
-            # The start is the file system's own time (a file's ctime), as
-            # the ctimes it is compared with later.
-            record = {"session": policy.session_id, "project": policy.project_dir,
-                      "started": os.fstat(fd).st_ctime, "files": snapshot_files(git_items)}
-            os.write(fd, json.dumps(record).encode())
-        finally:
-            os.close(fd)
-        os.replace(temp, path)
-    except OSError:
-        return None
-    return path
-
-
-# ---------------------------------------------------------------- evaluation
-def repositories(project: str, limit: int = WALK_LIMIT) -> tuple[list[str], bool]:
-    """([`.git` entries and bare-looking directories], walk complete?)."""
-    found, stack, seen = [], [project], 0
+def repositories(project: str, limit: int = WALK_LIMIT) -> Walk:
+    """Every place git would take for a repository: `.git` entries (a
+    directory, a `gitdir:` file or a symlink to either) and bare-looking
+    directories (HEAD with `objects` or `commondir`), searched inside bare
+    ones too (git's discovery finds a `.git` below one first)."""
+    found, stack, seen, unreadable = [], [project], 0, []
     while stack:
         directory = stack.pop()
         try:
             entries = list(os.scandir(directory))
+        except FileNotFoundError:
+            continue
         except OSError:
+            unreadable.append(directory)    # a repository may hide there: fail closed
             continue
         for entry in entries:
             seen += 1
             if seen > limit:
-                return found, False
+                return Walk(found, False, unreadable)
             if entry.name == ".git":
                 found.append(entry.path)
             elif entry.is_dir(follow_symlinks=False):
-                if os.path.isfile(os.path.join(entry.path, "HEAD")) and \
-                        os.path.isdir(os.path.join(entry.path, "objects")):
+                if os.path.isfile(os.path.join(entry.path, "HEAD")) and (
+                        os.path.isdir(os.path.join(entry.path, "objects"))
+                        or os.path.isfile(os.path.join(entry.path, "commondir"))):
                     found.append(entry.path)          # a bare repository
-                else:
-                    stack.append(entry.path)
-    return found, True
+                stack.append(entry.path)
+    return Walk(found, True, unreadable)
 
 
-def _files_of(dotgit: str, home: str) -> tuple[list[str], list[str], list[str]]:
+def _identity(path: str) -> str | None:
+    """The gitdir's inode: a repository keeps it when it is renamed."""
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return f"{info.st_dev}:{info.st_ino}"
+
+
+def _files_of(dotgit: str) -> tuple[list[str], list[str], list[str]]:
     """(config files, commondir files, gitdirs) git reads for one repository,
     submodules and linked worktrees included; hooks are found per gitdir."""
     gitdir = gitrepo.gitdir_of(dotgit)
@@ -183,119 +160,224 @@ def _files_of(dotgit: str, home: str) -> tuple[list[str], list[str], list[str]]:
     return list(dict.fromkeys(configs)), redirected, list(dict.fromkeys(gitdirs))
 
 
-class _Evaluator:
-    def __init__(self, project: str, home: str, files: dict, started: float, git):
-        self.project, self.home, self.files = project, home, files
-        self.since, self.git = started - SLACK, git
-        self.findings: dict[tuple, Finding] = {}
-        self._known: set | None = None
+class Repository(NamedTuple):
+    """What git reads for one repository, as it is now."""
+    dotgit: str
+    identity: str | None
+    configs: dict[str, bytes]                      # path → bytes, includes followed
+    entries: dict[str, list[tuple[str, str]]]      # path → parsed (only where parsed)
+    commondirs: dict[str, bytes]                   # redirecting commondir files
+    hooks: dict[str, bytes]                        # executable hooks (a symlink: a marker)
 
-    def known(self) -> set:
-        """Every (key, value) the repository's configuration held at the
-        start: the user's own, wherever the session moved it since."""
-        if self._known is None:
-            self._known = set()
-            for path, stored in self.files.items():
-                if "/hooks/" in path or stored.startswith("sha256:"):
-                    continue
-                self._known |= set(gitrepo.config_entries(bytes.fromhex(stored), self.git))
-        return self._known
 
-    def _changed(self, path: str, data: bytes) -> tuple[bool, bytes | None]:
-        """(changed during the session?, the bytes before it when known)."""
-        before = self.files.get(path)
-        if before is not None:
-            if before in (_stored(data), _digest(data)):
-                return False, None
-            return True, None if before.startswith("sha256:") else bytes.fromhex(before)
+def _hooks_in(directory: str) -> dict[str, bytes]:
+    try:
+        entries = list(os.scandir(directory))
+    except OSError:
+        return {}
+    hooks = {}
+    for entry in entries:
+        if entry.name.endswith(".sample"):
+            continue
         try:
-            return os.lstat(path).st_ctime >= self.since, None
+            info = entry.stat(follow_symlinks=False)
         except OSError:
-            return False, None
+            continue
+        if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode) and info.st_mode & 0o111):
+            hooks[entry.path] = gitrepo.read_small(entry.path) or b"(symlink or unreadable)"
+    return hooks
+
+
+def read_repository(dotgit: str, home: str, git, *, parse_all: bool) -> Repository:
+    """Read what git reads for `dotgit`. Configuration is parsed where it
+    can name more files (includes, a hooks path) and, with `parse_all`,
+    everywhere (the end check needs every key)."""
+    configs_paths, commondir_paths, gitdirs = _files_of(dotgit)
+    gitdir = gitdirs[0] if gitdirs else None
+    configs, entries, hooks_paths = {}, {}, []
+    queue, seen = list(configs_paths), set()
+    while queue:
+        path = queue.pop(0)
+        if path in seen or len(seen) > 64:
+            continue
+        seen.add(path)
+        data = gitrepo.read_small(path)
+        if data is None:
+            continue
+        configs[path] = data
+        lowered = data.lower()
+        if not parse_all and b"include" not in lowered and b"hookspath" not in lowered:
+            continue         # neither can be spelt without these letters: spare a git call
+        entries[path] = gitrepo.config_entries(data, git)
+        for key, value in entries[path]:      # follow includes, changed or not
+            key = key.lower()
+            if key == "include.path" or (key.startswith("includeif.") and key.endswith(".path")):
+                queue.append(gitrepo.include_target(value, path, home))
+            elif key == "core.hookspath":
+                hooks_paths.append(value)
+    commondirs = {}
+    for path in commondir_paths:
+        data = gitrepo.read_small(path)
+        if data is not None:
+            commondirs[path] = data
+    hooks: dict[str, bytes] = {}
+    worktree = os.path.dirname(dotgit) if os.path.basename(dotgit) == ".git" else dotgit
+    for each in gitdirs:          # its own hooks too: they count again once commondir goes
+        for directory in dict.fromkeys((each, gitrepo.commondir_of(each))):
+            hooks.update(_hooks_in(os.path.join(directory, "hooks")))
+    for value in hooks_paths:
+        hooks.update(_hooks_in(gitrepo.hooks_dir(value, gitrepo.commondir_of(gitdir), worktree,
+                                                 home)))
+    return Repository(dotgit, _identity(gitdir) if gitdir else None, configs, entries,
+                      commondirs, hooks)
+
+
+# ---------------------------------------------------------------- snapshot
+def snapshot_files(protected) -> dict[str, str]:
+    """{path: stored bytes or digest} of the protected git files as they are
+    now (placeholders included), and of the files in protected directories."""
+    files = {}
+    for item in protected:
+        if item.is_dir:
+            try:
+                names = os.listdir(item.path)
+            except OSError:
+                continue
+            paths = [os.path.join(item.path, n) for n in names]
+        else:
+            paths = [item.path]
+        for path in paths:
+            data = gitrepo.read_small(path)
+            if data is not None:
+                files[path] = _stored(data)
+    return files
+
+
+def snapshot_repositories(project: str, home: str, git) -> tuple[dict[str, str], list[dict]]:
+    """(files, repositories) of every repository in the project now: the
+    bytes of what git reads for each, and each one's `.git` path, gitdir
+    inode and configuration files — what counts as "there at the start"."""
+    files: dict[str, str] = {}
+    repos = []
+    for dotgit in repositories(project).found:
+        repo = read_repository(dotgit, home, git, parse_all=False)
+        for path, data in (*repo.configs.items(), *repo.commondirs.items(),
+                           *repo.hooks.items()):
+            files[path] = _stored(data)
+        repos.append({"dotgit": dotgit, "identity": repo.identity,
+                      "configs": sorted(repo.configs)})
+    return files, repos
+
+
+def start(policy) -> str | None:
+    """Report what killed sessions left, then write this session's snapshot;
+    its path (None when it could not be written: then every code-running
+    key in the project is reported at the end)."""
+    home = policy.home
+    recover(home, environ=policy.env)
+    from agent_sandbox.policy.resolve import _is_within
+
+    git = gitrepo.find_git(policy.env.get("PATH", ""))
+    git_items = [p for p in policy.protected if _is_within(p.path, policy.project_dir)]
+    directory = _state(home)
+    path = os.path.join(directory, f"{policy.session_id}.json")
+    temp = os.path.join(directory, f".{policy.session_id}.tmp")
+    files, repos = snapshot_repositories(policy.project_dir, home, git)
+    files.update(snapshot_files(git_items))
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            record = {"session": policy.session_id, "project": policy.project_dir,
+                      "started": os.fstat(fd).st_ctime, "files": files,
+                      "repositories": repos}
+            os.write(fd, json.dumps(record).encode())
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except OSError:
+        return None
+    return path
+
+
+# ---------------------------------------------------------------- evaluation
+class _Evaluator:
+    def __init__(self, home: str, files: dict, repos: list, git):
+        self.home, self.files, self.git = home, files, git
+        self.by_path = {r["dotgit"]: r for r in repos}
+        self.by_identity = {r["identity"]: r for r in repos if r.get("identity")}
+        self.findings: dict[tuple, Finding] = {}
+
+    def _entries(self, stored: str | None) -> set:
+        if not stored or stored.startswith("sha256:"):
+            return set()
+        return set(gitrepo.config_entries(bytes.fromhex(stored), self.git))
+
+    def known(self, repo: Repository) -> set | None:
+        """Every (key, value) the repository's configuration held at the
+        start — the user's own, wherever the session moved it since — or
+        None when it was no repository at the start (then nothing in it is
+        the user's: every code-running key counts, whatever its file's age)."""
+        before = self.by_path.get(repo.dotgit) or self.by_identity.get(repo.identity)
+        if before is None:
+            return None
+        known: set = set()
+        for path in before["configs"]:
+            known |= self._entries(self.files.get(path))
+        return known
+
+    def _unchanged(self, path: str, data: bytes) -> bool:
+        return self.files.get(path) in (_stored(data), _digest(data))
 
     def add(self, finding: Finding) -> None:
         self.findings[(finding.path, finding.key, finding.value)] = finding
 
-    def config(self, path: str, queue: list) -> list[tuple[str, str]]:
-        data = gitrepo.read_small(path)
-        if data is None:
-            return []
-        entries = gitrepo.config_entries(data, self.git)
-        for key, value in entries:      # follow includes, changed or not
-            lowered = key.lower()
-            if lowered == "include.path" or (lowered.startswith("includeif.")
-                                             and lowered.endswith(".path")):
-                queue.append(gitrepo.include_target(value, path, self.home))
-        changed, before = self._changed(path, data)
-        if changed:
-            old = set(gitrepo.config_entries(before, self.git)) if before else set()
-            for key, value in entries:
+    def repository(self, dotgit: str) -> None:
+        repo = read_repository(dotgit, self.home, self.git, parse_all=True)
+        known = self.known(repo)
+        for path, data in repo.configs.items():
+            if known is not None and self._unchanged(path, data):
+                continue
+            old = self._entries(self.files.get(path)) if known is not None else set()
+            for key, value in repo.entries.get(path, []):
                 if gitrepo.is_code_key(key, value) and (key, value) not in old \
-                        and (key, value) not in self.known():
+                        and (known is None or (key, value) not in known):
                     self.add(Finding(path, key, value,
                                      ("git", "config", "--file", path, "--unset-all", key)))
-        return entries
-
-    def hooks(self, directory: str) -> None:
-        try:
-            entries = list(os.scandir(directory))
-        except OSError:
-            return
-        for entry in entries:
-            if entry.name.endswith(".sample"):
-                continue
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if stat.S_ISLNK(info.st_mode) or (stat.S_ISREG(info.st_mode)
-                                              and info.st_mode & 0o111):
-                data = gitrepo.read_small(entry.path) or b"(symlink)"
-                if self._changed(entry.path, data)[0]:
-                    self.add(Finding(entry.path, "hook", "", ("rm", "--", entry.path)))
-
-    def repository(self, dotgit: str) -> None:
-        configs, commondirs, gitdirs = _files_of(dotgit, self.home)
-        queue, seen, hooks_paths = list(configs), set(), []
-        while queue:
-            path = queue.pop(0)
-            if path in seen or len(seen) > 64:
-                continue
-            seen.add(path)
-            for key, value in self.config(path, queue):
-                if key.lower() == "core.hookspath":
-                    hooks_paths.append(value)
-        for path in commondirs:
-            data = gitrepo.read_small(path)
-            if data is not None and self._changed(path, data)[0]:
+        for path, data in repo.commondirs.items():
+            if known is None or not self._unchanged(path, data):
                 self.add(Finding(path, "commondir", data.decode("utf-8", "replace").strip(),
                                  ("rm", "--", path)))
-        worktree = os.path.dirname(dotgit) if os.path.basename(dotgit) == ".git" else dotgit
-        for gitdir in gitdirs:      # its own hooks too: they count again once commondir goes
-            for each in dict.fromkeys((gitdir, gitrepo.commondir_of(gitdir))):
-                self.hooks(os.path.join(each, "hooks"))
-        for value in hooks_paths:
-            self.hooks(gitrepo.hooks_dir(value, gitrepo.commondir_of(gitdirs[0]), worktree,
-                                         self.home))
+        for path, data in repo.hooks.items():
+            if known is None or not self._unchanged(path, data):
+                self.add(Finding(path, "hook", "", ("rm", "--", path)))
 
 
-def evaluate(project: str, home: str, files: dict, started: float, git) -> tuple[list, bool]:
-    """(findings, walk complete?) for the repositories in `project`."""
-    found, complete = repositories(project)
-    evaluator = _Evaluator(project, home, files, started, git)
-    for dotgit in found:
+def evaluate(project: str, home: str, files: dict, repos: list, git) -> tuple[list, Walk]:
+    """(findings, the walk) for the repositories in `project`, against the
+    start snapshot (`files`, `repos`: see snapshot_repositories)."""
+    walk = repositories(project)
+    evaluator = _Evaluator(home, files, repos, git)
+    for dotgit in walk.found:
         evaluator.repository(dotgit)
-    return list(evaluator.findings.values()), complete
+    return list(evaluator.findings.values()), walk
 
 
 # ---------------------------------------------------------------- reporting
-def _report(home: str, session: str, project: str, findings, complete: bool, out) -> None:
+def _report(home: str, session: str, project: str, findings, walk: Walk, out) -> None:
     for finding in findings:
         out.write(f"agent-sandbox: {finding.message()}\n")
-    if not complete:
+    if not walk.complete:
         out.write(f"agent-sandbox: git: the check for nested repositories in {project} "
                   f"stopped after {WALK_LIMIT} entries — repositories beyond were not "
                   "checked. Check them yourself before you run git in them.\n")
+    for directory in walk.unreadable:
+        from agent_sandbox.tools.logs import clean
+
+        out.write(f"agent-sandbox: git: {clean(directory)} could not be listed — a repository "
+                  "there was not checked. Make it readable and check it before you run git "
+                  "below it.\n")
     if not findings:
         return
     from agent_sandbox.tools.logs import log_directory
@@ -323,11 +405,14 @@ def _check(path: str, home: str, git, out) -> None:
         with open(path, "rb") as handle:
             record = json.loads(handle.read())
         project, session = str(record["project"]), str(record["session"])
-        files, started = dict(record["files"]), float(record["started"])
-    except (OSError, ValueError, KeyError, TypeError):
+        files = dict(record["files"])
+        # A snapshot without repositories (an older version's) knows none:
+        # everything is reported (fail closed).
+        repos = [dict(r) for r in record.get("repositories", [])]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return
-    findings, complete = evaluate(project, home, files, started, git)
-    _report(home, session, project, findings, complete, out)
+    findings, walk = evaluate(project, home, files, repos, git)
+    _report(home, session, project, findings, walk, out)
 
 
 def finish(policy, snapshot: str | None, out=None) -> None:
@@ -335,9 +420,9 @@ def finish(policy, snapshot: str | None, out=None) -> None:
     out = out or sys.stderr
     git = gitrepo.find_git(policy.env.get("PATH", ""))
     if snapshot is None:
-        findings, complete = evaluate(policy.project_dir, policy.home, {}, time.time()
-                                      - 24 * 3600, git)   # no snapshot: be loud
-        _report(policy.home, policy.session_id, policy.project_dir, findings, complete, out)
+        # No snapshot: no repository is known, every code-running key is reported.
+        findings, walk = evaluate(policy.project_dir, policy.home, {}, [], git)
+        _report(policy.home, policy.session_id, policy.project_dir, findings, walk, out)
         return
     _check(snapshot, policy.home, git, out)
     try:

@@ -55,8 +55,17 @@ CODE_KEYS: tuple[tuple[str, str], ...] = (
     ("uploadpack.packobjectshook", "any"), ("trailer.*.command", "any"),
     ("trailer.*.cmd", "any"), ("guitool.*.cmd", "any"), ("man.*.cmd", "any"),
     ("man.*.path", "any"), ("browser.*.cmd", "any"), ("browser.*.path", "any"),
-    ("web.browser", "any"), ("sendemail.smtpserver", "any"), ("sendemail.tocmd", "any"),
-    ("sendemail.cccmd", "any"), ("sendemail.sendmailcmd", "any"), ("hook.*", "any"),
+    ("web.browser", "any"), ("help.browser", "any"), ("instaweb.browser", "any"),
+    ("instaweb.httpd", "any"), ("hook.*", "any"),
+    # git send-email: a command path as SMTP server, *cmd keys; each may sit
+    # in a `sendemail.<identity>` subsection (`*` spans dots here).
+    ("sendemail.*smtpserver", "any"), ("sendemail.*cmd", "any"),
+    ("tar.*.command", "any"),                       # git archive --format=<format>
+    ("imap.tunnel", "any"),                         # git imap-send
+    ("gc.recentobjectshook", "any"),                # git gc, repack
+    # git-lfs runs as the user's filter and reads the repository's config too.
+    ("lfs.customtransfer.*.path", "any"), ("lfs.extension.*.clean", "any"),
+    ("lfs.extension.*.smudge", "any"),
     # Not commands themselves, but they make git read more configuration.
     ("include.path", "any"), ("includeif.*.path", "any"),
     ("extensions.worktreeconfig", "any"),
@@ -132,14 +141,14 @@ def find_git(path_env: str) -> str | None:
 
 def gitdir_of(dotgit: str) -> str | None:
     """The gitdir a `.git` entry leads to: itself when a directory, the target
-    of a `gitdir:` file, else None."""
+    of a `gitdir:` file, else None. Git follows a `.git` symlink to either."""
     try:
-        info = os.lstat(dotgit)
+        info = os.stat(dotgit)
     except OSError:
         return None
     if stat.S_ISDIR(info.st_mode):
         return dotgit
-    data = read_small(dotgit)
+    data = read_small(os.path.realpath(dotgit))
     if data is None or not data.startswith(b"gitdir:"):
         return None
     target = data[len(b"gitdir:"):].strip().decode("utf-8", "surrogateescape")

@@ -28,7 +28,14 @@ from typing import Callable, Iterable, NamedTuple
 # Characters a token cannot be glued to on its left (ghp_… inside a longer word
 # is some other identifier).
 _START = r"(?<![A-Za-z0-9])"
+# A long secret-looking value: 16+ token characters, letters and digits both,
+# not starting like a path, an option or a variable.
+_TOKEN_CHARS = r"[A-Za-z0-9._~+/=-]"
+_SECRET_VALUE = (rf"(?=[A-Za-z0-9_+=-])(?={_TOKEN_CHARS}*[0-9])(?={_TOKEN_CHARS}*[A-Za-z])"
+                 rf"{_TOKEN_CHARS}{{16,}}")
 PRIVATE_KEY = "private key block"
+CREDENTIAL_ASSIGNMENT = "credential assignment"
+REMOVED_SUFFIX = " (a variable the policy removes)"
 CREDENTIAL_SHAPES: tuple[tuple[str, re.Pattern], ...] = (
     (PRIVATE_KEY, re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")),
     ("GitHub token", re.compile(_START + r"(?:gh[pousr]_[A-Za-z0-9]{30,}"
@@ -38,15 +45,35 @@ CREDENTIAL_SHAPES: tuple[tuple[str, re.Pattern], ...] = (
     ("Slack token", re.compile(_START + r"xox[abprs]-[A-Za-z0-9-]{10,}")),
     ("OpenAI/Anthropic API key", re.compile(_START + r"sk-(?:ant-|proj-)?[A-Za-z0-9_-]{20,}")),
     ("JWT", re.compile(_START + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]*")),
+    # An HTTP bearer credential written out (a curl line, an alias): the word
+    # Bearer and a long token with letters and digits (prose has neither).
+    ("bearer token", re.compile(r"(?<![A-Za-z0-9])(?i:bearer)[ \t]+" + _SECRET_VALUE)),
+    # A long value given to a key whose name ends in token/password/secret/
+    # api key, in any language (`token=…`, `"password": "…"`), whatever the
+    # policy says of the name: the agents' own keys in a start-up file too.
+    # Not a path, a variable or a substitution ($, /, ~, . first).
+    (CREDENTIAL_ASSIGNMENT, re.compile(
+        r"(?<![A-Za-z0-9])(?:[A-Za-z0-9]+[_.-])*(?i:token|password|passwd|secret|api[_-]?key)"
+        r"[\"']?[ \t]*[:=][ \t]*[\"']?" + _SECRET_VALUE)),
 )
 _KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY(?: BLOCK)?-----")
 # NAME= / NAME+= not glued to a word, $, . or - on its left (so not $X=, a.b=, --x=);
 # setenv NAME value (csh); set [-gx…] NAME value (fish).
+# Every builtin that assigns with NAME=… (export, declare, typeset, local,
+# readonly, export -n, env …) is covered by the first rule; printf -v NAME
+# (bash) and read NAME… (value from a here-string or input) name it apart.
 _ASSIGNMENTS = (
     re.compile(r"(?<![\w$.\-])([A-Za-z_]\w*)\+?="),
     re.compile(r"(?<![\w$.\-])setenv[ \t]+([A-Za-z_]\w*)"),
-    re.compile(r"(?<![\w$.\-])set[ \t]+(?:-[A-Za-z]+[ \t]+)*([A-Za-z_]\w*)[ \t]"),
+    re.compile(r"(?<![\w$.\-])set[ \t]+(?:--?[A-Za-z-]+[ \t]+)*([A-Za-z_]\w*)[ \t]"),
+    re.compile(r"(?<![\w$.\-])printf[ \t]+(?:-[^\sv]\S*[ \t]+)*-v[ \t]*([A-Za-z_]\w*)"),
 )
+# read/readarray/mapfile: the rest of the command up to a redirection or its end.
+_READ = re.compile(r"(?<![\w$.\-])(?:read|readarray|mapfile)[ \t]+([^\n;&|<>]*)")
+_NAME = re.compile(r"[A-Za-z_]\w*")
+# A backslash-newline joins two physical lines into one (an odd number of
+# backslashes: an even one is escaped backslashes and a real line end).
+_CONTINUATION = re.compile(r"\\+\n")
 
 
 class Finding(NamedTuple):
@@ -101,32 +128,68 @@ def _value_end(text: str, pos: int) -> int:
     return n
 
 
+def _join_continuations(text: str) -> tuple[str, list[int]]:
+    """(text with every backslash-newline removed, the offsets in it where
+    one was): `export GH_TOK\\⏎EN=…` is one assignment to the shell."""
+    parts, cuts, kept, last = [], [], 0, 0
+    for match in _CONTINUATION.finditer(text):
+        if (match.end() - match.start() - 1) % 2 == 0:
+            continue                                   # escaped backslashes
+        parts.append(text[last:match.end() - 2])
+        kept += match.end() - 2 - last
+        cuts.append(kept)
+        last = match.end()
+    parts.append(text[last:])
+    return "".join(parts), cuts
+
+
 def scan(text: str, removed: Callable[[str], bool]) -> tuple[Finding, ...]:
     """Findings in `text`, ordered by line. `removed(name)` says whether the
     policy removes the variable NAME (envfilter.removal_rule)."""
+    joined, cuts = _join_continuations(text)
     lines = _Lines(text)
     found: dict[tuple[int, int], str] = {}
+
+    def line(offset: int) -> int:
+        """The physical line (of `text`) of an offset in `joined`."""
+        return lines.of(offset + 2 * bisect_right(cuts, offset))
 
     def add(first: int, last: int, what: str) -> None:
         if what not in found.get((first, last), "").split("; "):
             found[(first, last)] = "; ".join(filter(None, (found.get((first, last)), what)))
 
-    for name, pattern in CREDENTIAL_SHAPES:
-        for match in pattern.finditer(text):
-            first = lines.of(match.start())
-            if name == PRIVATE_KEY:
-                end = _KEY_END.search(text, match.end())
-                add(first, lines.of(end.end()) if end else lines.count, name)
-            else:
-                add(first, first, name)
-    for pattern in _ASSIGNMENTS:
-        for match in pattern.finditer(text):
-            variable = match.group(1)
-            if removed(variable):
-                last = lines.of(max(match.end(), _value_end(text, match.end()) - 1))
-                add(lines.of(match.start()), last,
-                    f"{variable} (a variable the policy removes)")
-    return tuple(Finding(first, last, what) for (first, last), what in sorted(found.items()))
+    # The joined text is what the shell reads; the physical one is scanned
+    # too, so that joining never hides what a line shows as it is.
+    passes = [(joined, line)] + ([(text, lines.of)] if cuts else [])
+    for source, where in passes:
+        for name, pattern in CREDENTIAL_SHAPES:
+            for match in pattern.finditer(source):
+                first = where(match.start())
+                if name == PRIVATE_KEY:
+                    end = _KEY_END.search(source, match.end())
+                    add(first, where(end.end() - 1) if end else lines.count, name)
+                else:
+                    add(first, where(match.end() - 1), name)
+        for pattern in _ASSIGNMENTS:
+            for match in pattern.finditer(source):
+                variable = match.group(1)
+                if removed(variable):
+                    last = where(max(match.end(), _value_end(source, match.end())) - 1)
+                    add(where(match.start()), last, f"{variable}{REMOVED_SUFFIX}")
+        for match in _READ.finditer(source):
+            for variable in _NAME.findall(match.group(1)):
+                if removed(variable):
+                    add(where(match.start()), where(match.end() - 1),
+                        f"{variable}{REMOVED_SUFFIX}")
+    def named(what: str) -> str:
+        """A removed variable's name says more than the generic shape."""
+        parts = what.split("; ")
+        if any(p.endswith(REMOVED_SUFFIX) for p in parts):
+            parts = [p for p in parts if p != CREDENTIAL_ASSIGNMENT]
+        return "; ".join(parts)
+
+    return tuple(Finding(first, last, named(what))
+                 for (first, last), what in sorted(found.items()))
 
 
 def blank(text: str, findings: Iterable[Finding]) -> str:

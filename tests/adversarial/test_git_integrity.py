@@ -195,3 +195,36 @@ def test_git_status_shows_no_placeholders_during_a_session(user, repo, backend):
     assert proc.returncode == 0, proc.stderr.read()
     assert exclude.read_bytes() == before            # the last session took its lines back
     assert not (repo / ".envrc").exists()
+
+
+# Review finding 1: session A stages a config (and a hook) in a directory that
+# is not a repository yet; session B makes it one and points a gitdir: file at
+# it. Nothing of it is newer than B but the HEAD and the .git file.
+STAGE = r"""mkdir stash stash/hooks
+printf '[core]\n\tbare = false\n\tfsmonitor = "touch %s/staged; false"\n' "$0" > stash/config
+printf '#!/bin/sh\ntouch %s/hook\n' "$0" > stash/hooks/pre-commit && chmod +x stash/hooks/pre-commit"""
+ACTIVATE = r"""mkdir -p stash/objects stash/refs/heads sub
+echo 'ref: refs/heads/master' > stash/HEAD
+echo "gitdir: $PWD/stash" > sub/.git"""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_repository_staged_in_one_session_and_activated_in_the_next_is_reported(
+        user, project, backend):
+    marks = markers_dir(user)
+    env = user.env(SANDBOX_BACKEND=backend)
+    first = user.sandbox("/bin/sh", "-c", STAGE.replace("%s", str(marks)), str(marks),
+                         env=env, cwd=project)
+    assert first.returncode == 0 and "git:" not in first.stderr, first.stderr  # no repository yet
+    second = user.sandbox("/bin/sh", "-c", ACTIVATE, env=env, cwd=project)
+    assert second.returncode == 0, second.stderr
+    config, hook = project / "stash/config", project / "stash/hooks/pre-commit"
+    assert (f"agent-sandbox: git: {config} gained core.fsmonitor = touch {marks}/staged; false"
+            in second.stderr), second.stderr
+    assert f"Remove it: git config --file {config} --unset-all core.fsmonitor" in second.stderr
+    assert f"{hook} is a new or changed hook" in second.stderr
+    for command in remedies(second.stderr):
+        assert user.run(command, cwd=project).returncode == 0, command
+    git(user, project / "sub", "status", check=False)
+    git(user, project / "sub", "commit", "-q", "--allow-empty", "-m", "x", check=False)
+    assert sorted(p.name for p in marks.iterdir()) == []

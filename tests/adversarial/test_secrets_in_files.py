@@ -63,3 +63,35 @@ def test_skip_leaves_the_file_out_and_off_binds_it_unchecked(user, project, bash
     user.set_config("SECRETS_IN_BOUND_FILES=off\n")
     result = user.sandbox("sh", "-c", "cat ~/.bashrc", cwd=project, env=env)
     assert result.returncode == 0 and TOKEN in result.stdout      # the user's explicit choice
+
+
+# Review finding 3: shell forms the first scan missed. No value has a known
+# token shape; each is given away only by its form.
+VALUES = ["Zq8Rm2Lk5Np7Vt4Wx1Yc", "Qa7Ws2Ed4Rf6Tg8Yh0Uj1", "Pl9Ok8Ij7Uh6Yg5Tf4Rd3",
+          "Mn3Bv5Cx7Zl9Kj2Hg4Fd6"]
+FORMS_BASHRC = ("# test user's bashrc\n"
+                f"export GH_TOK\\\nEN={VALUES[0]}\n"
+                f"readonly OPENAI_API_KEY={VALUES[1]}\n"
+                f"typeset -x ANTHROPIC_API_KEY={VALUES[2]}\n"
+                f"alias api='curl -H \"Authorization: Bearer {VALUES[3]}\"'\n"
+                "export EDITOR=vi\n")
+
+
+def test_split_names_assigning_builtins_and_bearer_headers_are_blanked(user, project):
+    path = user.write(".bashrc", FORMS_BASHRC)
+    try:
+        result = user.sandbox(
+            "sh", "-c", "cat ~/.bashrc; bash -ic 'echo \"[$GH_TOKEN] [$EDITOR]\"; alias' "
+            "2>/dev/null", cwd=project,
+            env=user.env(SANDBOX_BACKEND="bwrap", SANDBOX_QUIET="0", GH_TOKEN=None,
+                         OPENAI_API_KEY=None, ANTHROPIC_API_KEY=None))
+    finally:
+        user.write(".bashrc", "# test user's bashrc\n")
+    assert result.returncode == 0, result.stderr
+    for value in VALUES:
+        assert value not in result.stdout + result.stderr, (value, result.stdout)
+    assert "# test user's bashrc\n\n\n\n\n\nexport EDITOR=vi\n" in result.stdout, result.stdout
+    assert "[] [vi]" in result.stdout, result.stdout
+    assert (f"agent-sandbox: {path} lines 2-3, line 4, line 5, line 6 holds a secret (GH_TOKEN "
+            "(a variable the policy removes); credential assignment; bearer token) — blanked "
+            "inside the sandbox.") in result.stderr, result.stderr

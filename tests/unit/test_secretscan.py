@@ -54,6 +54,16 @@ def test_each_credential_shape_is_found_on_its_line(what, token):
     "[ \"$GH_TOKEN\" = x ] && echo\n",                 # a test, not an assignment
     "git --config-token=abc\n", "ghp_short\n", "AKIA1234\n",
     "[user]\n\tname = Test User\n",
+    # Near the bearer and credential-assignment shapes, and not secrets.
+    "# uses Bearer token authentication against the API\n",
+    'curl -H "Authorization: Bearer $GITHUB_TOKEN" https://api.github.com\n',
+    "curl -H \"Authorization: Bearer ${TOKEN}\"\n",
+    "export PASSWORD_STORE_DIR=$HOME/.password-store2024\n",
+    "password_file=/home/u/.config/secret2024.txt\n", "token=$(pass show gh/token)\n",
+    "max_tokens=4096000000000000000\n", "tokenizer=bert-base-uncased-2024\n",
+    "secret=~/.config/secrets/app2024.key\n", "api_key: placeholder-value-here\n",
+    "password=correcthorse\n",                         # short
+    "echo done \\\\\nGH_TOKEN\n",                   # an escaped backslash ends the line
 ])
 def test_ordinary_lines_are_not_findings(text):
     assert scan(text, REMOVED) == ()
@@ -62,7 +72,8 @@ def test_ordinary_lines_are_not_findings(text):
 def test_the_one_table_names_every_shape_the_spec_lists():
     names = [name for name, _ in CREDENTIAL_SHAPES]
     assert names == ["private key block", "GitHub token", "GitLab token", "AWS access key id",
-                     "Slack token", "OpenAI/Anthropic API key", "JWT"]
+                     "Slack token", "OpenAI/Anthropic API key", "JWT", "bearer token",
+                     "credential assignment"]
 
 
 # ---------------------------------------------------------------- assignments
@@ -72,6 +83,12 @@ def test_the_one_table_names_every_shape_the_spec_lists():
     ("export A=1 DB_PASSWORD=hunter2", "DB_PASSWORD"), ("PGPASSWORD=x psql", "PGPASSWORD"),
     ("setenv GITLAB_TOKEN abc", "GITLAB_TOKEN"), ("set -gx my_api_key abc", "my_api_key"),
     ("typeset -x SLURM_JWT=a", "SLURM_JWT"), ("if true; then export CI_JOB_TOKEN=x; fi", "CI_JOB_TOKEN"),
+    # Every builtin that assigns (review finding 3).
+    ("readonly GH_TOKEN=abc", "GH_TOKEN"), ("local GH_TOKEN=abc", "GH_TOKEN"),
+    ("declare -r GH_TOKEN=abc", "GH_TOKEN"), ("export -n GH_TOKEN=abc", "GH_TOKEN"),
+    ("typeset -gx GH_TOKEN=abc", "GH_TOKEN"), ("set --export GH_TOKEN abc", "GH_TOKEN"),
+    ("set -Ux GH_TOKEN abc", "GH_TOKEN"), ("printf -v GH_TOKEN '%s' abc", "GH_TOKEN"),
+    ("read -r GH_TOKEN <<< abc", "GH_TOKEN"), ('declare -x "GH_TOKEN=abc"', "GH_TOKEN"),
 ])
 def test_assignments_of_removed_variables_are_found(line, name):
     found = scan(f"# rc\n{line}\n", REMOVED)
@@ -99,6 +116,36 @@ def test_a_private_key_without_end_is_blanked_to_the_end():
     assert blank(text, scan(text, REMOVED)) == "a\n\n\n\n"
 
 
+VALUE = "Zq8Rm2Lk5Np7Vt4Wx1Yc"     # no known shape: only the assignment gives it away
+
+
+@pytest.mark.parametrize("text,first,last,what", [
+    # A name split by a backslash-newline is one name to the shell; both
+    # physical lines are blanked.
+    (f"export GH_TOK\\\nEN={VALUE}\n", 1, 2, "GH_TOKEN (a variable the policy removes)"),
+    (f"export \\\nGH_TOKEN\\\n={VALUE}\n", 2, 3, "GH_TOKEN (a variable the policy removes)"),
+    (f"readonly OPENAI_API_KEY={VALUE}\n", 1, 1, "credential assignment"),
+    (f"typeset -x ANTHROPIC_API_KEY={VALUE}\n", 1, 1, "credential assignment"),
+    (f"alias api='curl -H \"Authorization: Bearer {VALUE}\"'\n", 1, 1, "bearer token"),
+    (f"curl -H 'authorization: bearer ab.{VALUE}_x-y'\n", 1, 1, "bearer token"),
+    (f"  password = \"{VALUE}\"\n", 1, 1, "credential assignment"),
+    (f'{{"api_key": "{VALUE}"}}\n', 1, 1, "credential assignment"),
+    (f"curl -d token={VALUE} https://x\n", 1, 1, "credential assignment"),
+    (f"alias api='curl -H \"Authorization: Bea\\\nrer {VALUE}\"'\n", 1, 2, "bearer token"),
+])
+def test_shell_forms_found_in_review_are_findings(text, first, last, what):
+    found = scan("# rc\n" + text, REMOVED)
+    assert Finding(first + 1, last + 1, what) in found, found
+    blanked = blank("# rc\n" + text, found)
+    assert VALUE not in blanked and blanked.startswith("# rc\n")
+    assert blanked.count("\n") == text.count("\n") + 1
+
+
+def test_continuations_keep_later_line_numbers():
+    text = f"a=1 \\\nb=2\nx=\\\n3\nexport GH_TOKEN={VALUE}\n"
+    assert scan(text, REMOVED) == (Finding(5, 5, "GH_TOKEN (a variable the policy removes)"),)
+
+
 def test_one_line_with_two_findings_names_both():
     (finding,) = scan(f"export GH_TOKEN={GHP}\n", REMOVED)
     assert finding.what == "GitHub token; GH_TOKEN (a variable the policy removes)"
@@ -115,6 +162,7 @@ FRAGMENTS = st.sampled_from([
     "$", "setenv ", "set -gx ", "x", "value", GHP, "glpat-" + "a" * 20, "AKIAIOSFODNN7EXAMPLE",
     "xoxb-1234567890", "sk-ant-" + "b" * 24, "eyJabcdefgh.eyJabcdefgh.sig",
     "-----BEGIN RSA PRIVATE KEY-----", "-----END RSA PRIVATE KEY-----", "\r", "é",
+    "\\\n", "Bearer ", "token=", "Zq8Rm2Lk5Np7Vt4Wx1Yc", "read ",
 ])
 
 
