@@ -10,7 +10,11 @@ Prints the median (and p90) wall time of:
 and checks the target: launch median <= bare bwrap median + 60 ms.
 Exit 0 when the target holds, 1 otherwise.
 
-Usage: python3 benchmarks/launch.py [--runs N] [--agent-sandbox PATH]
+With --baseline PATH (another install, e.g. the commit before a change, built
+with scripts/install.sh into another prefix) that install's launch is
+measured in the same interleaved rounds and the ratio printed.
+
+Usage: python3 benchmarks/launch.py [--runs N] [--agent-sandbox PATH] [--baseline PATH]
 Run it as an ordinary user from any directory; it uses a scratch project
 below $HOME.
 """
@@ -50,6 +54,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=40)
     parser.add_argument("--agent-sandbox", default=shutil.which("agent-sandbox")
                         or "/opt/agent-sandbox/venv/bin/agent-sandbox")
+    parser.add_argument("--baseline", help="another agent-sandbox to measure beside it")
     args = parser.parse_args()
     bwrap = shutil.which("bwrap")
     if not bwrap:
@@ -69,6 +74,9 @@ def main() -> int:
     no_chaperon = dict(env, CHAPERON="false")
     envs = {"agent-sandbox run -- true (CHAPERON=false)": no_chaperon}
     cases["agent-sandbox run -- true (CHAPERON=false)"] = cases["agent-sandbox run -- true"]
+    if args.baseline:
+        cases["baseline run -- true"] = [args.baseline, "run", "--", "true"]
+        measure(cases["baseline run -- true"], 3, project, env)
     measure(cases["agent-sandbox run -- true"], 3, project, env)   # warm the caches
     measure(cases["agent-sandbox run -- true"], 3, project, no_chaperon)
     results = {}
@@ -82,6 +90,10 @@ def main() -> int:
     launch = statistics.median(results["agent-sandbox run -- true"])
     bare = statistics.median(results["bwrap (bare)"])
     added = launch - bare
+    if args.baseline:
+        base = statistics.median(results["baseline run -- true"])
+        print(f"against the baseline install: {launch:.1f} vs {base:.1f} ms "
+              f"({(launch / base - 1) * 100:+.1f}%)")
     verdict = "PASS" if added <= TARGET_MS else "FAIL"
     print(f"added over bare bwrap: {added:.1f} ms (target <= {TARGET_MS:.0f} ms): {verdict}")
     return 0 if verdict == "PASS" else 1

@@ -10,9 +10,10 @@ import time
 
 import pytest
 
-from agent_sandbox.tools import doctor, logs, status
+from agent_sandbox.tools import checks, doctor, logs, status
 from agent_sandbox.launch import registry
-from agent_sandbox.tools.doctor import GAPS, GO, NOGO, Backend, Item
+from agent_sandbox.tools.checks import GAPS, GO, NOGO
+from agent_sandbox.tools.doctor import Backend, Item
 
 # ---------------------------------------------------------------- registry
 HOST, BOOT = "login1", "boot-a"
@@ -306,23 +307,23 @@ MOUNTINFO = """\
 
 
 def test_mountinfo_longest_prefix_and_escapes():
-    mounts = doctor.parse_mountinfo(MOUNTINFO)
-    assert doctor.mount_of("/home/u", mounts)[1] == "nfs4"
-    assert doctor.mount_of("/home/u/my lab/proj", mounts)[1] == "lustre"
-    assert doctor.mount_of("/home/u/my labx", mounts)[1] == "nfs4"
-    assert doctor.mount_of("/usr/bin", mounts)[1] == "ext4"
-    assert doctor.mount_of("/scratch/x", mounts)[1] == "tmpfs"     # the later mount wins
+    mounts = checks.parse_mountinfo(MOUNTINFO)
+    assert checks.mount_of("/home/u", mounts)[1] == "nfs4"
+    assert checks.mount_of("/home/u/my lab/proj", mounts)[1] == "lustre"
+    assert checks.mount_of("/home/u/my labx", mounts)[1] == "nfs4"
+    assert checks.mount_of("/usr/bin", mounts)[1] == "ext4"
+    assert checks.mount_of("/scratch/x", mounts)[1] == "tmpfs"     # the later mount wins
 
 
 @pytest.mark.parametrize("fstype,kind", [("nfs4", "network"), ("nfs", "network"),
                                          ("lustre", "parallel"), ("gpfs", "parallel"),
                                          ("ext4", "local"), ("tmpfs", "local")])
 def test_fs_kind(fstype, kind):
-    assert doctor.fs_kind(fstype) == kind
+    assert checks.fs_kind(fstype) == kind
 
 
 def test_fs_item_read_only_project_is_gaps():
-    mounts = doctor.parse_mountinfo(MOUNTINFO)
+    mounts = checks.parse_mountinfo(MOUNTINFO)
     item = doctor.fs_item("project fs", "/scratch/p", [mounts[3]], project=True,
                           slurm_present=True)
     assert item.status == GAPS and "read-only" in item.summary
@@ -333,8 +334,8 @@ def test_fs_item_read_only_project_is_gaps():
 def test_munge_socket_from_slurm_conf():
     conf = ("AuthType=auth/munge\n# AuthInfo=socket=/commented\n"
             "authinfo=cred_expire=120,socket=/var/spool/munge/m.sock\n")
-    assert doctor.munge_sockets_from_conf(conf) == ["/var/spool/munge/m.sock"]
-    assert doctor.munge_sockets_from_conf("AuthType=auth/munge\n") == []
+    assert checks.munge_sockets_from_conf(conf) == ["/var/spool/munge/m.sock"]
+    assert checks.munge_sockets_from_conf("AuthType=auth/munge\n") == []
 
 
 def sample_report(**changes):

@@ -1,0 +1,251 @@
+"""The host facts `doctor` checks, each a real attempt: parsing
+/proc/self/mountinfo and slurm.conf (pure), running a program with a time
+limit, creating and using a user namespace in a forked child, compiling and
+loading the seccomp filter in a forked child. `tools/doctor.py` turns their
+answers into GO / GAPS / NO-GO items.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from agent_sandbox.paths import helper_module
+
+GO, GAPS, NOGO = "GO", "GAPS", "NO-GO"
+USERNS_SYSCTLS = ("/proc/sys/user/max_user_namespaces",
+                  "/proc/sys/kernel/unprivileged_userns_clone",
+                  "/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
+# Filesystem types by what they mean for a sandbox on a login node.
+NETWORK_FS = frozenset({"nfs", "nfs4", "cifs", "smb3", "smbfs", "afs", "9p", "fuse.sshfs"})
+PARALLEL_FS = frozenset({"lustre", "gpfs", "beegfs", "fuse.beegfs", "ceph", "cephfs",
+                         "glusterfs", "fuse.glusterfs", "panfs", "wekafs", "pvfs2",
+                         "orangefs"})
+
+
+def _unescape(field: str) -> str:
+    """mountinfo escapes space, tab, newline and backslash as \\ooo."""
+    out, i = [], 0
+    while i < len(field):
+        octal = field[i + 1:i + 4]
+        if field[i] == "\\" and len(octal) == 3 and set(octal) <= set("01234567"):
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def parse_mountinfo(text: str) -> list[tuple[str, str, str, str]]:
+    """(mount point, fs type, source, per-mount options) in mount order."""
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        fields, rest = left.split(), right.split()
+        if not sep or len(fields) < 6 or len(rest) < 2:
+            continue
+        mounts.append((_unescape(fields[4]), rest[0], _unescape(rest[1]), fields[5]))
+    return mounts
+
+
+def mount_of(path: str, mounts) -> tuple[str, str, str, str] | None:
+    """The mount a path lives on: the longest mount point containing it (the
+    later of equal ones: it is mounted on top)."""
+    best = None
+    for mount in mounts:
+        point = mount[0]
+        if path == point or path.startswith(point.rstrip("/") + "/") or point == "/":
+            if best is None or len(point) >= len(best[0]):
+                best = mount
+    return best
+
+
+def fs_kind(fstype: str) -> str:
+    if fstype in NETWORK_FS or fstype.startswith("nfs"):
+        return "network"
+    if fstype in PARALLEL_FS:
+        return "parallel"
+    return "local"
+
+
+def munge_sockets_from_conf(text: str) -> list[str]:
+    """Socket paths named by slurm.conf's AuthInfo=…socket=PATH… (any case)."""
+    found = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        key, sep, value = line.partition("=")
+        if sep and key.strip().lower() in ("authinfo", "authaltparameters"):
+            for part in value.split(","):
+                name, eq, path = part.strip().partition("=")
+                if eq and name.strip().lower() == "socket" and path.strip():
+                    found.append(path.strip())
+    return found
+
+
+def version_line(text: str) -> str:
+    for line in text.splitlines():
+        if line.strip():
+            return line.strip()
+    return ""
+
+
+def _read(path: str, limit: int = 1 << 20) -> str:
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _run(argv, timeout: float = 15.0, env=None) -> tuple[int, str]:
+    try:
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True,
+                                timeout=timeout, env=env or {"PATH": "/usr/bin:/bin"}, cwd="/")
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return -1, str(exc)
+    text = (result.stdout + result.stderr).decode("utf-8", "replace")
+    return result.returncode, text
+
+
+def _in_child(work) -> tuple[bool, str]:
+    """Run `work()` in a forked child (it may change the process irreversibly:
+    namespaces, seccomp). It returns a message; an exception fails it."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:    # pragma: no cover - runs in the child
+        os.close(read_fd)
+        code = 0
+        try:
+            message = work()
+        except BaseException as exc:     # noqa: BLE001 - everything is reported
+            message, code = str(exc) or type(exc).__name__, 1
+        try:
+            os.write(write_fd, message.encode("utf-8", "replace")[:4000])
+        finally:
+            os._exit(code)
+    os.close(write_fd)
+    chunks = []
+    while True:
+        chunk = os.read(read_fd, 4096)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_fd)
+    _, status = os.waitpid(pid, 0)
+    message = b"".join(chunks).decode("utf-8", "replace")
+    code = os.waitstatus_to_exitcode(status)
+    if code < 0:
+        return False, message or f"killed by signal {-code}"
+    return code == 0, message
+
+
+def _libc():
+    import ctypes
+
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def userns_check() -> tuple[bool, str]:
+    """Create a user and mount namespace as this user, map ourselves, and
+    mount a tmpfs in it: what bwrap needs from the kernel."""
+    import ctypes
+
+    libc = _libc()
+    uid, gid = os.getuid(), os.getgid()
+
+    def work() -> str:
+        def fail(step):
+            err = ctypes.get_errno()
+            raise OSError(err, f"{step}: {os.strerror(err)}")
+
+        if libc.unshare(0x10000000 | 0x00020000) != 0:       # CLONE_NEWUSER | CLONE_NEWNS
+            fail("unshare(CLONE_NEWUSER|CLONE_NEWNS)")
+        for path, text in (("/proc/self/setgroups", "deny"),
+                           ("/proc/self/uid_map", f"0 {uid} 1"),
+                           ("/proc/self/gid_map", f"0 {gid} 1")):
+            try:
+                with open(path, "w") as handle:
+                    handle.write(text)
+            except OSError as exc:
+                raise OSError(exc.errno, f"writing {path}: {exc.strerror}") from None
+        if libc.mount(None, b"/", None, 16384 | 262144, None) != 0:   # MS_REC | MS_PRIVATE
+            fail("making / private in the new mount namespace")
+        target = b"/tmp" if os.path.isdir("/tmp") else b"/"
+        if libc.mount(b"tmpfs", target, b"tmpfs", 0, None) != 0:
+            fail("mounting a tmpfs inside it")
+        return "ok"
+
+    return _in_child(work)
+
+
+def _sysctls() -> str:
+    values = []
+    for path in USERNS_SYSCTLS:
+        value = _read(path).strip()
+        if value:
+            values.append(f"{path[len('/proc/sys/'):].replace('/', '.')}={value}")
+    return ", ".join(values)
+
+
+def seccomp_check(denied) -> tuple[str, str, str]:
+    """(status, summary, fix): pyseccomp and libseccomp load, the filter for
+    `denied` compiles, and a forked child can load it (a denied syscall then
+    answers EPERM)."""
+    try:
+        import pyseccomp
+    except Exception as exc:   # noqa: BLE001 - ImportError, OSError from ctypes
+        return (NOGO, f"pyseccomp/libseccomp cannot be loaded — {exc}",
+                "install libseccomp2 (apt-get install libseccomp2) and reinstall agent-sandbox")
+    from agent_sandbox.policy.seccomp import compile_filter
+
+    try:
+        program = compile_filter(denied)
+    except Exception as exc:   # noqa: BLE001
+        return (NOGO, f"the seccomp filter does not compile — {exc}",
+                "check SECCOMP_EXTRA_DENY; reinstall libseccomp2")
+    version = ""
+    try:
+        import ctypes
+
+        class Version(ctypes.Structure):
+            _fields_ = [("major", ctypes.c_uint), ("minor", ctypes.c_uint),
+                        ("micro", ctypes.c_uint)]
+
+        function = ctypes.CDLL(pyseccomp._libseccomp_path).seccomp_version
+        function.restype = ctypes.POINTER(Version)
+        v = function().contents
+        version = f"libseccomp {v.major}.{v.minor}.{v.micro}: "
+    except Exception:   # noqa: BLE001 - the version is decoration
+        pass
+    import ctypes
+
+    libc = _libc()
+    check_io_uring = os.uname().machine in ("x86_64", "aarch64", "riscv64", "ppc64le", "s390x")
+
+    def work() -> str:
+        landlock = helper_module("landlock")
+        load_seccomp = helper_module("sandbox_exec").load_seccomp
+
+        before = 0
+        if check_io_uring and libc.syscall(425, 0, None) < 0:   # io_uring_setup
+            before = ctypes.get_errno()
+        landlock.no_new_privs()
+        load_seccomp(program)
+        if check_io_uring:
+            result = libc.syscall(425, 0, None)
+            after = ctypes.get_errno() if result < 0 else 0
+            if after == 1 and before != 1:
+                return "eperm"
+            if after != 1:
+                raise OSError(after, "io_uring_setup was not denied by the loaded filter")
+        return "loaded"
+
+    ok, message = _in_child(work)
+    instructions = len(program) // 8
+    if not ok:
+        return (NOGO, f"{version}the filter compiles ({instructions} instructions) but the "
+                f"kernel does not load it — {message}",
+                "the kernel needs CONFIG_SECCOMP_FILTER; ask your admin")
+    tail = "; a denied syscall answers EPERM" if message == "eperm" else ""
+    return (GO, f"{version}{len(denied)}-syscall filter ({instructions} BPF instructions, "
+            f"native and compat ABIs) compiles and loads{tail}", "")
