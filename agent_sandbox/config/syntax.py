@@ -16,6 +16,9 @@ The result is the list of assignments in file order.  Layering, defaults, admin
 locks and value validation belong to the caller.  The module imports nothing
 beyond ``collections.abc`` (difflib only on the unknown-key error path), since
 it runs on every launch.
+
+Kept whole on purpose: the tokenizer, the assignment grammar and the error
+messages (file, line, column) are one cohesive thing, read top to bottom.
 """
 
 from collections.abc import Collection, Mapping

@@ -23,28 +23,17 @@ Gathering (`gather`) touches the system; deciding and rendering are pure.
 from __future__ import annotations
 
 import os
-import stat
 from typing import NamedTuple
 
 from agent_sandbox.names import BACKENDS
 from agent_sandbox import __version__
 from agent_sandbox.paths import helper_module
-from agent_sandbox.tools.checks import (GAPS, GO, NOGO, _read, _run, _sysctls, fs_kind, mount_of, munge_sockets_from_conf,
-                                        parse_mountinfo, seccomp_check, userns_check,
-                                        version_line)
+from agent_sandbox.tools.checks import (GAPS, GO, NOGO, Item, _read, _run, _sysctls,
+                                        chaperon_pipes_item, fs_item, munge_item,
+                                        parse_mountinfo, seccomp_check, slurm_item,
+                                        userns_check, version_line)
 
 ORDER = BACKENDS
-MUNGE_SOCKETS = ("/run/munge/munge.socket.2", "/var/run/munge/munge.socket.2")
-SLURM_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
-class Item(NamedTuple):
-    name: str
-    status: str                 # GO, GAPS, NO-GO
-    summary: str
-    fix: str = ""
-    blocking: bool = False      # a NO-GO that stops every launch
-    data: dict | None = None
-
-
 class Backend(NamedTuple):
     name: str
     allowed: bool
@@ -362,126 +351,6 @@ def backend_items(backends, abi: int) -> list[Item]:
                                  "abstract unix sockets and signals on every backend")
         items.append(Item(b.name, status, f"{what}: probe passed{note}", fix))
     return items
-
-
-def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
-    candidates = list(MUNGE_SOCKETS)
-    for conf in [environ.get("SLURM_CONF", "")] + list(SLURM_CONFS):
-        if conf and os.path.isfile(conf):
-            candidates = munge_sockets_from_conf(_read(conf)) + candidates
-            break
-    found = []
-    for path in dict.fromkeys(candidates):
-        try:
-            if stat.S_ISSOCK(os.stat(path).st_mode):
-                found.append(path)
-        except OSError:
-            continue
-    if not found:
-        if slurm_present:
-            return Item("munge", GAPS, f"no munge socket ({' '.join(dict.fromkeys(candidates))}):"
-                        " Slurm commands cannot authenticate", "start munged (systemctl start "
-                        "munge) or ask your admin", data={"sockets": []})
-        return Item("munge", GO, "no munge socket (no Slurm here)", data={"sockets": []})
-    socket = found[0]
-    real = os.path.realpath(socket)
-    from agent_sandbox.policy.resolve import _is_within
-
-    visible = []
-    if policy is not None:
-        roots = list(policy.system_readonly) + [policy.project_dir] + list(policy.extra_writable)
-        visible = [r for r in roots if _is_within(real, r)]
-    if visible:
-        return Item("munge", NOGO, f"{socket} lies under {visible[0]}, which the sandbox "
-                    "shows: slurm.boundary does not hold", f"remove {visible[0]} from "
-                    "READONLY_MOUNTS / EXTRA_WRITABLE_PATHS, or move the socket below /run",
-                    data={"sockets": found, "visible_under": visible[0]})
-    landlock = "; reachable on landlock" if "landlock" in settings.ALLOWED_BACKENDS else ""
-    return Item("munge", GO, f"{socket}: unreachable inside on bwrap and firejail (private "
-                f"/run){landlock}", data={"sockets": found})
-
-
-def slurm_item(settings, policy, environ) -> tuple[Item, bool]:
-    binaries = list(policy.slurm_binaries) if policy is not None else []
-    if not binaries:
-        return Item("slurm", GO, "no Slurm commands on this host: the chaperon is not started",
-                    data={"binaries": []}), False
-    sinfo = next((b for b in binaries if os.path.basename(b) == "sinfo"), None)
-    env = {"PATH": "/usr/bin:/bin"}
-    if environ.get("SLURM_CONF"):
-        env["SLURM_CONF"] = environ["SLURM_CONF"]
-    code, text = _run([sinfo, "--version"], env=env) if sinfo else (-1, "sinfo not found")
-    data = {"binaries": binaries, "version": version_line(text) if code == 0 else None}
-    where = " ".join(sorted({os.path.dirname(b) for b in binaries}))
-    if code != 0:
-        return Item("slurm", GAPS, f"`sinfo --version` failed — {version_line(text)}",
-                    "check the Slurm installation (SLURM_CONF, munge)", data=data), True
-    has_sbatch = any(os.path.basename(b) == "sbatch" for b in binaries)
-    if not settings.CHAPERON:
-        inside = "CHAPERON=false: no Slurm inside the sandbox"
-    elif not has_sbatch:
-        inside = "no sbatch: the chaperon is not started"
-    else:
-        inside = f"proxied inside by the chaperon (SLURM_SCOPE={settings.SLURM_SCOPE})"
-    return Item("slurm", GO, f"{version_line(text)} ({len(binaries)} commands in {where}); "
-                f"{inside}", data=data), True
-
-
-def chaperon_pipes_item(home: str) -> Item:
-    """The chaperon's session directory holds named pipes: make one there, as
-    a launch would (a home filesystem without FIFO support refuses launches)."""
-    from agent_sandbox.launch.chaperon import session_parent
-
-    probe = None
-    try:
-        parent = session_parent(home)
-        probe = os.path.join(parent, f".doctor-{os.getpid()}")
-        os.mkfifo(probe, 0o600)
-    except OSError as exc:
-        return Item("chaperon pipes", NOGO, f"cannot make a named pipe in "
-                    f"{os.path.join(home, '.local/state/agent-sandbox-run')} — "
-                    f"{exc.strerror or exc}", "free space or fix the permissions there, or set "
-                    "CHAPERON=false to run without Slurm", blocking=True,
-                    data={"ok": False, "error": str(exc)})
-    finally:
-        if probe:
-            try:
-                os.unlink(probe)
-            except OSError:
-                pass
-    return Item("chaperon pipes", GO, f"named pipes work in {parent}", data={"ok": True})
-
-
-def fs_item(name: str, path: str, mounts, *, project: bool, slurm_present: bool,
-            refusal=None) -> Item:
-    mount = mount_of(os.path.realpath(path), mounts)
-    if mount is None:
-        return Item(name, GAPS, f"{path}: its filesystem is unknown (/proc/self/mountinfo)",
-                    data={"path": path})
-    point, fstype, source, options = mount
-    kind = fs_kind(fstype)
-    data = {"path": path, "mount_point": point, "fstype": fstype, "kind": kind,
-            "options": options}
-    text = f"{path}: {fstype} on {point}"
-    if kind == "network":
-        text += " (network: shared by login nodes; ledger and session records are per host)"
-    elif kind == "parallel":
-        text += " (parallel filesystem: compute nodes see it)"
-    elif project and slurm_present:
-        text += " (local: batch jobs see the project only where compute nodes mount it)"
-    else:
-        text += " (local)"
-    if "ro" in options.split(","):
-        what = ("the project cannot be written" if project else
-                "caches, audit log and job ledger cannot be written")
-        return Item(name, GAPS, f"{text}; mounted read-only: {what}",
-                    "use a writable directory" if project else "ask your admin", data=data)
-    if refusal is not None:
-        # Not a host problem: doctor is often run from $HOME. Said, not rated.
-        why = str(refusal).partition(" — ")[2].partition(". ")[0] or str(refusal)
-        return Item(name, GO, f"{text}; not a project directory ({why})",
-                    data=dict(data, refused=str(refusal)))
-    return Item(name, GO, text, data=data)
 
 
 def gather(project_dir: str | None, environ) -> Report:

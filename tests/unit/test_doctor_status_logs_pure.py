@@ -13,7 +13,8 @@ import pytest
 from agent_sandbox.tools import checks, doctor, logs, status
 from agent_sandbox.launch import registry
 from agent_sandbox.tools.checks import GAPS, GO, NOGO
-from agent_sandbox.tools.doctor import Backend, Item
+from agent_sandbox.tools.checks import Item
+from agent_sandbox.tools.doctor import Backend
 
 # ---------------------------------------------------------------- registry
 HOST, BOOT = "login1", "boot-a"
@@ -324,10 +325,10 @@ def test_fs_kind(fstype, kind):
 
 def test_fs_item_read_only_project_is_gaps():
     mounts = checks.parse_mountinfo(MOUNTINFO)
-    item = doctor.fs_item("project fs", "/scratch/p", [mounts[3]], project=True,
+    item = checks.fs_item("project fs", "/scratch/p", [mounts[3]], project=True,
                           slurm_present=True)
     assert item.status == GAPS and "read-only" in item.summary
-    nfs = doctor.fs_item("home fs", "/home/u", mounts, project=False, slurm_present=True)
+    nfs = checks.fs_item("home fs", "/home/u", mounts, project=False, slurm_present=True)
     assert nfs.status == GO and "nfs4" in nfs.summary and "network" in nfs.summary
 
 
