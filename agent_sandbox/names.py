@@ -42,7 +42,7 @@ def forced_env(*, home: str, user: str, backend: str, project: str, session: str
                workdir: str) -> dict[str, str]:
     return dict(zip(FORCED_ENV, (home, user, user, "1", backend, project, session, workdir)))
 
-# The stubs inside answer these names (chaperon/session.py is the source the
+# The stubs inside answer these names (chaperon/wire/session.py is the source the
 # stubs share); sview and smap have no stub but their real binaries are
 # masked too.
 SLURM_GUI_COMMANDS = ("sview", "smap")
@@ -50,6 +50,6 @@ SLURM_GUI_COMMANDS = ("sview", "smap")
 
 def slurm_commands() -> tuple[str, ...]:
     """Every Slurm command whose real binary is masked inside."""
-    from chaperon.session import STUB_COMMANDS
+    from chaperon.wire.session import STUB_COMMANDS
 
     return STUB_COMMANDS + SLURM_GUI_COMMANDS

@@ -20,40 +20,24 @@ Every scoped handler uses the same four tools:
    out of scope behaves exactly like a job that does not exist: Slurm's own
    wording, Slurm's own exit code, for every command and every message.
 4. Untagging. The comment tag `chaperon:sid=…,proj=…[,user=…]:END` never
-   leaves the chaperon. Where a comment is printed whole (scontrol, JSON,
-   YAML, parsable sacct, squeue %all) the tag becomes the user's own comment
-   (percent-decoded), or no comment when the user gave none. Fixed-width
-   columns (squeue -o %k, -O comment, sacct -o comment) are asked for
-   unbounded, between sentinel bytes or at a known column, and rendered
-   again at the caller's width with Slurm's own padding and truncation.
+   leaves the chaperon (chaperon/untag.py).
+
+Job references are read with Slurm's grammar (chaperon/slurm/jobids.py).
 """
+from __future__ import annotations
 from __future__ import annotations
 
 import os
 import re
 import subprocess
 import time
-from typing import TYPE_CHECKING
-from urllib.parse import unquote_to_bytes
 
 from .environment import command_env
+from .refusal import Refusal
+from .slurm.jobids import PLACEHOLDER_TOP, ref_base
 
-if TYPE_CHECKING:
-    from .options import Parsed
-
-# --------------------------------------------------------------------------- job ids
-# jobid, jobid_task, jobid_[range], jobid+offset, and any of them .step
-JOB_REF = re.compile(r"(\d{1,10})((?:_(?:\d+|\[[0-9,\-:%]*\]|\*)|\+\d+)?"
-                     r"(?:\.(?:\d+|batch|extern|interactive)(?:\+\d+)?)?)", re.ASCII)
-PLACEHOLDER_TOP = 0x3FFFFFF          # 67108863: the largest local job id Slurm allows
 PRUNE_ABOVE = 256                    # ledger ids before forgotten ones are pruned
 PRUNE_EVERY = 10.0                   # seconds between prunes: each costs a squeue call
-
-
-def ref_base(text: str) -> str | None:
-    """The job id a job reference names ("123_4.0" -> "123"), or None."""
-    match = JOB_REF.fullmatch(text)
-    return match.group(1) if match else None
 
 
 class Placeholders:
@@ -184,332 +168,6 @@ class Scope:
         return str(job.get("user_id")) == str(self.uid) and any(
             str(job.get(k)) in known for k in ("job_id", "array_job_id", "het_job_id"))
 
-
-# --------------------------------------------------------------------------- untagging
-TAG = re.compile(rb"chaperon:sid=[0-9A-Za-z]{1,64},proj=[0-9a-f]{1,64}"
-                 rb"(?:,user=([A-Za-z0-9%._~\-]*))?:END")
-
-
-def user_comment(match: re.Match) -> bytes | None:
-    """The user's own comment in a tag (percent-decoded), None when none."""
-    part = match.group(1)
-    return unquote_to_bytes(part) if part else None
-
-
-def decode_value(value: bytes) -> bytes | None:
-    """A comment as Slurm printed it -> the comment to show (None: none)."""
-    match = TAG.fullmatch(value)
-    return user_comment(match) if match else value
-
-
-def untag_scontrol(data: bytes) -> bytes:
-    """scontrol show job: `Comment=TAG ` + line end ("\\n   ", or " " with
-    -o). Without a user comment the whole entry goes, as Slurm prints none."""
-    def replace(match: re.Match) -> bytes:
-        comment = user_comment(match)
-        if comment is None:
-            return b""
-        return b"Comment=" + comment + b" " + match.group(2)
-    return re.sub(rb"Comment=" + TAG.pattern + rb" (\n   | )", replace, data)
-
-
-def _json_c(value: bytes) -> bytes:
-    """A string as json-c writes it (Slurm's JSON): '/' escaped, control
-    characters as \\uXXXX or their short form, other bytes as they are."""
-    out = bytearray(b'"')
-    short = {0x08: b"\\b", 0x09: b"\\t", 0x0a: b"\\n", 0x0c: b"\\f", 0x0d: b"\\r",
-             0x22: b'\\"', 0x5c: b"\\\\", 0x2f: b"\\/"}
-    for byte in value:
-        if byte in short:
-            out += short[byte]
-        elif byte < 0x20:
-            out += b"\\u%04x" % byte
-        else:
-            out.append(byte)
-    return bytes(out + b'"')
-
-
-def untag_json(data: bytes, *, empty: bytes) -> bytes:
-    """A JSON document: every string that is exactly a tag. `empty` is what
-    the command prints for no comment (squeue: "", sacct: null)."""
-    def replace(match: re.Match) -> bytes:
-        comment = user_comment(match)
-        return empty if comment is None else _json_c(comment)
-    return re.sub(rb'"' + TAG.pattern + rb'"', replace, data)
-
-
-_YAML_PLAIN = re.compile(rb"[A-Za-z0-9_(./][^\x00-\x1f\x7f:#]*")
-
-
-def _yaml(value: bytes) -> bytes:
-    """A string as libyaml writes it with an explicit !!str tag: plain when
-    nothing in it needs quoting, else single-quoted, else double-quoted."""
-    text = value
-    if (_YAML_PLAIN.fullmatch(text) and not text.endswith(b" ")
-            and b" #" not in text and b": " not in text):
-        return text
-    if not re.search(rb"[\x00-\x1f\x7f]", text):
-        return b"'" + text.replace(b"'", b"''") + b"'"
-    escaped = (text.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
-               .replace(b"\t", b"\\t").replace(b"\r", b"\\r"))
-    escaped = re.sub(rb"[\x00-\x1f\x7f]", lambda m: b"\\x%02X" % m.group(0)[0], escaped)
-    return b'"' + escaped + b'"'
-
-
-def untag_yaml(data: bytes) -> bytes:
-    def replace(match: re.Match) -> bytes:
-        comment = user_comment(match)
-        return b"!!null null" if comment is None else b"!!str " + _yaml(comment)
-    return re.sub(rb"!!str " + TAG.pattern + rb"(?=\n)", replace, data)
-
-
-def untag_fields(data: bytes) -> bytes:
-    """Whole fields between delimiters (sacct -p/-P, squeue %all): a tag is
-    replaced by the user's comment, or by nothing."""
-    return TAG.sub(lambda m: user_comment(m) or b"", data)
-
-
-# --------------------------------------------------------------------------- squeue formats
-SENTINEL_START, SENTINEL_END = "\x01", "\x02"
-
-
-def render_squeue(value: bytes | None, width: int, right: bool) -> bytes:
-    """squeue's _print_str(str, width, right, cut_output=true), with glibc's
-    printf of a NULL string ("(null)", or nothing under a precision < 6)."""
-    if value is None:
-        value = b"(null)" if (right or width == 0 or width >= 6) else b""
-    if width == 0:
-        return value
-    if right:
-        return value.rjust(width)[:width]
-    return value[:width].ljust(width)
-
-
-class SqueueFormat:
-    """An -o (`%[.][size]type[suffix]`) or -O (`type[:[.][size]][suffix]`,
-    comma-separated) format with every comment field rewritten to print in
-    full, ended by a sentinel byte (and started by one where the format
-    allows), and the widths to render those fields at again."""
-
-    def __init__(self, fmt: str, long: bool):
-        self.fields: list[tuple[int, bool]] = []
-        self.all = False
-        self.starts = True       # every comment field has a start sentinel
-        self.text = self._long(fmt) if long else self._short(fmt)
-
-    def _short(self, fmt: str) -> str:
-        if fmt[:4].lower() == "%all":
-            self.all = True
-            return fmt
-        prefix, _, rest = fmt.partition("%")
-        if not _:
-            return fmt
-        tokens = [t for t in rest.split("%") if t]
-        out = [prefix]
-        for token in tokens:
-            match = re.match(r"(\.?)(\d*)(.)(.*)", token, re.S)
-            if match and match.group(3) == "k":
-                out[-1] += SENTINEL_START
-                self.fields.append((int(match.group(2) or 0), bool(match.group(1))))
-                out.append("%k" + SENTINEL_END + match.group(4))
-            else:
-                out.append("%" + token)
-        return "".join(out)
-
-    def _long(self, fmt: str) -> str:
-        tokens = fmt.split(",")
-        out: list[str] = []
-        for token in tokens:
-            name, colon, spec = token.partition(":")
-            if name.strip().lower() != "comment":
-                out.append(token)
-                continue
-            match = re.match(r"(\.?)(\d*)(.*)", spec, re.S)
-            right = bool(colon and match.group(1))
-            width = int(match.group(2) or 0) if colon else 20
-            suffix = match.group(3) if colon else ""
-            if out:
-                previous = out[-1]
-                out[-1] = previous + (SENTINEL_START if ":" in previous else ":20" + SENTINEL_START)
-            else:
-                self.starts = False
-            self.fields.append((width, right))
-            out.append(f"{name}:0{SENTINEL_END}{suffix}")
-        return ",".join(out)
-
-    def line(self, line: bytes) -> bytes:
-        """One line of squeue's answer with the comment fields rendered again."""
-        if self.all:
-            return untag_fields(line)
-        if not self.fields:
-            return line
-        out = bytearray()
-        rest = line
-        for index, (width, right) in enumerate(self.fields):
-            end = rest.find(b"\x02")
-            if end < 0:
-                break
-            if self.starts or index > 0:
-                start = rest.rfind(b"\x01", 0, end)
-                if start < 0:
-                    break
-                out += rest[:start]
-                value = rest[start + 1:end]
-            else:
-                value = rest[:end]
-            value = None if value == b"(null)" else decode_value(value)
-            out += render_squeue(value, width, right)
-            rest = rest[end + 1:]
-        out += rest
-        return bytes(out)
-
-
-# --------------------------------------------------------------------------- sacct columns
-def render_sacct(value: bytes | None, length: int) -> bytes:
-    """sacct's print_fields_str: truncated with '+', right-justified for a
-    positive length, left for a negative one."""
-    size = abs(length)
-    if value is None:
-        text = b" "
-    else:
-        text = value[:size]
-        if len(value) > size and size:
-            text = text[:-1] + b"+"
-    return text.rjust(size)[:size] if length >= 0 else text[:size].ljust(size)
-
-
-class SacctColumns:
-    """sacct -o with every Comment field widened to WIDTH (left-justified), so
-    the full comment sits at a column the dashed header line gives (the only
-    columns that wide), and rendered again at the caller's length. `names`
-    is sacct's field table in its own order (sacct --helpformat: a field
-    name may be abbreviated, the first match wins), `default` the Comment
-    field's own length."""
-
-    WIDTH = 4096
-
-    def __init__(self, spec: str, names: list[str], default: int):
-        self.lengths: list[int] = []   # the caller's length of each Comment field, in order
-        items: list[str] = []
-        for item in spec.split(","):
-            if item.lower() == "all":
-                items.extend(names)
-            elif item:
-                items.append(item)
-        out = []
-        for item in items:
-            name, _, length = item.partition("%")
-            resolved = next((n for n in names if n.lower().startswith(name.lower())),
-                            None) if name else None
-            if resolved == "Comment":
-                given = int(length) if re.fullmatch(r"-?\d+", length or "") else 0
-                self.lengths.append(given or default)
-                out.append(f"{name}%-{self.WIDTH}")
-            else:
-                out.append(item)
-        self.text = ",".join(out)
-
-    def lines(self, data: bytes, *, header: bool) -> bytes:
-        lines = data.split(b"\n")
-        if not self.lengths or len(lines) < 2:
-            return data
-        spans, position, dashes = [], 0, lines[1]
-        while position < len(dashes):
-            end = position
-            while end < len(dashes) and dashes[end:end + 1] == b"-":
-                end += 1
-            if end - position == self.WIDTH:
-                spans.append((position, end))
-            position = end + 1
-        out = []
-        for number, line in enumerate(lines):
-            if not line:
-                out.append(line)
-                continue
-            pieces, last = [], 0
-            for (start, end), length in zip(spans, self.lengths):
-                size = abs(length)
-                if number == 0:
-                    name = b"Comment"[:size]
-                    new = name.rjust(size) if length >= 0 else name.ljust(size)
-                elif number == 1:
-                    new = b"-" * size
-                else:
-                    value = line[start:end].rstrip(b" ")
-                    new = render_sacct(decode_value(value) if value else None, length)
-                pieces.append(line[last:start] + new)
-                last = end
-            out.append(b"".join(pieces) + line[last:])
-        if not header:
-            out = out[2:]
-        return b"\n".join(out)
-
-
-# --------------------------------------------------------------------------- output
-class Filter:
-    """An `out` for run_real that passes complete lines through `fix` (both
-    streams), so output is rewritten as it streams (squeue -i never ends)."""
-
-    def __init__(self, out, fix, fix_err=None):
-        self.out, self.fix, self.fix_err = out, fix, fix_err or fix
-        self.pending = {"stdout": b"", "stderr": b""}
-
-    def _feed(self, stream: str, data: bytes, fix) -> None:
-        buffered = self.pending[stream] + data
-        cut = buffered.rfind(b"\n") + 1
-        self.pending[stream] = buffered[cut:]
-        if cut:
-            getattr(self.out, stream)(fix(buffered[:cut]))
-
-    def stdout(self, data: bytes) -> None:
-        self._feed("stdout", data, self.fix)
-
-    def stderr(self, data: bytes) -> None:
-        self._feed("stderr", data, self.fix_err)
-
-    def flush(self) -> None:
-        for stream, fix in (("stdout", self.fix), ("stderr", self.fix_err)):
-            if self.pending[stream]:
-                getattr(self.out, stream)(fix(self.pending[stream]))
-                self.pending[stream] = b""
-
-
-def by_lines(fix_line):
-    """A `fix` for Filter from a function of one line (without its newline)."""
-    def fix(data: bytes) -> bytes:
-        return b"\n".join(fix_line(line) for line in data.split(b"\n"))
-    return fix
-
-
-# --------------------------------------------------------------------------- handler helpers
-def parse_permuted(spec, argv) -> Parsed:
-    """Parse as GNU getopt does without "+": options anywhere, the words that
-    are not options collected in order as the positional rest ("--" ends the
-    options). The scoped commands (squeue, scancel, scontrol, …) parse so."""
-    from .options import Parsed, parse
-
-    items: list = []
-    positional: list[str] = []
-    rest = list(argv)
-    while rest:
-        parsed = parse(spec, rest)
-        items.extend(parsed.items)
-        if not parsed.rest:
-            break
-        index = parsed.rest_index
-        ended = index > 0 and rest[index - 1] == "--" and not any(
-            item.written.endswith(" --") for item in parsed.items)
-        if ended:
-            positional.extend(parsed.rest)
-            break
-        positional.append(parsed.rest[0])
-        rest = list(parsed.rest[1:])
-    values: dict = {}
-    for item in items:
-        values.setdefault(item.name, []).append(item.value)
-    return Parsed(spec.command, tuple(items), tuple(positional), 0, values)
-
-
 def self_names(ctx) -> set[str]:
     """How the caller may name itself: user name and uid."""
     import pwd
@@ -532,13 +190,11 @@ def foreign_users(ctx, parsed, options=("user",)) -> list[str]:
             for u in (value or "").split(",") if u and u not in mine]
 
 
-def job_refs(values) -> list[str]:
-    """Job references from comma lists (-j 1,2 3 …), in order."""
-    return [ref for value in values for ref in (value or "").split(",") if ref]
-
-
-def bad_refs(refs: list[str]) -> list[str]:
-    return [r for r in refs if ref_base(r) is None]
+def refuse_foreign_users(ctx, parsed, why: str, instead: str, *, option: str = "user") -> None:
+    """Refuse users named by --`option` that are not the caller."""
+    others = foreign_users(ctx, parsed)
+    if others:
+        raise Refusal("foreign_jobs", f"--{option}={','.join(others)} is refused", why, instead)
 
 
 # --------------------------------------------------------------------------- ledger help

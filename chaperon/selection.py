@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .scope import PLACEHOLDER_TOP, ref_base
+from .slurm.jobids import PLACEHOLDER_TOP, ref_base
 
 JOBS_ARG_MAX = 120 * 1024     # bytes of one --jobs=… argument; MAX_ARG_STRLEN is 128 KiB
 ID_START, ID_END = b"\x03", b"\x04"   # around the added id column (scope.py uses \x01 \x02)

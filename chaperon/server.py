@@ -28,10 +28,10 @@ import sys
 import threading
 import time
 
-from . import protocol
 from .audit import AuditLog
-from .session import ANNOUNCE_FIFO, CONN_DIR, HEARTBEAT_INTERVAL, SILENCE_TIMEOUT, \
-    parse_announcement
+from .wire import protocol
+from .wire.session import (ANNOUNCE_FIFO, CONN_DIR, EXIT_INTERNAL, HEARTBEAT_INTERVAL,
+                           SILENCE_TIMEOUT, parse_announcement)
 
 REQUEST_TIMEOUT = 10.0     # a whole request must arrive within this
 OPEN_TIMEOUT = 10.0        # the client must open its response FIFO within this
@@ -180,7 +180,7 @@ class Chaperon:
                 responder.stderr(f"agent-sandbox: {request.command}: internal error in the "
                                  f"Slurm proxy — {exc!r}. Report this; see `agent-sandbox "
                                  "logs`.\n".encode())
-                responder.exit(1)
+                responder.exit(EXIT_INTERNAL)
             except ClientGone:
                 pass
         finally:

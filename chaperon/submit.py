@@ -14,36 +14,11 @@ from urllib.parse import quote
 
 from .beneath import Project, Unusable
 from .environment import user_env
-from .options import OptionRefused
-from .scope import ref_base
+from .refusal import Refusal
+from .slurm.jobids import ref_base
 
 TAG_PREFIX = "chaperon:"
 TAG_END = ":END"
-
-
-class Refusal(Exception):
-    """A refusal: reason code, what was refused ("… is refused"), why, and how
-    to do it instead. The handler prints it in the house format."""
-
-    def __init__(self, reason: str, what: str, why: str, fix: str):
-        super().__init__(what)
-        self.reason, self.what, self.why, self.fix = reason, what, why, fix
-
-
-def from_option(refused: OptionRefused) -> Refusal:
-    return Refusal(refused.reason, refused.what, refused.why, refused.instead)
-
-
-def preflight(ctx, request, command: str) -> str:
-    """The real binary of `command`, once the request is one it can receive."""
-    binary = ctx.binary(command)
-    if binary is None:
-        raise Refusal("not_installed", f"{command} is refused", "it is not installed here",
-                      "Ask your site admin")
-    if request.has_nul:
-        raise Refusal("nul_byte", "an argument with a NUL byte is refused",
-                      "no program can receive it", "Remove it")
-    return binary
 
 
 DEV_NULL = "/dev/null"    # the one path outside the project Slurm may open for a job

@@ -13,9 +13,9 @@ Runs on every Slurm call inside the jail: stdlib only, started with
 import posix   # not os: its import costs a millisecond on every Slurm call
 import sys
 
-from chaperon import protocol
-from chaperon.session import (ANNOUNCE_FIFO, CONN_DIR, ENV_SESSION_DIR, SANDBOX_DIR,
-                              SILENCE_TIMEOUT, announcement)
+from chaperon.wire import protocol
+from chaperon.wire.session import (ANNOUNCE_FIFO, CONN_DIR, ENV_SESSION_DIR, EXIT_REFUSED,
+                                   SANDBOX_DIR, SILENCE_TIMEOUT, announcement)
 
 READS_STDIN = {"sbatch"}   # only sbatch takes its script from stdin; others never read it
 MAX_STDIN = 4 * 1024 * 1024
@@ -24,7 +24,7 @@ ENXIO = 6
 
 def fail(command: str, what: str, why: str, fix: str) -> int:
     sys.stderr.write(f"agent-sandbox: {command}: {what} — {why}. {fix}\n")
-    return 1
+    return EXIT_REFUSED
 
 
 def _wants_stdin(command: str, args: list[str]) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import uuid
 
-from chaperon import protocol
+from chaperon.wire import protocol
 from chaperon.audit import AuditLog
 from chaperon.handlers import Context, dispatch
 

@@ -266,7 +266,7 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
             sys.stderr.write(f"agent-sandbox: {command}: cannot run the sandbox's {command} "
                              f"— {exc.strerror}.\n")
             return 127
-    from chaperon import protocol
+    from chaperon.wire import protocol
     from chaperon.audit import AuditLog
     from chaperon.handlers import Context, dispatch
 

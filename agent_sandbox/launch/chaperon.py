@@ -61,7 +61,7 @@ class ChaperonSession:
 
     @classmethod
     def start(cls, settings, policy) -> "ChaperonSession":
-        from chaperon.session import ANNOUNCE_FIFO, CONN_DIR, visible_paths
+        from chaperon.wire.session import ANNOUNCE_FIFO, CONN_DIR, visible_paths
 
         from agent_sandbox.errors import SandboxError
 
@@ -201,7 +201,7 @@ def _write_stubs(directory: str, script: bytes) -> None:
     """bin/ in the session dir: the stub once, every Slurm name a symlink to
     it. Nothing here needs protecting: the stub decides nothing, so a
     sandbox that rewrites its own copy gains nothing."""
-    from chaperon.session import BIN_DIR, STUB_COMMANDS
+    from chaperon.wire.session import BIN_DIR, STUB_COMMANDS
 
     bin_dir = os.path.join(directory, BIN_DIR)
     os.mkdir(bin_dir, 0o700)

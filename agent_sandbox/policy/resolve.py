@@ -341,7 +341,7 @@ def with_chaperon(policy: Policy, session_dir: str, staging_dir: str) -> Policy:
     """The policy of a session whose Slurm calls a chaperon serves: its
     session directory and the job staging directory join the view, and the
     stubs come first on PATH."""
-    from chaperon.session import ENV_SESSION_DIR, visible_paths
+    from chaperon.wire.session import ENV_SESSION_DIR, visible_paths
 
     visible_dir, stub_bin = visible_paths(policy.backend, session_dir)
     env = dict(policy.env)

@@ -136,7 +136,7 @@ class ViewBuilder:
             self.grant(path, "ro")
         self.ops.append(("ro-data", "marker", MARKER_PATH, 0o444))
         if self.policy.chaperon_dir:
-            from chaperon.session import SANDBOX_DIR, STUB_BIN, STUB_COMMANDS
+            from chaperon.wire.session import SANDBOX_DIR, STUB_BIN, STUB_COMMANDS
 
             self.ops.append(("bind", self.policy.chaperon_dir, SANDBOX_DIR))
             self.ops.append(("ro-data", "stub", f"{STUB_BIN}/.stub", 0o755))

@@ -16,13 +16,14 @@ for jobs in scope too: see `_private_fields`.
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import (HOSTLIST, NONE, OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, allow,
-                       deny, flag, other)
-from ..scope import (Filter, Placeholders, SacctColumns, Scope, bad_refs, by_lines,
-                     foreign_users, job_refs, ref_base, untag_fields, untag_json, untag_yaml)
+from ..slurm.values import HOSTLIST, OTHER_CLUSTER, TEXT, allow, deny, flag, other
+from ..slurm.options import CommandSpec, Denial, NONE, OPT, REQ
+from ..untag import Filter, SacctColumns, by_lines, untag_fields, untag_json, untag_yaml
+from ..scope import Placeholders, Scope, refuse_foreign_users
+from ..refusal import Refusal
 from ..selection import select
-from ..submit import Refusal
-from . import binary_and_args, refuse, refuse_with, run_real
+from ..slurm.jobids import check_refs, job_refs, ref_base
+from .common import binary_and_args, run_real
 
 ALL_USERS = Denial("foreign_jobs", "the sandbox shows only your own jobs, and {opt} selects "
                    "other users' jobs", "Leave it out; sacct inside lists your own jobs")
@@ -185,15 +186,10 @@ def _field_table(ctx, scope) -> tuple[list[str], int]:
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SACCT)
-        others = foreign_users(ctx, parsed)
-        if others:
-            raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
-                          "the sandbox shows only your own jobs",
-                          "Leave it out; sacct inside lists your own jobs")
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "sacct", refusal)
+    binary, parsed = binary_and_args(ctx, request, SACCT)
+    refuse_foreign_users(ctx, parsed,
+                         "the sandbox shows only your own jobs",
+                         "Leave it out; sacct inside lists your own jobs")
 
     scope = Scope(ctx, request)
     user = [f"--user={ctx.user or scope.uid}"]
@@ -209,10 +205,7 @@ def handle(ctx, request, out) -> int:
     restore, rows = (lambda data: data), None
     if formats and not scope.by_user and not (parsed.has("json") or parsed.has("yaml")) \
             and _asks_private(formats, _field_names(ctx, scope)):
-        try:
-            run, restore, rows = _private_fields(ctx, parsed, scope, binary, user, parsable)
-        except Refusal as refusal:
-            return refuse_with(ctx, out, "sacct", refusal)
+        run, restore, rows = _private_fields(ctx, parsed, scope, binary, user, parsable)
         if rows is not None:
             formats = [f"JobID%-{ID_WIDTH}", *formats]
     if parsed.has("json") or parsed.has("yaml"):
@@ -256,11 +249,7 @@ def _private_fields(ctx, parsed, scope, binary, user, parsable):
     in-scope jobs (InScopeRows). Returns the argv without the formats, the
     placeholder restore and the row filter (or None)."""
     refs = job_refs(parsed.values.get("jobs", []))
-    wrong = bad_refs(refs)
-    if wrong:
-        raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
-                      "it is not a job id the sandbox can check",
-                      "Give job ids such as 123, 123_4 or 123.batch")
+    check_refs(refs, "123, 123_4 or 123.batch")
     if refs:
         placeholders = Placeholders()
         selection = select(scope, refs, placeholders).jobs_option()
@@ -288,11 +277,7 @@ def _private(ctx, request, out, binary, parsed, scope, user, env) -> int:
     (sacct prints nothing for it, as for a job that does not exist). No id
     named: sacct's own refusal, nothing selected."""
     refs = job_refs(parsed.values.get("jobs", []))
-    wrong = bad_refs(refs)
-    if wrong:
-        return refuse(ctx, out, "sacct", "bad_job_id", f"the job id {wrong[0]!r} is refused",
-                      "it is not a job id the sandbox can check",
-                      "Give job ids such as 123, 123_4 or 123.batch")
+    check_refs(refs, "123, 123_4 or 123.batch")
     placeholders = Placeholders()
     selection = []
     if refs and not scope.by_user:

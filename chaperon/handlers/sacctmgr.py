@@ -6,9 +6,10 @@ accounting database; both are refused, as is the interactive mode.
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import NONE, CommandSpec, Denial, deny, flag
-from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from ..slurm.options import NONE, CommandSpec, Denial
+from ..slurm.values import deny, flag
+from ..refusal import Refusal
+from .common import binary_and_args, run_real
 
 ASSOCIATIONS = Denial("foreign_jobs", "it lists the associations of other users",
                       "Leave it out")
@@ -34,35 +35,32 @@ REFUSED = ("withassoc", "withcoord", "withsubaccounts", "withrawqos", "withusage
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SACCTMGR)
-        words = list(parsed.rest)
-        if not words and not any(parsed.has(n) for n in ("help", "usage", "version")):
-            raise Refusal("interactive", "interactive sacctmgr is refused",
-                          "the Slurm proxy does not forward a terminal to sacctmgr",
-                          "Give the command: sacctmgr show qos")
-        if words:
-            verb = _match(words[0], VERBS)
-            if verb is None:
-                raise Refusal("accounting_write", f"sacctmgr {words[0]} is refused",
-                              "a sandbox may only read the cluster, QOS, TRES and "
-                              "configuration records", "Use sacctmgr show qos (or cluster, "
-                              "tres, configuration); ask your site admin for changes")
-            entity = _match(words[1], ENTITIES) if len(words) > 1 else None
-            if entity is None:
-                shown = words[1] if len(words) > 1 else "(nothing)"
-                raise Refusal("foreign_jobs", f"sacctmgr {words[0]} {shown} is refused",
-                              "users, accounts and associations would list other people; a "
-                              "sandbox may read clusters, QOS, TRES and the configuration",
-                              "Use sacctmgr show qos, cluster, tres or configuration")
-            extra = [w for w in words[2:] if w.lower().startswith(REFUSED)]
-            if extra:
-                raise Refusal("foreign_jobs", f"sacctmgr {verb} {entity} {extra[0]} is refused",
-                              "it lists associations or coordinators, i.e. other users",
-                              "Leave it out")
-            words = [verb, entity, *words[2:]]
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "sacctmgr", refusal)
+    binary, parsed = binary_and_args(ctx, request, SACCTMGR)
+    words = list(parsed.rest)
+    if not words and not any(parsed.has(n) for n in ("help", "usage", "version")):
+        raise Refusal("interactive", "interactive sacctmgr is refused",
+                      "the Slurm proxy does not forward a terminal to sacctmgr",
+                      "Give the command: sacctmgr show qos")
+    if words:
+        verb = _match(words[0], VERBS)
+        if verb is None:
+            raise Refusal("accounting_write", f"sacctmgr {words[0]} is refused",
+                          "a sandbox may only read the cluster, QOS, TRES and "
+                          "configuration records", "Use sacctmgr show qos (or cluster, "
+                          "tres, configuration); ask your site admin for changes")
+        entity = _match(words[1], ENTITIES) if len(words) > 1 else None
+        if entity is None:
+            shown = words[1] if len(words) > 1 else "(nothing)"
+            raise Refusal("foreign_jobs", f"sacctmgr {words[0]} {shown} is refused",
+                          "users, accounts and associations would list other people; a "
+                          "sandbox may read clusters, QOS, TRES and the configuration",
+                          "Use sacctmgr show qos, cluster, tres or configuration")
+        extra = [w for w in words[2:] if w.lower().startswith(REFUSED)]
+        if extra:
+            raise Refusal("foreign_jobs", f"sacctmgr {verb} {entity} {extra[0]} is refused",
+                          "it lists associations or coordinators, i.e. other users",
+                          "Leave it out")
+        words = [verb, entity, *words[2:]]
     code, _ = run_real(out, [binary, *parsed.argv(), *words], env=command_env(request.env),
                        cwd=ctx.project_dir)
     return code

@@ -28,18 +28,18 @@ from __future__ import annotations
 import json
 import os
 
-from ..directives import parse_script
-from ..ledger import LedgerError
-from ..options import OptionRefused, merge
-from ..sbatch_options import parse, parse_env
-from ..scope import Scope
 from ..environment import command_env
-from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, check_writable,
-                      comment_tag, copy_project_file, discard_stage, from_option, new_stage,
-                      open_project, output_pattern, preflight, read_project_file, staged_env,
-                      working_dir, write_staged)
 from ..jobwrap import wrapper_script
-from . import refuse, run_real
+from ..ledger import LedgerError
+from ..refusal import Refusal
+from ..scope import Scope
+from ..slurm.directives import parse_script
+from ..slurm.options import merge
+from ..slurm.sbatch_options import parse, parse_env
+from ..submit import (DEV_NULL, check_dependency, check_limits, check_writable, comment_tag,
+                      copy_project_file, discard_stage, new_stage, open_project, output_pattern,
+                      read_project_file, staged_env, working_dir, write_staged)
+from .common import run_real
 
 MAX_SCRIPT = 4 * 1024 * 1024
 # Options the handler rebuilds itself; never re-emitted as the agent wrote them.
@@ -126,21 +126,15 @@ def _stage(ctx, project, cwd: str, merged, body: bytes, args: list[str], stage: 
 def handle(ctx, request, out) -> int:
     stage = None
     try:
-        binary = preflight(ctx, request, "sbatch")
-        try:
-            mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
-            cmdline = parse(request.args_str, allow_mail=mail)
-            from_env = parse_env(request.env_str, allow_mail=mail)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary = ctx.real_binary("sbatch")
+        mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
+        cmdline = parse(request.args_str, allow_mail=mail)
+        from_env = parse_env(request.env_str, allow_mail=mail)
         with open_project(ctx) as project:
             cwd = working_dir(ctx, request, project)
             data, args = _script(project, cwd, cmdline, request)
-            try:
-                directives = parse_script(data, ignore_pbs=cmdline.has("ignore-pbs")
-                                          or from_env.has("ignore-pbs"), allow_mail=mail)
-            except OptionRefused as refused:
-                raise from_option(refused) from None
+            directives = parse_script(data, ignore_pbs=cmdline.has("ignore-pbs")
+                                      or from_env.has("ignore-pbs"), allow_mail=mail)
             # Slurm's order: #SBATCH lines, then SBATCH_* variables, then the command line.
             merged = merge(merge(directives.parsed, from_env), cmdline)
             check_limits(ctx, merged.last("partition"))
@@ -156,10 +150,7 @@ def handle(ctx, request, out) -> int:
             raise Refusal("ledger_unwritable", "the submission is refused",
                           f"the job ledger cannot be written ({exc.strerror})",
                           "Free space in your home directory (~/.local/state) and retry")
-    except Refusal as refusal:
-        discard_stage(stage)
-        return refuse(ctx, out, "sbatch", refusal.reason, refusal.what, refusal.why, refusal.fix)
-    except BaseException:
+    except BaseException:   # a Refusal included: dispatch prints it
         discard_stage(stage)
         raise
 

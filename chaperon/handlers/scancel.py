@@ -11,12 +11,13 @@
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import (HOSTLIST, NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, allow, deny,
-                       flag)
-from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, foreign_users
+from ..slurm.values import HOSTLIST, OTHER_CLUSTER, TEXT, allow, deny, flag
+from ..slurm.options import CommandSpec, Denial, NONE, REQ
+from ..untag import Filter, by_lines
+from ..scope import Placeholders, Scope, refuse_foreign_users
+from ..slurm.jobids import check_refs
 from ..selection import select
-from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from .common import binary_and_args, run_real
 
 ACCOUNT = Denial("foreign_jobs", "the sandbox touches only the jobs in its scope, and {opt} "
                  "selects jobs by account, across users",
@@ -54,21 +55,12 @@ FILTERS = ("name", "nodelist", "partition", "qos", "reservation", "state", "user
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SCANCEL)
-        others = foreign_users(ctx, parsed)
-        if others:
-            raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
-                          "the sandbox touches only your own jobs in its scope",
-                          "Leave it out; name the jobs by id or filter with --name")
-        refs = list(parsed.rest)
-        wrong = bad_refs(refs)
-        if wrong:
-            raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
-                          "it is not a job id the sandbox can check",
-                          "Give job ids such as 123, 123_4, 123_[1-3] or 123.0")
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "scancel", refusal)
+    binary, parsed = binary_and_args(ctx, request, SCANCEL)
+    refuse_foreign_users(ctx, parsed,
+                         "the sandbox touches only your own jobs in its scope",
+                         "Leave it out; name the jobs by id or filter with --name")
+    refs = list(parsed.rest)
+    check_refs(refs, "123, 123_4, 123_[1-3] or 123.0")
 
     scope = Scope(ctx, request)
     placeholders = Placeholders()

@@ -28,14 +28,15 @@ import re
 from urllib.parse import quote
 
 from ..environment import command_env
-from ..options import (HOSTLIST, JOB_NAME, NICE, OTHER_CLUSTER, REQ, TEXT, TIME, Check,
-                       CommandSpec, Denial, OptionRefused, deny, flag)
 from ..others import scontrol_nodes, scontrol_reservations
-from ..scope import (Filter, Placeholders, Scope, bad_refs, parse_permuted, ref_base,
-                     self_names, untag_scontrol)
-from ..submit import (TAG_END, TAG_PREFIX, Refusal, check_dependency, check_limits,
-                      from_option)
-from . import refuse_with, run_real
+from ..refusal import Refusal
+from ..scope import Placeholders, Scope, self_names
+from ..slurm.jobids import bad_refs, ref_base
+from ..slurm.options import REQ, Check, CommandSpec, Denial, parse_permuted
+from ..slurm.values import HOSTLIST, JOB_NAME, NICE, OTHER_CLUSTER, TEXT, TIME, deny, flag
+from ..submit import TAG_END, TAG_PREFIX, check_dependency, check_limits
+from ..untag import Filter, untag_scontrol
+from .common import run_real
 
 UID = Denial("identity", "it makes scontrol act as another user", "Leave it out")
 
@@ -149,72 +150,60 @@ def _key(tag: str):
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary = ctx.binary("scontrol")
-        if binary is None:
-            raise Refusal("not_installed", "scontrol is refused", "it is not installed here",
-                          "Ask your site admin")
-        if request.has_nul:
-            raise Refusal("nul_byte", "an argument with a NUL byte is refused",
-                          "no program can receive it", "Remove it")
-        try:
-            parsed = parse_permuted(SCONTROL, request.args_str)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
-        words = list(parsed.rest)
-        scope = Scope(ctx, request)
-        placeholders = Placeholders()
-        if not words:
-            if any(parsed.has(n) for n in ("help", "usage", "version")):
-                return _run(ctx, request, out, binary, parsed, [], placeholders)
-            raise Refusal("interactive", "interactive scontrol is refused",
-                          "the Slurm proxy does not forward a terminal to scontrol",
-                          "Give the command on the command line, e.g. scontrol show job 123")
-        command = _resolve(words[0], COMMANDS)
-        if command is None:
-            name = words[0].lower()
-            raise Refusal("scontrol_command", f"scontrol {words[0]} is refused",
-                          REFUSED_WHY.get(name, "it changes or reveals more than the jobs and "
-                                          "cluster view a sandbox may have"), ADMIN_FIX)
-        kind = COMMANDS[command][1]
-        args = words[1:]
-        if kind == "pass":
-            return _run(ctx, request, out, binary, parsed, [command, *args], placeholders)
-        if kind == "show":
-            return _show(ctx, request, out, binary, parsed, scope, placeholders, args)
-        if kind in ("ids", "one", "notify"):
-            if command == "listpids" and not args:
-                raise Refusal("job_required", "scontrol listpids without a job is refused",
-                              "it would list the processes of every job on this node",
-                              "Name an in-scope job: scontrol listpids JOBID")
-            if not args:   # scontrol's own "too few arguments" (no job is selected)
-                return _run(ctx, request, out, binary, parsed, [command], placeholders)
-            if kind == "ids":
-                flags = [a for a in args if command.startswith("requeue") and
-                         (a.lower() == "incomplete" or a.lower().startswith("state="))]
-                targets = [_scoped_list(a, scope, placeholders) for a in args if a not in flags]
-                if not targets:
-                    raise Refusal("bad_job_id", f"scontrol {command} without a job is refused",
-                                  "no job id was given, and the sandbox never lets an empty "
-                                  "job list select every job of yours",
-                                  f"Name the jobs: scontrol {command} {' '.join(flags)} JOBID")
-                return _run(ctx, request, out, binary, parsed, [command, *flags, *targets],
-                            placeholders)
-            first = _scoped_list(args[0], scope, placeholders, single=True)
-            return _run(ctx, request, out, binary, parsed, [command, first, *args[1:]],
+    binary = ctx.real_binary("scontrol")
+    parsed = parse_permuted(SCONTROL, request.args_str)
+    words = list(parsed.rest)
+    scope = Scope(ctx, request)
+    placeholders = Placeholders()
+    if not words:
+        if any(parsed.has(n) for n in ("help", "usage", "version")):
+            return _run(ctx, request, out, binary, parsed, [], placeholders)
+        raise Refusal("interactive", "interactive scontrol is refused",
+                      "the Slurm proxy does not forward a terminal to scontrol",
+                      "Give the command on the command line, e.g. scontrol show job 123")
+    command = _resolve(words[0], COMMANDS)
+    if command is None:
+        name = words[0].lower()
+        raise Refusal("scontrol_command", f"scontrol {words[0]} is refused",
+                      REFUSED_WHY.get(name, "it changes or reveals more than the jobs and "
+                                      "cluster view a sandbox may have"), ADMIN_FIX)
+    kind = COMMANDS[command][1]
+    args = words[1:]
+    if kind == "pass":
+        return _run(ctx, request, out, binary, parsed, [command, *args], placeholders)
+    if kind == "show":
+        return _show(ctx, request, out, binary, parsed, scope, placeholders, args)
+    if kind in ("ids", "one", "notify"):
+        if command == "listpids" and not args:
+            raise Refusal("job_required", "scontrol listpids without a job is refused",
+                          "it would list the processes of every job on this node",
+                          "Name an in-scope job: scontrol listpids JOBID")
+        if not args:   # scontrol's own "too few arguments" (no job is selected)
+            return _run(ctx, request, out, binary, parsed, [command], placeholders)
+        if kind == "ids":
+            flags = [a for a in args if command.startswith("requeue") and
+                     (a.lower() == "incomplete" or a.lower().startswith("state="))]
+            targets = [_scoped_list(a, scope, placeholders) for a in args if a not in flags]
+            if not targets:
+                raise Refusal("bad_job_id", f"scontrol {command} without a job is refused",
+                              "no job id was given, and the sandbox never lets an empty "
+                              "job list select every job of yours",
+                              f"Name the jobs: scontrol {command} {' '.join(flags)} JOBID")
+            return _run(ctx, request, out, binary, parsed, [command, *flags, *targets],
                         placeholders)
-        if kind == "write":
-            if len(args) < 2 or args[0].lower() != "batch_script" or args[2:] != ["-"]:
-                raise Refusal("write_file", f"scontrol write {' '.join(args)} is refused",
-                              "scontrol would write a file outside the sandbox's control",
-                              "Use scontrol write batch_script JOBID - (to standard output)")
-            return _run(ctx, request, out, binary, parsed,
-                        ["write", "batch_script",
-                         _scoped_list(args[1], scope, placeholders, single=True), "-"],
-                        placeholders)
-        return _update(ctx, request, out, binary, parsed, scope, placeholders, args)
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "scontrol", refusal)
+        first = _scoped_list(args[0], scope, placeholders, single=True)
+        return _run(ctx, request, out, binary, parsed, [command, first, *args[1:]],
+                    placeholders)
+    if kind == "write":
+        if len(args) < 2 or args[0].lower() != "batch_script" or args[2:] != ["-"]:
+            raise Refusal("write_file", f"scontrol write {' '.join(args)} is refused",
+                          "scontrol would write a file outside the sandbox's control",
+                          "Use scontrol write batch_script JOBID - (to standard output)")
+        return _run(ctx, request, out, binary, parsed,
+                    ["write", "batch_script",
+                     _scoped_list(args[1], scope, placeholders, single=True), "-"],
+                    placeholders)
+    return _update(ctx, request, out, binary, parsed, scope, placeholders, args)
 
 
 def _scoped_list(word: str, scope, placeholders, *, single: bool = False) -> str:

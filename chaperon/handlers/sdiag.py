@@ -3,11 +3,12 @@ per-user RPC statistics cut to the caller's own line (chaperon/others.py)."""
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import OTHER_CLUSTER, REQ, CommandSpec, deny, flag
+from ..slurm.values import OTHER_CLUSTER, deny, flag
+from ..slurm.options import REQ, CommandSpec
 from ..others import sdiag
 from ..scope import self_names
-from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from ..refusal import Refusal
+from .common import binary_and_args, run_real
 
 SDIAG = CommandSpec("sdiag", [
     flag("all", "a"),
@@ -23,10 +24,7 @@ SDIAG = CommandSpec("sdiag", [
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SDIAG)
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "sdiag", refusal)
+    binary, parsed = binary_and_args(ctx, request, SDIAG)
     code, data = run_real(out, [binary, *parsed.argv(), *parsed.rest],
                           env=command_env(request.env), cwd=ctx.project_dir, capture=True)
     out.stdout(sdiag(data, self_names(ctx)))

@@ -8,12 +8,14 @@ reach sinfo from an allow-list, SINFO_FORMAT rewritten like -o.
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import COUNT, HOSTLIST, OTHER_CLUSTER, REQ, CommandSpec, allow, deny, flag, pattern
+from ..slurm.values import COUNT, HOSTLIST, OTHER_CLUSTER, allow, deny, flag
+from ..slurm.options import REQ, CommandSpec, pattern
 from ..others import (AllFields, reason_user_null, sinfo_long, sinfo_reasons,
                       sinfo_reasons_long, sinfo_short)
-from ..scope import Filter, by_lines, self_names
-from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from ..untag import Filter, by_lines
+from ..scope import self_names
+from ..refusal import Refusal
+from .common import binary_and_args, run_real
 
 # A format reaches sinfo as one exec argument (no shell): any text but NUL,
 # newlines included (sinfo prints them).
@@ -54,24 +56,21 @@ WHY = ("it shows who set each node's reason, and the sandbox names no other user
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SINFO)
-        env = command_env(request.env)
-        env.update({n: v for n, v in request.env_str.items() if n in VARIABLES})
-        formats = []
-        for item in parsed.items:
-            if item.name == "format":
-                formats.append(f"--format={_short(item.value or '')}")
-            elif item.name == "Format":
-                formats.append(f"--Format={sinfo_long(item.value or '')}")
-        if "SINFO_FORMAT" in request.env_str:
-            env["SINFO_FORMAT"] = _short(request.env_str["SINFO_FORMAT"])
-        reasons = (not formats and parsed.has("list-reasons") and not parsed.has("Node")
-                   and not parsed.has("summarize"))
-        if reasons and not parsed.has("long"):
-            formats.append(f"--format={sinfo_reasons()}")
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "sinfo", refusal)
+    binary, parsed = binary_and_args(ctx, request, SINFO)
+    env = command_env(request.env)
+    env.update({n: v for n, v in request.env_str.items() if n in VARIABLES})
+    formats = []
+    for item in parsed.items:
+        if item.name == "format":
+            formats.append(f"--format={_short(item.value or '')}")
+        elif item.name == "Format":
+            formats.append(f"--Format={sinfo_long(item.value or '')}")
+    if "SINFO_FORMAT" in request.env_str:
+        env["SINFO_FORMAT"] = _short(request.env_str["SINFO_FORMAT"])
+    reasons = (not formats and parsed.has("list-reasons") and not parsed.has("Node")
+               and not parsed.has("summarize"))
+    if reasons and not parsed.has("long"):
+        formats.append(f"--format={sinfo_reasons()}")
     argv = [binary, *parsed.argv(skip=("format", "Format")), *formats, *parsed.rest]
     if parsed.has("json") or parsed.has("yaml"):
         code, data = run_real(out, argv, env=env, cwd=ctx.project_dir, capture=True)

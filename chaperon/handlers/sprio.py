@@ -13,12 +13,14 @@ from __future__ import annotations
 import os
 
 from ..environment import command_env
-from ..options import OPT, OTHER_CLUSTER, REQ, TEXT, CommandSpec, allow, deny, \
-    flag
-from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, foreign_users, job_refs
+from ..slurm.options import CommandSpec, OPT, REQ
+from ..slurm.values import OTHER_CLUSTER, TEXT, allow, deny, flag
+from ..untag import Filter, by_lines
+from ..scope import Placeholders, Scope, refuse_foreign_users
+from ..slurm.jobids import check_refs, job_refs
 from ..selection import Selection, select
-from ..submit import Refusal
-from . import binary_and_args, refuse, refuse_with, run_real
+from ..refusal import Refusal
+from .common import binary_and_args, run_real
 
 NOT_FOUND = b"Unable to find jobs matching user/id(s) specified\n"
 NO_MATCH = "agent-sandbox-none"
@@ -45,25 +47,17 @@ SPRIO = CommandSpec("sprio", [
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SPRIO)
-        others = foreign_users(ctx, parsed)
-        if others:
-            raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
-                          "the sandbox shows only the jobs in its scope",
-                          "Leave it out; sprio inside lists exactly the jobs you may see")
-        positional = list(parsed.rest)
-        named = None
-        if parsed.has("jobs"):
-            named = job_refs([v for v in parsed.values["jobs"] if v] or positional[:1])
-            if not any(parsed.values["jobs"]) and positional:
-                positional.pop(0)
-        wrong = bad_refs(named or [])
-        if wrong:
-            raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
-                          "it is not a job id the sandbox can check", "Give job ids such as 123")
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "sprio", refusal)
+    binary, parsed = binary_and_args(ctx, request, SPRIO)
+    refuse_foreign_users(ctx, parsed,
+                         "the sandbox shows only the jobs in its scope",
+                         "Leave it out; sprio inside lists exactly the jobs you may see")
+    positional = list(parsed.rest)
+    named = None
+    if parsed.has("jobs"):
+        named = job_refs([v for v in parsed.values["jobs"] if v] or positional[:1])
+        if not any(parsed.values["jobs"]) and positional:
+            positional.pop(0)
+    check_refs(named or [], "123")
     scope = Scope(ctx, request)
     placeholders = Placeholders()
     chosen = select(scope, named, placeholders)
@@ -75,8 +69,7 @@ def handle(ctx, request, out) -> int:
         pending = data.decode(errors="replace").split()
         chosen = Selection(ids=tuple(j for j in pending if chosen.mine or j in chosen.ids))
     if not chosen.fits():
-        return refuse(ctx, out, "sprio", "too_many_jobs",
-                      f"sprio for {len(chosen.ids)} pending jobs is refused",
+        raise Refusal("too_many_jobs", f"sprio for {len(chosen.ids)} pending jobs is refused",
                       "their ids do not fit in one argument of sprio",
                       "Name the jobs you want: sprio -j ID,ID")
     selection = ([chosen.jobs_option()] if not chosen.nothing else

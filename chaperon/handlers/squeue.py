@@ -23,13 +23,13 @@ import os
 import time
 
 from ..environment import command_env
-from ..options import (COUNT, HOSTLIST, OTHER_CLUSTER, OPT, REQ, TEXT, CommandSpec, Denial, allow,
-                       deny, flag)
-from ..scope import (Filter, Placeholders, Scope, SqueueFormat, bad_refs, foreign_users,
-                     job_refs, untag_json, untag_yaml)
+from ..slurm.values import COUNT, HOSTLIST, OTHER_CLUSTER, TEXT, allow, deny, flag
+from ..slurm.options import CommandSpec, Denial, OPT, REQ
+from ..untag import Filter, SqueueFormat, untag_json, untag_yaml
+from ..scope import Placeholders, Scope, refuse_foreign_users
+from ..slurm.jobids import check_refs, job_refs
 from ..selection import IdColumn, select
-from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from .common import binary_and_args, run_real
 
 ACCOUNTS = Denial("foreign_jobs", "the sandbox lists only the jobs in its scope, and {opt} "
                   "selects jobs by account, across users",
@@ -79,24 +79,15 @@ NO_MATCH = "agent-sandbox-no-job"
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SQUEUE)
-        others = foreign_users(ctx, parsed)
-        if others:
-            raise Refusal("foreign_jobs", f"--user={','.join(others)} is refused",
-                          "the sandbox lists only your own jobs in its scope",
-                          "Leave it out; squeue inside already lists exactly the jobs you "
-                          "may see")
-        positional = list(parsed.rest)
-        jobs = _listed(parsed, "jobs", positional)
-        steps = _listed(parsed, "steps", positional)
-        wrong = bad_refs((jobs or []) + (steps or []))
-        if wrong:
-            raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
-                          "it is not a job id the sandbox can check",
-                          "Give job ids such as 123, 123_4 or 123.0")
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "squeue", refusal)
+    binary, parsed = binary_and_args(ctx, request, SQUEUE)
+    refuse_foreign_users(ctx, parsed,
+                         "the sandbox lists only your own jobs in its scope",
+                         "Leave it out; squeue inside already lists exactly the jobs you "
+                         "may see")
+    positional = list(parsed.rest)
+    jobs = _listed(parsed, "jobs", positional)
+    steps = _listed(parsed, "steps", positional)
+    check_refs((jobs or []) + (steps or []), "123, 123_4 or 123.0")
 
     scope = Scope(ctx, request)
     placeholders = Placeholders()

@@ -27,14 +27,15 @@ import os
 from ..beneath import Unusable
 from ..environment import command_env
 from ..ledger import LedgerError
-from ..options import OptionRefused, merge
+from ..refusal import Refusal
 from ..scope import AllocationWatcher, Scope, known_job
-from ..srun_options import (INPUT_ENV, STEP_FACTS, allocation_only, allowed_in_step, parse,
-                            parse_env)
-from ..submit import (DEV_NULL, Refusal, check_dependency, check_limits, check_writable,
-                      comment_tag, discard_stage, from_option, launcher_env, new_stage,
-                      open_project, preflight, staged_env, working_dir, write_staged)
-from . import refuse, run_real
+from ..slurm.options import merge
+from ..slurm.srun_options import (INPUT_ENV, STEP_FACTS, allocation_only, allowed_in_step, parse,
+                                  parse_env)
+from ..submit import (DEV_NULL, check_dependency, check_limits, check_writable, comment_tag,
+                      discard_stage, launcher_env, new_stage, open_project, staged_env, working_dir,
+                      write_staged)
+from .common import run_real
 
 REBUILT = ("output", "error", "input", "export")
 
@@ -108,24 +109,21 @@ def handle(ctx, request, out) -> int:
     fds: list[int] = []
     stage = None
     try:
-        binary = preflight(ctx, request, "srun")
-        try:
-            mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
-            parsed = parse(request.args_str, step=step, allow_mail=mail)
-            job = env_in.get("SLURM_JOB_ID") or env_in.get("SLURM_JOBID", "")
-            if step:
-                if not (job.isascii() and job.isdigit()) or not known_job(ctx, request, job, "project"):
-                    raise Refusal("job_out_of_scope", f"a step in job {job} is refused",
-                                  "that job was not submitted from a sandbox of this project",
-                                  "Run srun inside a job you submitted from this project")
-                validated, from_env = step_variables(env_in, job)
-                given = merge(from_env, parsed)   # for the options the handler rebuilds
-            else:
-                validated, from_env = {}, parse_env(env_in, allow_mail=mail)
-                # Slurm's order: input variables, then the command line.
-                parsed = given = merge(from_env, parsed)
-        except OptionRefused as refused:
-            raise from_option(refused) from None
+        binary = ctx.real_binary("srun")
+        mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
+        parsed = parse(request.args_str, step=step, allow_mail=mail)
+        job = env_in.get("SLURM_JOB_ID") or env_in.get("SLURM_JOBID", "")
+        if step:
+            if not (job.isascii() and job.isdigit()) or not known_job(ctx, request, job, "project"):
+                raise Refusal("job_out_of_scope", f"a step in job {job} is refused",
+                              "that job was not submitted from a sandbox of this project",
+                              "Run srun inside a job you submitted from this project")
+            validated, from_env = step_variables(env_in, job)
+            given = merge(from_env, parsed)   # for the options the handler rebuilds
+        else:
+            validated, from_env = {}, parse_env(env_in, allow_mail=mail)
+            # Slurm's order: input variables, then the command line.
+            parsed = given = merge(from_env, parsed)
         if not parsed.rest:
             raise Refusal("no_command", "srun without a command is refused",
                           "there is nothing to run", "Give the command: srun [options] CMD")
@@ -161,12 +159,7 @@ def handle(ctx, request, out) -> int:
         spec = write_staged(stage, "spec.json", json.dumps(
             {"argv": list(parsed.rest), "workdir": cwd, "env": env,
              **({"submit_dir": submit_dir} if submit_dir else {})}).encode())
-    except Refusal as refusal:
-        for fd in fds:
-            os.close(fd)
-        discard_stage(stage)
-        return refuse(ctx, out, "srun", refusal.reason, refusal.what, refusal.why, refusal.fix)
-    except BaseException:
+    except BaseException:   # a Refusal included: dispatch prints it
         for fd in fds:
             os.close(fd)
         discard_stage(stage)
@@ -183,9 +176,10 @@ def handle(ctx, request, out) -> int:
             try:
                 ctx.ledger.reserve(token)
             except LedgerError as exc:
-                return refuse(ctx, out, "srun", "ledger_unwritable", "the allocation is refused",
+                raise Refusal("ledger_unwritable", "the allocation is refused",
                               f"the job ledger cannot be written ({exc.strerror})",
-                              "Free space in your home directory (~/.local/state) and retry")
+                              "Free space in your home directory (~/.local/state) and retry"
+                              ) from None
             tag = comment_tag(ctx, parsed.last("comment"))
             tagged = [f"--comment={tag}"]
             watcher = AllocationWatcher(ctx, request, tag, token)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import os
 
 from ..environment import command_env
-from ..options import NONE, OTHER_CLUSTER, REQ, TEXT, CommandSpec, Denial, allow, deny, flag
-from ..scope import foreign_users
-from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from ..slurm.options import CommandSpec, Denial, NONE, REQ
+from ..slurm.values import OTHER_CLUSTER, TEXT, allow, deny, flag
+from ..scope import refuse_foreign_users
+from .common import binary_and_args, run_real
 
 OTHERS = Denial("foreign_jobs", "it lists the shares of other users and accounts",
                 "Leave it out; sshare inside shows your own associations")
@@ -37,15 +37,10 @@ SSHARE = CommandSpec("sshare", [
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SSHARE)
-        others = foreign_users(ctx, parsed)
-        if others:
-            raise Refusal("foreign_jobs", f"--users={','.join(others)} is refused",
-                          "it would list another user's shares",
-                          "Leave it out; sshare inside shows your own associations")
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "sshare", refusal)
+    binary, parsed = binary_and_args(ctx, request, SSHARE)
+    refuse_foreign_users(ctx, parsed,
+                         "it would list another user's shares",
+                         "Leave it out; sshare inside shows your own associations", option="users")
     user = [] if parsed.has("user") else [f"--users={ctx.user or os.getuid()}"]
     code, _ = run_real(out, [binary, *parsed.argv(), *user, *parsed.rest],
                        env=command_env(request.env), cwd=ctx.project_dir)

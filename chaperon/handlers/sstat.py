@@ -7,11 +7,13 @@ caller's, so the output is sstat's own.
 from __future__ import annotations
 
 from ..environment import command_env
-from ..options import TEXT, CommandSpec, allow, flag
-from ..scope import Filter, Placeholders, Scope, bad_refs, by_lines, job_refs
+from ..slurm.values import TEXT, allow, flag
+from ..slurm.options import CommandSpec
+from ..untag import Filter, by_lines
+from ..scope import Placeholders, Scope
+from ..slurm.jobids import check_refs, job_refs
 from ..selection import select
-from ..submit import Refusal
-from . import binary_and_args, refuse_with, run_real
+from .common import binary_and_args, run_real
 
 SSTAT = CommandSpec("sstat", [
     flag("allsteps", "a"),
@@ -31,16 +33,9 @@ SSTAT = CommandSpec("sstat", [
 
 
 def handle(ctx, request, out) -> int:
-    try:
-        binary, parsed = binary_and_args(ctx, request, SSTAT)
-        refs = job_refs(parsed.values.get("jobs", [])) + job_refs(parsed.rest)
-        wrong = bad_refs(refs)
-        if wrong:
-            raise Refusal("bad_job_id", f"the job id {wrong[0]!r} is refused",
-                          "it is not a job id the sandbox can check",
-                          "Give job ids such as 123 or 123.0")
-    except Refusal as refusal:
-        return refuse_with(ctx, out, "sstat", refusal)
+    binary, parsed = binary_and_args(ctx, request, SSTAT)
+    refs = job_refs(parsed.values.get("jobs", [])) + job_refs(parsed.rest)
+    check_refs(refs, "123 or 123.0")
     placeholders = Placeholders()
     selection = []
     if refs:   # none named (absent, -j '', -j ,): sstat's own "no job" error, nothing selected

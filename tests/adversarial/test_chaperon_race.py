@@ -21,8 +21,8 @@ pytestmark = pytest.mark.usefixtures("slurm_cluster")
 DRIVER = r'''
 import ctypes, json, os, sys, threading
 sys.path.insert(0, sys.argv[1])
-from chaperon import protocol
-from chaperon.session import CONN_DIR, ENV_SESSION_DIR, SANDBOX_DIR
+from chaperon.wire import protocol
+from chaperon.wire.session import CONN_DIR, ENV_SESSION_DIR, SANDBOX_DIR
 from stubs import client
 
 count = int(sys.argv[2])

@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from chaperon.scope import untag_fields
+from chaperon.untag import untag_fields
 from tests.conftest import SLURM_SCRIPT
 from tests.integration.test_scope import outside
 

@@ -118,8 +118,8 @@ def test_sigkill_of_the_launcher_leaves_no_chaperon(user, project):
 HOSTILE = r'''
 import os, sys, time
 sys.path.insert(0, sys.argv[1])
-from chaperon import protocol
-from chaperon.session import announcement
+from chaperon.wire import protocol
+from chaperon.wire.session import announcement
 session = os.environ["AGENT_SANDBOX_CHAPERON"]
 mode = sys.argv[2]
 name = os.urandom(16).hex()

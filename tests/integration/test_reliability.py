@@ -22,8 +22,8 @@ SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-cluster.
 HOSTILE = r'''
 import json, os, subprocess, sys, threading, time
 sys.path.insert(0, sys.argv[1])
-from chaperon import protocol
-from chaperon.session import announcement
+from chaperon.wire import protocol
+from chaperon.wire.session import announcement
 session = os.environ["AGENT_SANDBOX_CHAPERON"]
 conn = os.path.join(session, "conn")
 

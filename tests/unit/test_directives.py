@@ -1,4 +1,4 @@
-"""#SBATCH directives (chaperon/directives.py): read as sbatch 22.05 reads them
+"""#SBATCH directives (chaperon/slurm/directives.py): read as sbatch 22.05 reads them
 (the rules were checked against the real binary), validated by the sbatch
 table with --wrap refused, removed from the body line for line."""
 from __future__ import annotations
@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaperon.directives import parse_script
-from chaperon.options import OptionRefused
-from chaperon.sbatch_options import SBATCH
+from chaperon.slurm.directives import parse_script
+from chaperon.refusal import Refusal
+from chaperon.slurm.sbatch_options import SBATCH
 
 from test_options import MESSAGE, SBATCH_FOREIGN, spellings
 
@@ -18,8 +18,8 @@ def script(*lines: str) -> str:
     return "\n".join(["#!/bin/bash", *lines, "echo done"]) + "\n"
 
 
-def refused(text, **kw) -> OptionRefused:
-    with pytest.raises(OptionRefused) as info:
+def refused(text, **kw) -> Refusal:
+    with pytest.raises(Refusal) as info:
         parse_script(text, **kw)
     assert MESSAGE.match(info.value.message), info.value.message
     return info.value
@@ -211,7 +211,7 @@ def test_no_accepted_script_yields_a_refused_option(lines):
     allowed = {o.name for o in SBATCH.allowed()}
     try:
         found = parse_script(text)
-    except OptionRefused as error:
+    except Refusal as error:
         assert MESSAGE.match(error.message)
         return
     for item in found.parsed.items:

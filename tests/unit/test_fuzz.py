@@ -8,11 +8,11 @@ import os
 import random
 import time
 
-from chaperon import protocol
-from chaperon.directives import parse_script
-from chaperon.options import OptionRefused
-from chaperon.sbatch_options import SBATCH, parse
-from chaperon.submit import Refusal, open_project, output_pattern
+from chaperon.refusal import Refusal
+from chaperon.slurm.directives import parse_script
+from chaperon.slurm.sbatch_options import SBATCH, parse
+from chaperon.submit import open_project, output_pattern
+from chaperon.wire import protocol
 
 SEED = 20261123
 ROUNDS = 100_000
@@ -95,7 +95,7 @@ def test_option_validator_never_yields_a_denied_option():
                 for _ in range(rng.randrange(0, 7))]
         try:
             parsed = parse(argv)
-        except OptionRefused:
+        except Refusal:
             refused += 1
             continue
         accepted += 1
@@ -121,7 +121,7 @@ def test_sbatch_directives_never_yield_a_denied_option():
         lines.append("echo body")
         try:
             parsed = parse_script("\n".join(lines)).parsed
-        except OptionRefused:
+        except Refusal:
             refused += 1
             continue
         accepted += 1

@@ -11,10 +11,10 @@ from hypothesis import given, settings, strategies as st
 
 from chaperon import environment
 from chaperon.handlers.srun import step_variables
-from chaperon.options import OptionRefused
-from chaperon.sbatch_options import SBATCH
-from chaperon.srun_options import (INPUT_ENV, SRUN_ALLOCATION, SRUN_STEP, STEP_DROPPED,
-                                   STEP_FACTS, parse_env)
+from chaperon.refusal import Refusal
+from chaperon.slurm.sbatch_options import SBATCH
+from chaperon.slurm.srun_options import (INPUT_ENV, SRUN_ALLOCATION, SRUN_STEP, STEP_DROPPED,
+                                         STEP_FACTS, parse_env)
 
 DENIED_STEP = {name for name, option in INPUT_ENV.items()
                if SRUN_STEP.by_long.get(option) is None
@@ -43,7 +43,7 @@ def test_the_variables_that_name_files_or_programs_are_in_the_table():
     ("SLURM_REMOTE_CWD", "/"), ("SLURMD_DEBUG", "9"), ("SLURM_BCAST", "/tmp/x"),
 ])
 def test_a_denied_variable_is_refused_by_name_in_step_mode(name, value):
-    with pytest.raises(OptionRefused) as refused:
+    with pytest.raises(Refusal) as refused:
         step_variables({name: value, "SLURM_JOB_ID": "5"}, "5")
     assert name in refused.value.message
 
@@ -78,7 +78,7 @@ VALUES = st.one_of(st.sampled_from(["", "0", "1", "yes", "no", "4", "/etc/passwd
 def test_no_accepted_step_environment_passes_a_denied_option(env):
     try:
         validated, parsed = step_variables(dict(env, SLURM_JOB_ID="5"), "5")
-    except OptionRefused:
+    except Refusal:
         return
     assert not set(validated) & DENIED_STEP
     assert set(validated) <= set(INPUT_ENV) | set(STEP_FACTS) | {"SLURM_JOB_ID", "SLURM_JOBID"}
@@ -95,7 +95,7 @@ def test_no_accepted_step_environment_passes_a_denied_option(env):
 def test_no_accepted_allocation_environment_yields_a_denied_option(env):
     try:
         parsed = parse_env(env)
-    except OptionRefused:
+    except Refusal:
         return
     for item in parsed.items:
         assert SRUN_ALLOCATION.by_long[item.name].denial is None, item
@@ -127,7 +127,7 @@ def test_the_staged_environment_follows_export_rules(export, expected):
 
 
 def test_sbatch_variables_are_options_of_sbatch():
-    from chaperon.sbatch_options import INPUT_ENV as SBATCH_ENV
+    from chaperon.slurm.sbatch_options import INPUT_ENV as SBATCH_ENV
     for name, option in SBATCH_ENV.items():
         assert option in SBATCH.by_long, (name, option)
         assert re.fullmatch(r"S(BATCH|LURM)_[A-Z0-9_]+", name)

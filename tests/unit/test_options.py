@@ -1,4 +1,4 @@
-"""The shared option parser and the sbatch/srun tables (chaperon/options.py).
+"""The shared option parser and the sbatch/srun tables (chaperon/slurm/options.py).
 
 The parsing rules mirror getopt_long as Slurm 22.05 calls it (optstring "+…",
 every option of the command in the long table); the tables were checked
@@ -15,10 +15,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaperon import sbatch_options, srun_options
-from chaperon.options import NONE, OPT, REQ, OptionRefused, merge, parse
-from chaperon.sbatch_options import SBATCH
-from chaperon.srun_options import SRUN_ALLOCATION, SRUN_STEP
+from chaperon.slurm import sbatch_options, srun_options
+from chaperon.slurm.options import NONE, OPT, REQ, merge, parse
+from chaperon.refusal import Refusal
+from chaperon.slurm.sbatch_options import SBATCH
+from chaperon.slurm.srun_options import SRUN_ALLOCATION, SRUN_STEP
 
 SPECS = {"sbatch": SBATCH, "srun-allocation": SRUN_ALLOCATION, "srun-step": SRUN_STEP}
 MESSAGE = re.compile(r"^agent-sandbox: (sbatch|srun): .+ is refused — .+\. .+$", re.S)
@@ -37,8 +38,8 @@ MUST_DENY["srun-step"] = MUST_DENY["srun-allocation"] + ["partition", "account",
 SBATCH_FOREIGN = ["prolog", "epilog", "task-prolog", "task-epilog", "bcast"]
 
 
-def refused(spec, argv, **kw) -> OptionRefused:
-    with pytest.raises(OptionRefused) as info:
+def refused(spec, argv, **kw) -> Refusal:
+    with pytest.raises(Refusal) as info:
         parse(spec, argv, **kw)
     assert MESSAGE.match(info.value.message), info.value.message
     return info.value
@@ -136,11 +137,11 @@ def test_mail_only_with_the_admin_unlock():
     parsed = sbatch_options.parse(["--mail-type=END,FAIL", "--mail-user=me@x.org", "j.sh"],
                                   allow_mail=True)
     assert parsed.canonical == ["--mail-type=END,FAIL", "--mail-user=me@x.org"]
-    with pytest.raises(OptionRefused) as info:
+    with pytest.raises(Refusal) as info:
         sbatch_options.parse(["--mail-type=SOMETIMES"], allow_mail=True)
     assert info.value.reason == "bad_value"
     # In step mode mail is a job option: refused even when mail is allowed.
-    with pytest.raises(OptionRefused):
+    with pytest.raises(Refusal):
         srun_options.parse(["--mail-type=END", "true"], step=True, allow_mail=True)
 
 
@@ -423,7 +424,7 @@ def test_no_accepted_input_yields_a_refused_option(label):
     def check(argv):
         try:
             parsed = parse(spec, argv)
-        except OptionRefused as error:
+        except Refusal as error:
             assert MESSAGE.match(error.message)
             return
         for item in parsed.items:
@@ -450,7 +451,7 @@ def test_tables_are_consistent():
 
 # ---------------------------------------------------------------- sbatch input variables
 def test_sbatch_input_variables_become_options_as_sbatch_reads_them():
-    from chaperon.sbatch_options import INPUT_ENV, SBATCH, env_words
+    from chaperon.slurm.sbatch_options import INPUT_ENV, SBATCH, env_words
 
     assert all(SBATCH.by_long.get(name) for name in INPUT_ENV.values())   # all real options
     env = {"SBATCH_TIMELIMIT": "10", "SBATCH_REQUEUE": "", "SBATCH_OVERCOMMIT": "no",
@@ -467,10 +468,10 @@ def test_sbatch_input_variables_become_options_as_sbatch_reads_them():
     ("SBATCH_GET_USER_ENV", "1"), ("SBATCH_EXPORT", "ALL,LD_PRELOAD=/x"),
     ("SBATCH_CONTAINER", "/img"), ("SBATCH_BURST_BUFFER", "x"), ("SBATCH_CLUSTERS", "other")])
 def test_a_refused_input_variable_is_named(variable, value):
-    from chaperon.options import OptionRefused
-    from chaperon.sbatch_options import parse_env
+    from chaperon.refusal import Refusal
+    from chaperon.slurm.sbatch_options import parse_env
 
-    with pytest.raises(OptionRefused) as caught:
+    with pytest.raises(Refusal) as caught:
         parse_env({"SBATCH_TIMELIMIT": "5", variable: value})
     assert caught.value.what.startswith(f"{variable} (read by sbatch as --")
     assert caught.value.instead.startswith(f"Unset {variable}, or: ")

@@ -1,4 +1,4 @@
-"""Unit tests for chaperon.protocol: CHAPERON/1 of SPEC §9.
+"""Unit tests for chaperon.wire.protocol: CHAPERON/1 of SPEC §9.
 
 Round trips (property-based, binary data included), chunking invariance,
 every malformed frame with its typed error, every limit at the limit and one
@@ -20,11 +20,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaperon.protocol import (CHUNK, MAX_ARGS, MAX_COMMAND, MAX_DATUM, MAX_ENV, MAX_LINE,
-                               MAX_LINES, MAX_REQUEST, MAX_RESP_PATH, Alive, Closed, Exit,
-                               FrameTooLarge, MalformedFrame, Output, ProtocolError, Request,
-                               RequestDecoder, ResponseDecoder, encode_alive, encode_event,
-                               encode_exit, encode_request, encode_stderr, encode_stdout)
+from chaperon.wire.protocol import (CHUNK, MAX_ARGS, MAX_COMMAND, MAX_DATUM, MAX_ENV, MAX_LINE,
+                                    MAX_LINES, MAX_REQUEST, MAX_RESP_PATH, Alive, Closed, Exit,
+                                    FrameTooLarge, MalformedFrame, Output, ProtocolError, Request,
+                                    RequestDecoder, ResponseDecoder, encode_alive, encode_event,
+                                    encode_exit, encode_request, encode_stderr, encode_stdout)
 
 ROOT = Path(__file__).resolve().parents[2]
 MiB = 1024 * 1024
@@ -838,7 +838,7 @@ def test_has_nul_flags_what_exec_cannot_pass():
 
 def test_import_pulls_in_nothing_heavy():
     code = ("import sys; sys.path.insert(0, sys.argv[1]); before = set(sys.modules); "
-            "import chaperon.protocol; print(' '.join(sorted(set(sys.modules) - before)))")
+            "import chaperon.wire.protocol; print(' '.join(sorted(set(sys.modules) - before)))")
     out = subprocess.run([sys.executable, "-I", "-S", "-c", code, str(ROOT)], check=True,
                          capture_output=True, text=True).stdout.split()
-    assert set(out) <= {"chaperon", "chaperon.protocol", "binascii"}, out
+    assert set(out) <= {"chaperon", "chaperon.wire", "chaperon.wire.protocol", "binascii"}, out

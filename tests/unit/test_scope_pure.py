@@ -9,7 +9,8 @@ import os
 
 import pytest
 
-from chaperon import scope
+from chaperon import scope, untag
+from chaperon.slurm import jobids, options
 from chaperon.handlers import scontrol, squeue
 from chaperon.ledger import Ledger
 
@@ -24,7 +25,7 @@ BARE = b"chaperon:sid=0123456789ab,proj=0123456789abcdef:END"
     ("", None), ("0x7b", None), ("123.0.1", None),
 ])
 def test_job_references(ref, base):
-    assert scope.ref_base(ref) == base
+    assert jobids.ref_base(ref) == base
 
 
 def test_placeholders_turn_back_into_the_caller_ids():
@@ -40,25 +41,25 @@ def test_placeholders_turn_back_into_the_caller_ids():
 
 def test_scontrol_comment_entry():
     multi = b"   WorkDir=/tmp\n   Comment=" + TAG + b" \n   StdErr=/x\n"
-    assert scope.untag_scontrol(multi) == b"   WorkDir=/tmp\n   Comment=my note \n   StdErr=/x\n"
+    assert untag.untag_scontrol(multi) == b"   WorkDir=/tmp\n   Comment=my note \n   StdErr=/x\n"
     bare = b"   WorkDir=/tmp\n   Comment=" + BARE + b" \n   StdErr=/x\n"
-    assert scope.untag_scontrol(bare) == b"   WorkDir=/tmp\n   StdErr=/x\n"
+    assert untag.untag_scontrol(bare) == b"   WorkDir=/tmp\n   StdErr=/x\n"
     one = b"WorkDir=/tmp Comment=" + BARE + b"  StdErr=/x"
-    assert scope.untag_scontrol(one) == b"WorkDir=/tmp StdErr=/x"
+    assert untag.untag_scontrol(one) == b"WorkDir=/tmp StdErr=/x"
 
 
 def test_json_and_yaml():
-    assert scope.untag_json(b'"comment": "' + TAG + b'",', empty=b'""') == \
+    assert untag.untag_json(b'"comment": "' + TAG + b'",', empty=b'""') == \
         b'"comment": "my note",'
-    assert scope.untag_json(b'"job": "' + BARE + b'",', empty=b"null") == b'"job": null,'
+    assert untag.untag_json(b'"job": "' + BARE + b'",', empty=b"null") == b'"job": null,'
     odd = b"chaperon:sid=0123456789ab,proj=0123456789abcdef,user=a%2Fb%22%0A%C3%A9:END"
-    assert scope.untag_json(b'"' + odd + b'"', empty=b'""') == '"a\\/b\\"\\né"'.encode()
-    assert scope.untag_yaml(b"  !!str comment: !!str " + TAG + b"\n") == \
+    assert untag.untag_json(b'"' + odd + b'"', empty=b'""') == '"a\\/b\\"\\né"'.encode()
+    assert untag.untag_yaml(b"  !!str comment: !!str " + TAG + b"\n") == \
         b"  !!str comment: !!str my note\n"
-    assert scope.untag_yaml(b"  !!str job: !!str " + BARE + b"\n") == \
+    assert untag.untag_yaml(b"  !!str job: !!str " + BARE + b"\n") == \
         b"  !!str job: !!null null\n"
     colon = b"chaperon:sid=0123456789ab,proj=0123456789abcdef,user=a%3A%20b:END"
-    assert scope.untag_yaml(b"x: !!str " + colon + b"\n") == b"x: !!str 'a: b'\n"
+    assert untag.untag_yaml(b"x: !!str " + colon + b"\n") == b"x: !!str 'a: b'\n"
 
 
 # squeue 22.05, job 531 with comment "my note", job 532 without one:
@@ -74,7 +75,7 @@ REAL_SHORT = [
 
 @pytest.mark.parametrize("value,expected", REAL_SHORT)
 def test_squeue_short_format_renders_like_squeue(value, expected):
-    fmt = scope.SqueueFormat("%k|%10k|%.10k|%.3k|%3k", long=False)
+    fmt = untag.SqueueFormat("%k|%10k|%.10k|%.3k|%3k", long=False)
     assert fmt.text == "\x01%k\x02|\x01%k\x02|\x01%k\x02|\x01%k\x02|\x01%k\x02"
     raw = b"(null)" if value is None else (TAG if value == b"my note" else value)
     line = b"|".join(b"\x01" + raw + b"\x02" for _ in range(5))
@@ -82,23 +83,23 @@ def test_squeue_short_format_renders_like_squeue(value, expected):
 
 
 def test_squeue_formats_keep_everything_else():
-    fmt = scope.SqueueFormat("x%.18i %k%%j", long=False)
+    fmt = untag.SqueueFormat("x%.18i %k%%j", long=False)
     assert fmt.text == "x%.18i \x01%k\x02%j"
     assert fmt.line(b"x               531 \x01" + TAG + b"\x02wrap") == \
         b"x               531 my notewrap"
-    assert scope.SqueueFormat("%i", long=False).text == "%i"
-    everything = scope.SqueueFormat("%all", long=False)
+    assert untag.SqueueFormat("%i", long=False).text == "%i"
+    everything = untag.SqueueFormat("%all", long=False)
     assert everything.line(b"a|" + TAG + b"|b") == b"a|my note|b"
 
 
 def test_squeue_long_format():
-    fmt = scope.SqueueFormat("jobid,comment,comment:.12,comment:5x,name", long=True)
+    fmt = untag.SqueueFormat("jobid,comment,comment:.12,comment:5x,name", long=True)
     assert fmt.text == "jobid:20\x01,comment:0\x02\x01,comment:0\x02\x01,comment:0\x02x,name"
     line = (b"531".ljust(20) + b"\x01" + TAG + b"\x02\x01" + TAG + b"\x02\x01" + TAG +
             b"\x02x" + b"wrap".ljust(20))
     assert fmt.line(line) == (b"531".ljust(20) + b"my note".ljust(20) + b"     my note" +
                               b"my nox" + b"wrap".ljust(20))
-    first = scope.SqueueFormat("comment:30,jobid", long=True)
+    first = untag.SqueueFormat("comment:30,jobid", long=True)
     assert first.text == "comment:0\x02,jobid"
     assert first.line(BARE + b"\x02531") == b"(null)".ljust(30) + b"531"
 
@@ -106,7 +107,7 @@ def test_squeue_long_format():
 def test_sacct_columns():
     names = ["Account", "AdminComment", "Cluster", "Comment", "Constraints", "JobID",
              "JobName"]
-    columns = scope.SacctColumns("jobid,comm%-5,jobname,ALL", names, 14)
+    columns = untag.SacctColumns("jobid,comm%-5,jobname,ALL", names, 14)
     assert columns.lengths == [-5, 14]
     assert "comm%-4096" in columns.text and "Comment%-4096" in columns.text
     wide = b"-" * 4096
@@ -115,7 +116,7 @@ def test_sacct_columns():
     row = b"535          " + TAG.ljust(4096) + b"       wrap "
     bare = b"536          " + BARE.ljust(4096) + b"       wrap "
     data = b"\n".join([header, dashes, row, bare, b""])
-    columns = scope.SacctColumns("jobid,comm%-5,jobname", names, 14)
+    columns = untag.SacctColumns("jobid,comm%-5,jobname", names, 14)
     rows = [b"535          my n+       wrap ", b"536          " + b" " * 5 + b"       wrap "]
     assert columns.lines(data, header=True) == b"\n".join([
         b"JobID        Comme    JobName ", b"------------ ----- ---------- ", *rows, b""])
@@ -123,16 +124,16 @@ def test_sacct_columns():
 
 
 def test_sacct_render_matches_print_fields_str():
-    assert scope.render_sacct(b"my note", 14) == b"       my note"
-    assert scope.render_sacct(b"my note", -5) == b"my n+"
-    assert scope.render_sacct(None, 4) == b"    "
-    assert scope.render_sacct(b"abc", -6) == b"abc   "
+    assert untag.render_sacct(b"my note", 14) == b"       my note"
+    assert untag.render_sacct(b"my note", -5) == b"my n+"
+    assert untag.render_sacct(None, 4) == b"    "
+    assert untag.render_sacct(b"abc", -6) == b"abc   "
 
 
 def test_parse_permuted_reads_options_anywhere():
-    parsed = scope.parse_permuted(squeue.SQUEUE, ["-j", "12", "-h", "--", "-x"])
+    parsed = options.parse_permuted(squeue.SQUEUE, ["-j", "12", "-h", "--", "-x"])
     assert parsed.has("noheader") and parsed.rest == ("12", "-x")
-    parsed = scope.parse_permuted(scontrol.SCONTROL, ["show", "job", "-d", "5"])
+    parsed = options.parse_permuted(scontrol.SCONTROL, ["show", "job", "-d", "5"])
     assert parsed.rest == ("show", "job", "5") and parsed.has("details")
 
 
@@ -199,6 +200,6 @@ def test_comment_tag_round_trips_any_user_comment(comment):
 
     ctx = SimpleNamespace(session_id="abc123", ledger=SimpleNamespace(project="0f" * 8))
     tag = comment_tag(ctx, comment).encode("ascii")      # Slurm stores it as given
-    match = scope.TAG.fullmatch(tag)
+    match = untag.TAG.fullmatch(tag)
     assert match is not None
-    assert scope.user_comment(match) == comment.encode("utf-8", "surrogateescape")
+    assert untag.user_comment(match) == comment.encode("utf-8", "surrogateescape")

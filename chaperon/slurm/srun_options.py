@@ -7,7 +7,7 @@ short letters and value kinds as `srun` itself reports them), in two modes.
   the job and are refused with that reason.
 
 Each row says where an allowed option applies (BOTH modes or ALLOCATION
-only); refused rows carry their reason. The parser is chaperon/options.py;
+only); refused rows carry their reason. The parser is chaperon/slurm/options.py;
 the handler resolves -o/-e/-i inside the project and the working directory.
 """
 from __future__ import annotations
@@ -15,12 +15,12 @@ from __future__ import annotations
 import re
 from typing import Sequence
 
-from .options import (ADMIN_ONLY, BCAST, BURST_BUFFER, CHDIR, CONTAINER, COUNT, EXPORT,
-                      EXPORT_FILE, HET_JOB, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
-                      MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
-                      PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, CommandSpec,
-                      Denial, Parsed, allow, choice, deny, flag, input_env_table, other,
-                      parse_input_env, path)
+from .values import (ADMIN_ONLY, BCAST, BURST_BUFFER, CHDIR, CONTAINER, COUNT, EXPORT, EXPORT_FILE,
+                     HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV, MAIL, MAIL_TYPE,
+                     NETWORK, NICE, NODEFILE, NODES, OTHER_CLUSTER, PROPAGATE, SIGNAL, SIZE,
+                     SOCKETS, TEXT, TIME, WHEN, WORD, allow, deny, flag, other, path)
+from .options import (HET_JOB, NONE, OPT, REQ, CommandSpec, Denial, Parsed, choice, input_env_table,
+                      parse_input_env)
 from .options import parse as _parse
 
 PTY = Denial("pty", "a pseudo-terminal would connect the task to this session outside the "

@@ -35,7 +35,8 @@ from __future__ import annotations
 
 from typing import Iterable, NamedTuple
 
-from .options import OptionRefused, Parsed, parse
+from ..refusal import Refusal
+from .options import Parsed, parse
 from .sbatch_options import SBATCH
 
 MAGIC_WORDS = ("#SBATCH", "#SLURM")
@@ -52,11 +53,11 @@ class Directives(NamedTuple):
 
 
 def _refuse(reason: str, written: str, why: str, instead: str, line: int, *,
-            subject: str | None = None) -> OptionRefused:
-    return OptionRefused("sbatch", written, reason, why, instead, line=line, subject=subject)
+            subject: str | None = None) -> Refusal:
+    return Refusal.argument("sbatch", written, reason, why, instead, line=line, subject=subject)
 
 
-def _refuse_script(why: str, instead: str, line: int) -> OptionRefused:
+def _refuse_script(why: str, instead: str, line: int) -> Refusal:
     return _refuse("not_a_batch_script", "", why, instead, line, subject="the job script")
 
 
@@ -134,7 +135,7 @@ def parse_script(script: bytes | str, *, allow_mail: bool = False,
                  ignore_pbs: bool = False) -> Directives:
     """Extract and validate the #SBATCH directives of `script`. `ignore_pbs`
     is True when --ignore-pbs was given on the command line. Raises
-    OptionRefused naming the script line."""
+    Refusal naming the script line."""
     is_bytes = isinstance(script, bytes)
     text = script.decode("utf-8", "surrogateescape") if is_bytes else script
     _check_script(text)
@@ -161,7 +162,7 @@ def parse_script(script: bytes | str, *, allow_mail: bool = False,
 
     try:
         parsed = parse(SBATCH, words, unlock=("mail",) if allow_mail else (), in_script=True)
-    except OptionRefused as refused:
+    except Refusal as refused:
         index = refused.index if refused.index is not None else len(words) - 1
         raise refused.at_line(word_lines[index] if word_lines else 1) from None
     if parsed.rest:

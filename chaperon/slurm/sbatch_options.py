@@ -2,18 +2,18 @@
 (names, short letters and value kinds as `sbatch` itself reports them),
 each allowed with a value check, or refused with its reason.
 
-A new option is one line here; the parser is chaperon/options.py.
+A new option is one line here; the parser is chaperon/slurm/options.py.
 """
 from __future__ import annotations
 
 from typing import Sequence
 
-from .options import (ADMIN_ONLY, ARRAY, BCAST, BURST_BUFFER, CHDIR, COMMAND, CONTAINER, COUNT,
-                      EXPORT, EXPORT_FILE, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
-                      MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, NONE, OPT, OTHER_CLUSTER,
-                      PROPAGATE, REQ, SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, CommandSpec,
-                      Denial, Parsed, allow, choice, deny, flag, input_env_table,
-                      input_env_words, other, parse_input_env, path)
+from .values import (ADMIN_ONLY, ARRAY, BCAST, BURST_BUFFER, CHDIR, COMMAND, CONTAINER, COUNT,
+                     EXPORT, EXPORT_FILE, HOSTLIST, HOST_PROGRAM, IDENTITY, JOB_NAME, LOGIN_ENV,
+                     MAIL, MAIL_TYPE, NETWORK, NICE, NODEFILE, NODES, OTHER_CLUSTER, PROPAGATE,
+                     SIGNAL, SIZE, SOCKETS, TEXT, TIME, WHEN, WORD, allow, deny, flag, other, path)
+from .options import (NONE, OPT, REQ, CommandSpec, Denial, Parsed, choice, input_env_table,
+                      input_env_words, parse_input_env)
 from .options import parse as _parse
 
 WRAP_IN_SCRIPT = Denial(

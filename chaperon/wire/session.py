@@ -25,6 +25,10 @@ ANNOUNCE_FIFO = "req"
 CONN_DIR = "conn"
 BIN_DIR = "bin"   # stubs on disk in the session dir, for backends that cannot mount
 ENV_SESSION_DIR = "AGENT_SANDBOX_CHAPERON"
+# Exit codes of the proxy's own answers (a real command's answer is its own
+# status, 128+N for a signal: handlers/common.py exit_status).
+EXIT_REFUSED = 1    # a refusal, by the chaperon or by the stub itself (SPEC §9)
+EXIT_INTERNAL = 1   # the proxy failed (a handler bug, no chaperon, a broken reply)
 # "\n" first: whatever garbage a hostile writer left without a newline, the
 # announcement still starts a line of its own.
 ANNOUNCE_PREFIX = b"\nCHAPERON/1 CONNECT "
