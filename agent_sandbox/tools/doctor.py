@@ -551,15 +551,15 @@ def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
             payloads["seccomp"] = Payload(data=b"\0" * 8)
     if name == "bwrap" and policy.filter_passwd:
         payloads.update(identity_payloads(policy))
-    from agent_sandbox.backends import module
+    from agent_sandbox.backends import BACKENDS
 
     if path is None:
         # Not installed: what it would give once installed (the plan needs the program).
-        return (*module(name).guarantees(policy, landlock_abi=abi), "")
+        return (*BACKENDS[name].guarantees(policy, landlock_abi=abi), "")
     try:
         plan = backend_plan(Selection(name, path, ""), policy, ["true"], payloads, abi)
     except SandboxError as exc:
-        return (*module(name).guarantees(policy, landlock_abi=abi), str(exc))
+        return (*BACKENDS[name].guarantees(policy, landlock_abi=abi), str(exc))
     return plan.provides, plan.partial, plan.cannot, ""
 
 

@@ -115,17 +115,12 @@ def _payloads() -> dict:
 
 
 def plan(name: str, policy, abi: int, payloads: dict):
-    """The backend's plan (the pre-protocol keyword signatures)."""
-    from agent_sandbox.backends import bwrap, firejail, landlock
+    """The backend's plan, through the backend protocol."""
+    from agent_sandbox.backends import BACKENDS, PlanContext
 
-    if name == "bwrap":
-        return bwrap.plan(policy, ["claude", "--resume"], payloads=payloads,
-                          bwrap_path="/usr/bin/bwrap", landlock_abi=abi)
-    if name == "firejail":
-        return firejail.plan(policy, ["claude", "--resume"], payloads=payloads,
-                             firejail_path="/usr/bin/firejail", landlock_abi=abi,
-                             root_entries=list(ROOT_ENTRIES))
-    return landlock.plan(policy, ["claude", "--resume"], payloads=payloads, landlock_abi=abi)
+    program = "/usr/bin/python3" if name == "landlock" else f"/usr/bin/{name}"
+    context = PlanContext(program=program, landlock_abi=abi, root_entries=ROOT_ENTRIES)
+    return BACKENDS[name].plan(policy, ["claude", "--resume"], payloads, context=context)
 
 
 def _record_plan(name: str, plan_, abi: int) -> dict:
