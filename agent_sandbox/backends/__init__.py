@@ -1,16 +1,53 @@
-"""Backends compile one Policy into a Plan. Each module answers the same
-questions in the same order: is it available (find, then a real probe), what
-does it guarantee for this policy, what is its plan (argv, payloads, env).
+"""Backends: Policy → Plan (the pipeline's third stage, after config and
+policy, before launch). Each backend is an instance of base.Backend and
+answers the same questions in the same order: is it available (find, then a
+real probe), what does it guarantee for this policy, does it refuse it, what
+is its plan (argv, payloads, env) — plan() has one signature everywhere, what
+differs travels in a base.PlanContext. All of them draw the filesystem from
+the one carve walker (policy/view.carve_walk).
 
-This package module holds what is common to choosing one: the auto order,
-the selection logic (pure: finding and probing are passed in, the launcher
-does them), and which backends would give a guarantee another one lacks.
+BACKENDS (name → backend, in the auto order) is the one table callers use;
+it imports a backend's module on first use, so a launch loads only its own.
+This module also holds what is common to choosing one: the selection logic
+(pure: finding and probing are passed in, the launcher does them), and which
+backends would give a guarantee another one lacks.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+import importlib
+from collections.abc import Mapping
+from typing import Callable, Iterator, NamedTuple
 
-from agent_sandbox.names import BACKENDS as AUTO_ORDER  # noqa: E402
+from agent_sandbox.backends.base import Backend, PlanContext
+from agent_sandbox.names import BACKENDS as NAMES
+
+__all__ = ["AUTO_ORDER", "BACKENDS", "Backend", "PlanContext", "Selection", "Unavailable",
+           "select", "would_provide"]
+
+
+class _Table(Mapping):
+    """name → Backend, importing agent_sandbox.backends.<name> on first use."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self._names = names
+        self._loaded: dict[str, Backend] = {}
+
+    def __getitem__(self, name: str) -> Backend:
+        if name not in self._loaded:
+            if name not in self._names:
+                raise KeyError(name)
+            self._loaded[name] = importlib.import_module(f"agent_sandbox.backends.{name}").BACKEND
+        return self._loaded[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+BACKENDS: Mapping[str, Backend] = _Table(NAMES)
+AUTO_ORDER = tuple(BACKENDS)
 INSTALL_HINT = {
     "bwrap": "install bubblewrap (apt-get install bubblewrap)",
     "firejail": "install firejail (apt-get install firejail)",
@@ -25,18 +62,6 @@ PROBE_HINT = {
                 "old (0.9.72 or newer is needed)",
     "landlock": "the kernel refused a trivial Landlock ruleset",
 }
-
-
-def module(name: str):
-    if name == "bwrap":
-        from agent_sandbox.backends import bwrap as mod
-    elif name == "firejail":
-        from agent_sandbox.backends import firejail as mod
-    elif name == "landlock":
-        from agent_sandbox.backends import landlock as mod
-    else:  # pragma: no cover - names are validated before
-        raise ValueError(name)
-    return mod
 
 
 class Selection(NamedTuple):
@@ -93,7 +118,7 @@ def would_provide(guarantee: str, policy, *, landlock_abi: int, allowed) -> list
     names = []
     for name in AUTO_ORDER:
         if name in allowed:
-            provides = module(name).guarantees(policy, landlock_abi=landlock_abi)[0]
+            provides = BACKENDS[name].guarantees(policy, landlock_abi=landlock_abi)[0]
             if guarantee in provides:
                 names.append(name)
     return names

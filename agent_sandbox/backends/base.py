@@ -1,4 +1,13 @@
-"""What every backend produces: a Plan, and the guarantee report.
+"""The backend contract (Backend, PlanContext) and what every backend
+produces: a Plan, and the guarantee report.
+
+Every backend answers the same questions in the same order (STYLE.md, "One
+shape per backend"): where is its program (find), does a trivial sandbox work
+here (probe_argv, run and cached by the launcher), what does it guarantee for
+a policy (guarantees), does it refuse the policy (refuse), and what is its
+plan (plan, with one signature: what differs between backends travels in a
+PlanContext). The backends are instances of this protocol, listed once in
+backends.BACKENDS.
 
 A Plan is data: the argv (with FdRef placeholders where a file descriptor
 number goes), the payloads those descriptors carry, the environment the
@@ -14,11 +23,77 @@ line is built.
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
 from agent_sandbox.names import GUARANTEES as GUARANTEE_TEXT  # noqa: E402
 SCOPING_ABI = 6          # Landlock scopes abstract unix sockets and signals
 HELPER_PYTHON = "/usr/bin/python3"
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """The facts a plan needs beyond the policy, the command and the payloads:
+    about this host and the selected program, gathered by the launcher."""
+    program: str                    # the backend's program (landlock: the helper's python)
+    landlock_abi: int = 0           # 0: no Landlock
+    python: str = HELPER_PYTHON     # the helper's interpreter (bwrap, firejail)
+    # The program is setuid (bwrap: the spawning thread's no_new_privs would
+    # take its privileges, so Landlock scoping goes through the helper inside).
+    program_setuid: bool = False
+    root_entries: tuple[str, ...] | None = None   # os.listdir("/"); None: read it (firejail)
+
+
+class Backend(Protocol):
+    """A sandbox backend: Policy → Plan. Pure but for find (the PATH) and
+    plan's look at the tree it carves (policy/view.carve_walk)."""
+    name: str
+    # A blanked copy of a home file can stand in for it (bwrap: --ro-bind-data).
+    binds_generated_files: bool
+
+    def find(self, path_env: str | None = None) -> str | None:
+        """The backend's program, or None when it is not installed."""
+
+    def probe_argv(self, path: str) -> list[str]:
+        """A trivial sandbox with the options every launch relies on."""
+
+    def guarantees(self, policy, *, landlock_abi: int = 0) -> tuple:
+        """(provides, partial, cannot) for the policy on a kernel with this ABI."""
+
+    def refuse(self, policy, *, context: PlanContext) -> None:
+        """Raise PolicyError when the backend cannot honour the policy here."""
+
+    def plan(self, policy, command: list[str], payloads: dict, *,
+             context: PlanContext) -> "Plan":
+        """The Plan; `payloads` carries what the launcher prepared that is not
+        a pure function of the policy (seccomp, passwd files, the marker)."""
+
+
+class FunctionBackend:
+    """A Backend made of a backend module's functions (each module ends with
+    `BACKEND = FunctionBackend(...)`). find() defaults to a PATH search for
+    `program` and refuse() to accepting every policy."""
+
+    def __init__(self, name: str, program: str, *, binds_generated_files: bool,
+                 guarantees, plan, probe_argv, find=None, refuse=None) -> None:
+        self.name, self.program = name, program
+        self.binds_generated_files = binds_generated_files
+        self.guarantees, self.plan, self.probe_argv = guarantees, plan, probe_argv
+        if find is not None:
+            self.find = find
+        if refuse is not None:
+            self.refuse = refuse
+
+    def find(self, path_env: str | None = None) -> str | None:
+        for directory in (path_env or os.environ.get("PATH", "/usr/bin:/bin")).split(":"):
+            candidate = os.path.join(directory, self.program)
+            if directory.startswith("/") and os.access(candidate, os.X_OK):
+                return candidate
+        return None
+
+    def refuse(self, policy, *, context: PlanContext) -> None:
+        return None
+
 
 
 class Guarantees:
@@ -73,6 +148,16 @@ def scoping(g: Guarantees, abi: int, *, abstract_unix: tuple[bool, str] | None =
             g.no(name, (why + "; " if why else "") +
                  f"Landlock scoping needs ABI {SCOPING_ABI}, this kernel has "
                  f"{abi if abi else 'no Landlock'}")
+
+
+def namespace_scoping(g: Guarantees, policy, abi: int) -> None:
+    """scoping() for a backend with a PID and (when isolated) a network
+    namespace: outside processes have no PID inside, so they cannot be named;
+    abstract unix sockets live in the network namespace."""
+    scoping(g, abi, signals=(True, ""),
+            abstract_unix=(policy.network_isolated,
+                           "abstract unix sockets live in the network namespace, shared "
+                           "with the host while NETWORK_MODE=open"))
 
 
 # The helper is imported rather than run as a script: a script is compiled on

@@ -16,15 +16,15 @@ from __future__ import annotations
 import marshal
 import os
 
-from agent_sandbox.policy.view import mount_ops
-from agent_sandbox.policy.resolve import Policy
-from agent_sandbox.backends.base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, fd_hygiene,
-                                         helper_argv, scoping)
+from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Guarantees,
+                                         Payload, Plan, PlanContext, fd_hygiene, helper_argv,
+                                         namespace_scoping)
 from agent_sandbox.paths import helper_module
+from agent_sandbox.policy.resolve import Policy
+from agent_sandbox.policy.view import (Bind, Data, Dev, DevBind, File, Proc, RemountRo, RoBind,
+                                       Symlink, Tmpfs, mount_ops)
 
 NAME = "bwrap"
-# A blanked copy of a home file stands in for it (--ro-bind-data from a descriptor).
-BINDS_GENERATED_FILES = True
 BWRAP = "bwrap"
 
 
@@ -39,12 +39,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
     g.either("ipc.isolated", policy.private_ipc, "PRIVATE_IPC=false in the configuration")
     g.either("passwd.filtered", policy.filter_passwd and "/etc" in policy.system_readonly,
              "FILTER_PASSWD=false in the configuration")
-    # Outside processes have no PID inside the namespace, so they cannot be
-    # named; abstract unix sockets live in the network namespace.
-    scoping(g, landlock_abi, signals=(True, ""),
-            abstract_unix=(policy.network_isolated,
-                           "abstract unix sockets live in the network namespace, shared "
-                           "with the host while NETWORK_MODE=open"))
+    namespace_scoping(g, policy, landlock_abi)
     fd_hygiene(g, policy)
     return g.split()
 
@@ -52,47 +47,47 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
 def _mount_args(ops) -> list:
     args: list = []
     for op in ops:
-        kind = op[0]
-        if kind in ("ro-bind", "bind", "dev-bind"):
-            args += [f"--{kind}", op[1], op[2]]
-        elif kind == "tmpfs":
-            args += ["--perms", f"{op[2]:04o}", "--tmpfs", op[1]]
-        elif kind == "symlink":
-            args += ["--symlink", op[1], op[2]]
-        elif kind in ("proc", "dev"):
-            args += [f"--{kind}", op[1]]
-        elif kind == "ro-data":
-            args += ["--perms", f"{op[3]:04o}", "--ro-bind-data", FdRef(op[1]), op[2]]
-        elif kind == "file":
-            args += ["--perms", f"{op[3]:04o}", "--file", FdRef(op[1]), op[2]]
-        elif kind == "remount-ro":
-            args += ["--remount-ro", op[1]]
+        if isinstance(op, (RoBind, Bind, DevBind)):
+            args += [f"--{op.kind}", op.src, op.dest]
+        elif isinstance(op, Tmpfs):
+            args += ["--perms", f"{op.mode:04o}", "--tmpfs", op.dest]
+        elif isinstance(op, Symlink):
+            args += ["--symlink", op.target, op.dest]
+        elif isinstance(op, (Proc, Dev)):
+            args += [f"--{op.kind}", op.dest]
+        elif isinstance(op, Data):
+            args += ["--perms", f"{op.mode:04o}", "--ro-bind-data", FdRef(op.payload), op.dest]
+        elif isinstance(op, File):
+            args += ["--perms", f"{op.mode:04o}", "--file", FdRef(op.payload), op.dest]
+        elif isinstance(op, RemountRo):
+            args += ["--remount-ro", op.dest]
         else:  # pragma: no cover - a programming error, never user input
-            raise ValueError(f"unknown mount operation {kind}")
+            raise ValueError(f"unknown mount operation {op!r}")
     return args
 
 
-def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
-         bwrap_path: str = BWRAP, landlock_abi: int = 0, python: str = HELPER_PYTHON,
-         scope_with: str = "spawn") -> Plan:
+def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
+         context: PlanContext) -> Plan:
     """`payloads` carries the data the launcher prepared that is not a pure
     function of the policy (filtered passwd files, seccomp bytes, the marker);
     seeded home files are added here as host paths.
 
     With Landlock ABI 6 the sandbox is also scoped (abstract unix sockets,
-    signals). scope_with="spawn": the launcher applies the scopes to the
+    signals). Normally the launcher applies the scopes to the
     thread that spawns bwrap, so bwrap and everything in it start inside the
-    domain at no cost. scope_with="helper": the command starts through the
-    helper, which applies them inside the namespaces (a Python start, ~10 ms);
-    needed when bwrap is setuid, because the spawning thread's no_new_privs
-    would take its privileges. Either way bwrap keeps loading seccomp itself."""
+    domain at no cost. For a setuid bwrap (context.program_setuid) the
+    command starts through the helper instead, which applies them inside the namespaces (a Python start, ~10 ms);
+    because the spawning thread's no_new_privs would take bwrap's privileges.
+    Either way bwrap keeps loading seccomp itself."""
+    landlock_abi, python = context.landlock_abi, context.python
+    scope_with = "helper" if context.program_setuid else "spawn"
     ops = mount_ops(policy)
     payloads = dict(payloads)
     for index, path in enumerate(policy.home_seeded):
         # dotfile managers make these symlinks; the policy checked the target
         payloads[f"seed-{index}"] = Payload(path=os.path.realpath(path))
 
-    argv: list = [bwrap_path, "--unshare-user", "--unshare-pid", "--unshare-uts",
+    argv: list = [context.program, "--unshare-user", "--unshare-pid", "--unshare-uts",
                   "--unshare-cgroup-try"]
     if policy.private_ipc:
         argv.append("--unshare-ipc")
@@ -146,9 +141,6 @@ def probe_argv(path: str = BWRAP) -> list[str]:
             "--die-with-parent", "--new-session", "--", "/bin/true"]
 
 
-def find(path_env: str | None = None) -> str | None:
-    for directory in (path_env or os.environ.get("PATH", "/usr/bin:/bin")).split(":"):
-        candidate = os.path.join(directory, BWRAP)
-        if directory.startswith("/") and os.access(candidate, os.X_OK):
-            return candidate
-    return None
+# A blanked copy of a home file stands in for it (--ro-bind-data from a descriptor).
+BACKEND = FunctionBackend(NAME, BWRAP, binds_generated_files=True, guarantees=guarantees,
+                          plan=plan, probe_argv=probe_argv)

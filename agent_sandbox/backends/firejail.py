@@ -11,7 +11,7 @@ applies --read-only/--read-write in command-line order, later wins):
    becomes a tmpfs holding only the whitelisted entries, so everything else
    there does not exist (ENOENT). $HOME is always whitelisted (a sentinel
    entry that never exists forces the tmpfs), entry by entry, carved around
-   hidden paths as fsview carves; /run keeps only the DNS paths, /var only
+   hidden paths by the one walker (policy/view.carve_walk); /run keeps only the DNS paths, /var only
    /var/tmp. Symlinks are never whitelisted: firejail would whitelist their
    targets too, which could empty another top-level directory.
 3. --read-only for the system trees and read-only home entries, then
@@ -45,14 +45,15 @@ from __future__ import annotations
 import glob
 import os
 
+from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Guarantees,
+                                         Payload, Plan, PlanContext, argv_payload, env_payload,
+                                         fd_hygiene, helper_argv, namespace_scoping)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import Policy, _is_within
-from agent_sandbox.backends.base import (HELPER_PYTHON, SCOPING_ABI, FdRef, Guarantees, Payload, Plan, argv_payload,
-                                         env_payload, fd_hygiene, helper_argv, scoping)
+from agent_sandbox.policy.view import (Grant, ProfileLine, Stop, carve_walk, hidden_inside,
+                                       is_hidden)
 
 NAME = "firejail"
-# No blanked copy of a home file: an unprivileged user cannot bind one.
-BINDS_GENERATED_FILES = False
 FIREJAIL = "firejail"
 SKEL_FILES = (".bashrc", ".zshrc", ".cshrc")
 SENTINEL = ".agent-sandbox-no-such-entry"
@@ -100,39 +101,38 @@ class View:
         self.skipped: list[str] = []      # grants dropped: firejail would interpret them
 
     def _hidden(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return any(_is_within(path, h) or _is_within(real, h) for h in self.hidden)
-
-    def _contains_hidden(self, path: str) -> bool:
-        real = os.path.realpath(path)
-        return any((_is_within(h, path) or _is_within(h, real)) and h not in (path, real)
-                   for h in self.hidden)
+        return is_hidden(path, self.hidden)
 
     # ---------------------------------------------------------------- home
     def home_entry(self, path: str, readonly: bool) -> None:
-        """Whitelist one home path (carving around hidden paths below it)."""
-        home = self.policy.home
-        if self._hidden(path) or os.path.islink(path) or not os.path.lexists(path):
+        """Whitelist one home path (carving around hidden paths below it).
+        Symlinks are never whitelisted; paths firejail would interpret, the
+        shell rc files and seeded files are handled by _own."""
+        for step in carve_walk(path, self.hidden, stop=self._is_own):
+            if isinstance(step, Grant):
+                self.whitelist.append(step.path)
+                if readonly:
+                    self.readonly.append(step.path)
+            elif isinstance(step, Stop):
+                self._own(step.path)
+
+    def _is_own(self, path: str) -> bool:
+        return (not safe(path) or self._is_skel(path)
+                or (path in self.policy.home_seeded
+                    and self.policy.home_access in ("tmpwrite", "read")))
+
+    def _is_skel(self, path: str) -> bool:
+        return os.path.dirname(path) == self.policy.home and \
+            os.path.basename(path) in SKEL_FILES
+
+    def _own(self, path: str) -> None:
+        if os.path.islink(path) or not os.path.lexists(path):
             return
         if not safe(path):
             self.skipped.append(path)
-            return
-        if os.path.dirname(path) == home and os.path.basename(path) in SKEL_FILES:
+        elif self._is_skel(path):
             self.seeds.append(path)
-            return
-        if path in self.policy.home_seeded and self.policy.home_access in ("tmpwrite", "read"):
-            return      # the helper copies it in
-        if os.path.isdir(path) and self._contains_hidden(path):
-            try:
-                entries = sorted(os.listdir(path))
-            except OSError:
-                return
-            for name in entries:
-                self.home_entry(os.path.join(path, name), readonly)
-            return
-        self.whitelist.append(path)
-        if readonly:
-            self.readonly.append(path)
+        # else: a seeded file the helper copies in
 
     def home(self) -> None:
         policy = self.policy
@@ -223,11 +223,10 @@ class View:
                 self.late_readonly.append(item.path)
         self.late_readonly += [p for p in overlays if os.path.exists(p)]
 
-        for path in policy.hidden:
-            if not os.path.lexists(path) or _is_within(path, home):
-                continue
-            visible = any(_is_within(path, t) for t in ro_trees + writable)
-            if visible:
+        # Hidden paths in a granted tree outside $HOME cannot be carved out of
+        # it (no whitelist there): blacklisted, so they answer EACCES.
+        for path in hidden_inside(policy.hidden, ro_trees + writable):
+            if not _is_within(path, home):
                 self.blacklist_late.append(path)
                 self.blacklisted_hidden.append(path)
         self.blacklist_late += list(policy.slurm_masks) + list(policy.slurm_binaries)
@@ -275,7 +274,7 @@ def device_args(policy: Policy) -> tuple[list[str], list[str], list[str]]:
     return args, lines, unavailable
 
 
-def guarantees(policy: Policy, *, landlock_abi: int, blacklisted_hidden=()):
+def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
     g = Guarantees()
     if blacklisted_hidden:
         g.partial("fs.hidden", "these hidden paths outside $HOME can only be blacklisted "
@@ -294,10 +293,7 @@ def guarantees(policy: Policy, *, landlock_abi: int, blacklisted_hidden=()):
                   "network still answers")
     else:
         g.no("passwd.filtered", "FILTER_PASSWD=false in the configuration")
-    scoping(g, landlock_abi, signals=(True, ""),
-            abstract_unix=(policy.network_isolated,
-                           "abstract unix sockets live in the network namespace, shared "
-                           "with the host while NETWORK_MODE=open"))
+    namespace_scoping(g, policy, landlock_abi)
     fd_hygiene(g, policy)
     return g.split()
 
@@ -321,16 +317,17 @@ def notes(policy: Policy, view: View, unavailable) -> tuple[str, ...]:
     return tuple(out)
 
 
-def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
-         firejail_path: str = FIREJAIL, landlock_abi: int = 0,
-         python: str = HELPER_PYTHON, root_entries=None) -> Plan:
-    """`payloads` may carry "seccomp"; `root_entries` is os.listdir("/")
-    (a parameter so tests can give their own)."""
+def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
+         context: PlanContext) -> Plan:
+    """`payloads` may carry "seccomp"; context.root_entries is os.listdir("/")
+    (given so tests can give their own)."""
+    landlock_abi, python = context.landlock_abi, context.python
+    root_entries = context.root_entries
     view = View(policy, sorted(os.listdir("/")) if root_entries is None else root_entries)
     lines = view.build()
     devices, device_lines, unavailable = device_args(policy)
     lines += device_lines
-    argv: list = [firejail_path, *FIXED]
+    argv: list = [context.program, *FIXED]
     argv.append("--ipc-namespace") if policy.private_ipc else argv.append("--keep-dev-shm")
     argv.append("--private-tmp") if policy.private_tmp else argv.append("--keep-var-tmp")
     if policy.network_isolated:
@@ -364,21 +361,18 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
             spawn_env[name] = policy.env[name]
     return Plan(backend=NAME, argv=tuple(argv), payloads=ours, env=spawn_env,
                 provides=provides, cannot=cannot, partial=partial,
-                mounts=tuple(("firejail", line) for line in lines),
+                mounts=tuple(ProfileLine(line) for line in lines),
                 view_title="firejail profile (--profile), in order", status_fd="status",
                 started='"helper-exec"', lifeline_fd="lifeline",
                 notes=notes(policy, view, unavailable))
-
-
-def find(path_env: str | None = None) -> str | None:
-    for directory in (path_env or os.environ.get("PATH", "/usr/bin:/bin")).split(":"):
-        candidate = os.path.join(directory, FIREJAIL)
-        if directory.startswith("/") and os.access(candidate, os.X_OK):
-            return candidate
-    return None
 
 
 def probe_argv(path: str = FIREJAIL) -> list[str]:
     """A trivial sandbox with the options every launch relies on."""
     return [path, "--noprofile", *FIXED, "--ipc-namespace", "--private-tmp",
             "--whitelist=/var/tmp", "--", "/bin/true"]
+
+
+# No blanked copy of a home file: an unprivileged user cannot bind one.
+BACKEND = FunctionBackend(NAME, FIREJAIL, binds_generated_files=False, guarantees=guarantees,
+                          plan=plan, probe_argv=probe_argv)

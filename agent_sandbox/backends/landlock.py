@@ -8,7 +8,8 @@ no deny rule, so everything follows from that:
 * "Hidden" means *left out*: a hidden path answers EACCES, not ENOENT. A
   directory that would contain a hidden path (or, below a writable grant, a
   read-only one such as the user config tree) is never granted itself; its
-  entries are granted one by one instead, recursively ("carving"). A carved
+  entries are granted one by one instead, recursively ("carving", by the one
+  walker: policy/view.carve_walk). A carved
   directory cannot be listed, and in a writable one nothing can be created
   at its top level.
 * Symlinks are never followed when granting (as bwrap recreates them as
@@ -36,15 +37,17 @@ from __future__ import annotations
 import marshal
 import os
 
-from agent_sandbox.policy.resolve import Policy, _is_within
-from agent_sandbox.backends.base import (HELPER_PYTHON, Guarantees, Payload, Plan, fd_hygiene, helper_argv,
+from agent_sandbox.backends.base import (HELPER_PYTHON, FunctionBackend, Guarantees, Payload,
+                                         Plan, PlanContext, fd_hygiene, helper_argv,
                                          helper_command, helper_path, scoping)
+from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module, user_config_dir
+from agent_sandbox.policy.resolve import Policy
+from agent_sandbox.policy.view import Grant, Rule, Stop, beneath, carve_walk
+
 ll = helper_module("landlock")
 
 NAME = "landlock"
-# No blanked copy of a home file: without a mount namespace only real files exist.
-BINDS_GENERATED_FILES = False
 DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty",
            "/dev/ptmx", "/dev/pts")
 # Reading and writing procfs files is the process's own business; another
@@ -60,7 +63,7 @@ def scratch_tmp(policy: Policy) -> str:
     return f"/tmp/agent-sandbox.tmp-{policy.uid}-{policy.session_id}"
 
 
-def guarantees(policy: Policy, *, landlock_abi: int):
+def guarantees(policy: Policy, *, landlock_abi: int = 0):
     g = Guarantees()
     g.no("fs.hidden", "Landlock leaves hidden paths out of its allow-list: they answer "
                       "EACCES, and their names stay visible")
@@ -93,32 +96,20 @@ class Rules:
         self.readonly = tuple(readonly)
         self.rules: list[tuple[int, str]] = []
 
-    def _under(self, path: str, paths) -> bool:
-        return any(_is_within(path, p) for p in paths)
-
-    def _contains(self, path: str, paths) -> bool:
-        return any(_is_within(p, path) and p != path for p in paths)
+    def _readonly(self, path: str) -> bool:
+        return beneath(path, self.readonly)
 
     def grant(self, path: str, access: int) -> None:
-        if not os.path.lexists(path) or os.path.islink(path):
-            return
-        real = os.path.realpath(path)
-        if self._under(path, self.hidden) or self._under(real, self.hidden):
-            return
-        if access & ll.WRITE and (self._under(path, self.readonly)
-                                  or self._under(real, self.readonly)):
-            access &= ll.READ
-        exceptions = self.hidden + (self.readonly if access & ll.WRITE else ())
-        if os.path.isdir(real) and (self._contains(path, exceptions)
-                                    or self._contains(real, exceptions)):
-            try:
-                entries = sorted(os.listdir(real))
-            except OSError:
-                return
-            for name in entries:
-                self.grant(os.path.join(path, name), access)
-            return
-        self.rules.append((access, real))
+        """Rules for `path` and what it holds, minus hidden paths; a writable
+        grant is carved around the read-only exceptions too, which are
+        granted read-only in their place."""
+        writes = bool(access & ll.WRITE)
+        for step in carve_walk(path, self.hidden, around=self.readonly if writes else (),
+                               stop=self._readonly if writes else None):
+            if isinstance(step, Grant):
+                self.rules.append((access, step.real))
+            elif isinstance(step, Stop):
+                self.grant(step.path, access & ll.READ)
 
 
 def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
@@ -205,10 +196,20 @@ def network_refusal(policy: Policy, *, landlock_abi: int) -> str | None:
     return None
 
 
-def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
-         landlock_abi: int, python: str = HELPER_PYTHON) -> Plan:
+def refuse(policy: Policy, *, context: PlanContext) -> None:
+    refusal = network_refusal(policy, landlock_abi=context.landlock_abi)
+    if refusal:
+        raise PolicyError(f"{refusal} — running with the network open would ignore "
+                          "the setting. Use --backend bwrap or firejail, or set "
+                          "NETWORK_MODE=open.", reason="network_unavailable")
+
+
+def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
+         context: PlanContext) -> Plan:
     """`payloads` may carry "seccomp"; other launcher payloads (passwd files,
-    the marker) have nowhere to go without a mount namespace."""
+    the marker) have nowhere to go without a mount namespace. The helper runs
+    on context.program (the interpreter find() chose)."""
+    landlock_abi, python = context.landlock_abi, context.program
     tmpdir = scratch_tmp(policy) if policy.private_tmp else None
     spec = ruleset(policy, landlock_abi=landlock_abi, tmpdir=tmpdir)
     ours = {"landlock": Payload(data=marshal.dumps(spec))}
@@ -223,7 +224,7 @@ def plan(policy: Policy, command: list[str], *, payloads: dict[str, Payload],
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,
-                mounts=tuple(("landlock", access, path) for access, path in spec["paths"]),
+                mounts=tuple(Rule(access, path) for access, path in spec["paths"]),
                 view_title="Landlock rules", status_fd="status", started='"helper-exec"',
                 lifeline_fd="lifeline", scratch_dirs=(tmpdir,) if tmpdir else (),
                 own_session=True, notes=notes(policy, landlock_abi=landlock_abi))
@@ -237,3 +238,9 @@ def find(path_env: str | None = None, python: str = HELPER_PYTHON) -> str | None
 
 def probe_argv(python: str = HELPER_PYTHON) -> list[str]:
     return helper_command(python) + ["--probe"]
+
+
+# No blanked copy of a home file: without a mount namespace only real files exist.
+BACKEND = FunctionBackend(NAME, HELPER_PYTHON, binds_generated_files=False,
+                          guarantees=guarantees, plan=plan, probe_argv=probe_argv, find=find,
+                          refuse=refuse)

@@ -94,7 +94,7 @@ def check_bound_files(settings, policy, backend: str) -> tuple:
     """(policy, payloads): the single files bound from the home, read here and
     checked for secrets by boundfiles (SECRETS_IN_BOUND_FILES)."""
     from agent_sandbox.launch import boundfiles
-    from agent_sandbox.backends import module
+    from agent_sandbox.backends import BACKENDS
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.policy.envfilter import removal_rule
 
@@ -102,7 +102,7 @@ def check_bound_files(settings, policy, backend: str) -> tuple:
     contents = {} if mode == "off" else {
         path: _read_bound_file(source) for path, source in boundfiles.bound_files(policy)}
     policy, blanked = boundfiles.apply(
-        policy, mode=mode, can_generate=module(backend).BINDS_GENERATED_FILES,
+        policy, mode=mode, can_generate=BACKENDS[backend].binds_generated_files,
         contents=contents, removed=removal_rule(blocked=settings.BLOCKED_ENV_VARS,
                                                 patterns=settings.BLOCKED_ENV_PATTERNS,
                                                 allowed=settings.ALLOWED_ENV_VARS))

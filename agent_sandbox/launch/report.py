@@ -9,23 +9,25 @@ import shlex
 
 from agent_sandbox.backends.base import GUARANTEE_TEXT
 from agent_sandbox.paths import helper_module
+from agent_sandbox.policy.view import (Bind, Data, DevBind, File, ProfileLine, RoBind, Rule,
+                                       Symlink, Tmpfs)
 
 
 def _mount_line(op) -> str:
-    kind = op[0]
-    if kind in ("ro-bind", "bind", "dev-bind"):
-        return f"{kind:<10} {op[2]}" + ("" if op[1] == op[2] else f"  (from {op[1]})")
-    if kind == "tmpfs":
-        return f"{'tmpfs':<10} {op[1]}  (mode {op[2]:04o})"
-    if kind == "symlink":
-        return f"{'symlink':<10} {op[2]} -> {op[1]}"
-    if kind in ("ro-data", "file"):
-        return f"{kind:<10} {op[2]}  (from {op[1]})"
-    if kind == "landlock":
-        return f"{_rights(op[1]):<10} {op[2]}"
-    if kind == "firejail":
-        return op[1]
-    return f"{kind:<10} {op[1]}"
+    """One line of --dry-run's view, by the operation's type (policy/view.py)."""
+    if isinstance(op, (RoBind, Bind, DevBind)):
+        return f"{op.kind:<10} {op.dest}" + ("" if op.src == op.dest else f"  (from {op.src})")
+    if isinstance(op, Tmpfs):
+        return f"{'tmpfs':<10} {op.dest}  (mode {op.mode:04o})"
+    if isinstance(op, Symlink):
+        return f"{'symlink':<10} {op.dest} -> {op.target}"
+    if isinstance(op, (Data, File)):
+        return f"{op.kind:<10} {op.dest}  (from {op.payload})"
+    if isinstance(op, Rule):
+        return f"{_rights(op.access):<10} {op.path}"
+    if isinstance(op, ProfileLine):
+        return op.line
+    return f"{op.kind:<10} {op.dest}"           # Proc, Dev, RemountRo
 
 
 def _rights(access: int) -> str:

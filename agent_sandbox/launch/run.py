@@ -56,27 +56,17 @@ def launch_context(project_dir: str | None, environ):
 
 def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):
     """The selected backend's plan for the policy, on a kernel with Landlock ABI `abi`."""
-    from agent_sandbox.backends import module
+    from agent_sandbox.backends import BACKENDS, PlanContext
 
-    mod = module(selection.name)
-    if selection.name == "bwrap":
-        # A setuid bwrap would lose its privileges to the spawning thread's
-        # no_new_privs: scope through the helper inside it instead.
-        setuid = os.stat(selection.path).st_mode & 0o4000
-        plan = mod.plan(policy, command, payloads=payloads, bwrap_path=selection.path,
-                        landlock_abi=abi, python=helper_python(),
-                        scope_with="helper" if setuid else "spawn")
-    elif selection.name == "firejail":
-        plan = mod.plan(policy, command, payloads=payloads, firejail_path=selection.path,
-                        landlock_abi=abi, python=helper_python())
-    else:
-        refusal = mod.network_refusal(policy, landlock_abi=abi)
-        if refusal:
-            raise PolicyError(f"{refusal} — running with the network open would ignore "
-                              "the setting. Use --backend bwrap or firejail, or set "
-                              "NETWORK_MODE=open.", reason="network_unavailable")
-        plan = mod.plan(policy, command, payloads=payloads, landlock_abi=abi,
-                        python=selection.path)
+    try:
+        setuid = bool(os.stat(selection.path).st_mode & 0o4000)
+    except OSError:
+        setuid = False
+    backend = BACKENDS[selection.name]
+    context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(),
+                          program_setuid=setuid)
+    backend.refuse(policy, context=context)
+    plan = backend.plan(policy, command, payloads, context=context)
     return plan._replace(chosen_because=selection.reason)
 
 

@@ -22,7 +22,7 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
     auto the first of bwrap → firejail → landlock that is allowed, installed
     and passes a real probe (a trivial sandbox; the verdict is cached while
     nothing it depends on changes)."""
-    from agent_sandbox.backends import Unavailable, module, select
+    from agent_sandbox.backends import BACKENDS, Unavailable, select
 
     name = requested or settings.SANDBOX_BACKEND
     if name not in ("auto",) + KNOWN_BACKENDS:
@@ -36,7 +36,7 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
         origin, f"by SANDBOX_BACKEND at {origin}" if origin else "")
     try:
         return select(name, settings.ALLOWED_BACKENDS,
-                      find=lambda n: module(n).find(path_env),
+                      find=lambda n: BACKENDS[n].find(path_env),
                       probe=lambda n, path: probe_backend(n, path, home), origin=origin)
     except Unavailable as exc:
         raise BackendUnavailable(str(exc)) from None
@@ -95,7 +95,7 @@ def _probe_cache(name: str, home: str) -> str:
 
 def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
     """Run the backend's trivial sandbox; (passed, detail)."""
-    from agent_sandbox.backends import module
+    from agent_sandbox.backends import BACKENDS
     from agent_sandbox.config.load import load_cache, store_cache
 
     inputs = _probe_inputs(name, path)
@@ -106,7 +106,7 @@ def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
     import subprocess
 
     try:
-        result = subprocess.run(module(name).probe_argv(path), stdin=subprocess.DEVNULL,
+        result = subprocess.run(BACKENDS[name].probe_argv(path), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
                                 env={"PATH": "/usr/bin:/bin"}, timeout=30)
         lines = result.stderr.decode("utf-8", "replace").strip().splitlines()

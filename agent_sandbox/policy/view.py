@@ -10,7 +10,17 @@ granted again, recursively, except the hidden ones. Symlinks are recreated as
 symlinks (never followed when they are a grant's own entries), so a link that
 points at a hidden path dangles inside.
 
-Operations are small tuples: (kind, *args). Kinds:
+The decision "is this path hidden, and what must be carved out of a grant"
+is made once, here, by carve_walk(): bwrap's mount list (ViewBuilder below),
+firejail's whitelist and Landlock's rule set all walk their grants with it
+and differ only in what they emit for each step (a tmpfs and binds, whitelist
+lines, rules). hidden_inside() says which hidden paths lie in granted trees
+(firejail can only blacklist those outside $HOME).
+
+Operations are typed (RoBind, Bind, DevBind, Tmpfs, Symlink, Proc, Dev, Data,
+File, RemountRo; ProfileLine and Rule for the firejail profile and the
+Landlock rules that --dry-run lists in their place). Each is a named tuple
+whose first field is its kind, so it still reads as (kind, *args):
   ro-bind SRC DEST | bind SRC DEST | dev-bind SRC DEST | tmpfs DEST MODE |
   symlink TARGET DEST | proc DEST | dev DEST | ro-data PAYLOAD DEST MODE |
   file PAYLOAD DEST MODE | remount-ro DEST
@@ -25,10 +35,205 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import Callable, Iterator, NamedTuple
 
 from agent_sandbox.policy.resolve import MARKER_PATH, Policy, _is_within
 
-Op = tuple
+
+# ---------------------------------------------------------------- mount operations
+class RoBind(NamedTuple("RoBind", [("kind", str), ("src", str), ("dest", str)])):
+    """The host's SRC at DEST, read-only."""
+    __slots__ = ()
+
+    def __new__(cls, src: str, dest: str):
+        return super().__new__(cls, "ro-bind", src, dest)
+
+
+class Bind(NamedTuple("Bind", [("kind", str), ("src", str), ("dest", str)])):
+    """The host's SRC at DEST, writable."""
+    __slots__ = ()
+
+    def __new__(cls, src: str, dest: str):
+        return super().__new__(cls, "bind", src, dest)
+
+
+class DevBind(NamedTuple("DevBind", [("kind", str), ("src", str), ("dest", str)])):
+    """A device node, usable."""
+    __slots__ = ()
+
+    def __new__(cls, src: str, dest: str):
+        return super().__new__(cls, "dev-bind", src, dest)
+
+
+class Tmpfs(NamedTuple("Tmpfs", [("kind", str), ("dest", str), ("mode", int)])):
+    """An empty directory (a carved grant, /run, a private /tmp)."""
+    __slots__ = ()
+
+    def __new__(cls, dest: str, mode: int):
+        return super().__new__(cls, "tmpfs", dest, mode)
+
+
+class Symlink(NamedTuple("Symlink", [("kind", str), ("target", str), ("dest", str)])):
+    """A symlink recreated as a symlink (never followed)."""
+    __slots__ = ()
+
+    def __new__(cls, target: str, dest: str):
+        return super().__new__(cls, "symlink", target, dest)
+
+
+class Proc(NamedTuple("Proc", [("kind", str), ("dest", str)])):
+    __slots__ = ()
+
+    def __new__(cls, dest: str):
+        return super().__new__(cls, "proc", dest)
+
+
+class Dev(NamedTuple("Dev", [("kind", str), ("dest", str)])):
+    __slots__ = ()
+
+    def __new__(cls, dest: str):
+        return super().__new__(cls, "dev", dest)
+
+
+class Data(NamedTuple("Data", [("kind", str), ("payload", str), ("dest", str),
+                               ("mode", int)])):
+    """A read-only file holding a payload (filtered passwd, the marker, a blanked copy)."""
+    __slots__ = ()
+
+    def __new__(cls, payload: str, dest: str, mode: int):
+        return super().__new__(cls, "ro-data", payload, dest, mode)
+
+
+class File(NamedTuple("File", [("kind", str), ("payload", str), ("dest", str),
+                               ("mode", int)])):
+    """A writable copy of a payload (a seeded home file)."""
+    __slots__ = ()
+
+    def __new__(cls, payload: str, dest: str, mode: int):
+        return super().__new__(cls, "file", payload, dest, mode)
+
+
+class RemountRo(NamedTuple("RemountRo", [("kind", str), ("dest", str)])):
+    """DEST (a tmpfs made above) becomes read-only."""
+    __slots__ = ()
+
+    def __new__(cls, dest: str):
+        return super().__new__(cls, "remount-ro", dest)
+
+
+class ProfileLine(NamedTuple("ProfileLine", [("kind", str), ("line", str)])):
+    """One line of the firejail profile (what firejail's view lists)."""
+    __slots__ = ()
+
+    def __new__(cls, line: str):
+        return super().__new__(cls, "firejail", line)
+
+
+class Rule(NamedTuple("Rule", [("kind", str), ("access", int), ("path", str)])):
+    """One Landlock rule: ACCESS (a bit set) beneath PATH."""
+    __slots__ = ()
+
+    def __new__(cls, access: int, path: str):
+        return super().__new__(cls, "landlock", access, path)
+
+
+Op = RoBind | Bind | DevBind | Tmpfs | Symlink | Proc | Dev | Data | File | RemountRo
+
+
+# ---------------------------------------------------------------- the carve walker
+def _within_any(path: str, paths) -> bool:
+    return any(_is_within(path, p) for p in paths)
+
+
+def _contains_any(path: str, paths) -> bool:
+    return any(_is_within(p, path) and p != path for p in paths)
+
+
+def beneath(path: str, paths) -> bool:
+    """`path` lies in one of `paths`, as named or once resolved (a symlinked
+    parent cannot smuggle it out)."""
+    return _within_any(path, paths) or _within_any(os.path.realpath(path), paths)
+
+
+def is_hidden(path: str, hidden) -> bool:
+    """The one notion of hidden: `path` is, or lies in, a hidden path, as
+    named or once resolved."""
+    return beneath(path, hidden)
+
+
+class Grant(NamedTuple):
+    """Grant `path` whole: nothing below it is hidden or excepted."""
+    path: str
+    real: str
+
+
+class Carve(NamedTuple):
+    """`path` is a directory holding something hidden or excepted: it is not
+    granted itself; its entries follow (None: it cannot be listed), then Leave."""
+    path: str
+    real: str
+    entries: tuple[str, ...] | None
+
+
+class Leave(NamedTuple):
+    path: str
+
+
+class Link(NamedTuple):
+    """A symlink whose target is not hidden (one to a hidden path is skipped)."""
+    path: str
+    target: str          # as written in the link
+
+
+class Stop(NamedTuple):
+    """A path the caller's `stop` picked out: it decides itself (not descended)."""
+    path: str
+
+
+Step = Grant | Carve | Leave | Link | Stop
+
+
+def carve_walk(path: str, hidden, *, around=(), stop: Callable[[str], bool] | None = None
+               ) -> Iterator[Step]:
+    """The one walk of a grant around hidden paths (SPEC §8: hidden means the
+    path does not exist inside; Landlock can only leave it out).
+
+    Hidden paths (as named or resolved) yield nothing. `stop(path)` picks out
+    paths the caller handles itself (seeded and generated files, a read-only
+    exception below a writable grant, a path firejail would interpret). A
+    symlink yields Link unless its target is hidden; a missing path yields
+    nothing. A directory that contains a hidden path or one of `around`
+    (paths that are not hidden but need their own treatment) yields Carve,
+    its entries walked the same way, then Leave; anything else yields Grant."""
+    if is_hidden(path, hidden):
+        return
+    if stop is not None and stop(path):
+        yield Stop(path)
+        return
+    if os.path.islink(path):
+        yield Link(path, os.readlink(path))
+        return
+    if not os.path.lexists(path):
+        return
+    real = os.path.realpath(path)
+    exceptions = tuple(hidden) + tuple(around)
+    if os.path.isdir(real) and (_contains_any(path, exceptions)
+                                or _contains_any(real, exceptions)):
+        try:
+            entries: tuple[str, ...] | None = tuple(sorted(os.listdir(real)))
+        except OSError:
+            entries = None
+        yield Carve(path, real, entries)
+        for name in entries or ():
+            yield from carve_walk(os.path.join(path, name), hidden, around=around, stop=stop)
+        yield Leave(path)
+        return
+    yield Grant(path, real)
+
+
+def hidden_inside(hidden, trees) -> tuple[str, ...]:
+    """The existing hidden paths that lie in one of the granted `trees`."""
+    return tuple(h for h in hidden if os.path.lexists(h) and _within_any(h, trees))
 
 
 def _mode(path: str) -> int:
@@ -50,107 +255,97 @@ class ViewBuilder:
                           in getattr(policy, "generated_files", ())}
 
     def _hidden(self, path: str) -> bool:
-        return any(_is_within(path, h) for h in self.hidden)
+        return is_hidden(path, self.hidden)
 
-    def _contains(self, path: str, paths) -> bool:
-        return any(_is_within(h, path) and h != path for h in paths)
+    def grant(self, path: str, mode: str) -> None:
+        """Make `path` show the host's, read-only ("ro") or writable ("rw"),
+        minus hidden paths: a carved directory becomes a tmpfs with the same
+        mode holding its entries again (remounted read-only after for "ro").
+        Seeded files are left out (a `file` op creates them); a file with a
+        generated stand-in is bound from its payload."""
+        for step in carve_walk(path, self.hidden, around=tuple(self.seeded) + tuple(self.generated),
+                               stop=lambda p: p in self.seeded or p in self.generated):
+            if isinstance(step, Grant):
+                self.ops.append(RoBind(step.path, step.path) if mode == "ro"
+                                else Bind(step.path, step.path))
+            elif isinstance(step, Carve):
+                self.ops.append(Tmpfs(step.path, _mode(step.path)))
+            elif isinstance(step, Leave):
+                if mode == "ro":
+                    self.remounts.append(step.path)
+            elif isinstance(step, Link):
+                self.ops.append(Symlink(step.target, step.path))
+            elif step.path in self.generated and step.path not in self.seeded:
+                payload, file_mode = self.generated[step.path]
+                self.ops.append(Data(payload, step.path, file_mode))
 
-    def grant(self, dest: str, mode: str, src: str | None = None) -> None:
-        """Make `dest` show the host's `src` (default: dest itself) read-only
-        ("ro") or writable ("rw"), minus hidden paths. Both the path as named
-        and its real path are checked, so a symlinked parent cannot smuggle a
-        hidden path in. Seeded files are left out: a `file` op creates them."""
-        src = src or dest
-        if self._hidden(dest) or self._hidden(src) or dest in self.seeded:
-            return
-        if src in self.generated:
-            payload, file_mode = self.generated[src]
-            self.ops.append(("ro-data", payload, dest, file_mode))
-            return
-        if os.path.islink(src):
-            target = os.readlink(src)
-            resolved = os.path.realpath(src)
-            if not self._hidden(resolved):
-                self.ops.append(("symlink", target, dest))
-            return
-        if not os.path.lexists(src):
-            return
-        real = os.path.realpath(src)
-        if self._hidden(real):
-            return
-        needs_carving = (self._contains(src, self.hidden) or self._contains(dest, self.hidden)
-                         or self._contains(real, self.hidden) or self._contains(dest, self.seeded)
-                         or self._contains(src, self.generated))
-        if not needs_carving or not os.path.isdir(src):
-            self.ops.append(("ro-bind" if mode == "ro" else "bind", src, dest))
-            return
-        self.carve(dest, mode, src)
-
-    def carve(self, dest: str, mode: str, src: str) -> None:
-        self.ops.append(("tmpfs", dest, _mode(src)))
+    def carve(self, path: str, mode: str) -> None:
+        """Carve `path` whatever it holds (the home in read and write mode:
+        its top level is a tmpfs for the seeded files)."""
+        self.ops.append(Tmpfs(path, _mode(path)))
         try:
-            entries = sorted(os.listdir(src))
+            entries = sorted(os.listdir(path))
         except OSError:
             entries = []
         for name in entries:
-            self.grant(os.path.join(dest, name), mode, os.path.join(src, name))
+            self.grant(os.path.join(path, name), mode)
         if mode == "ro":
-            self.remounts.append(dest)
+            self.remounts.append(path)
 
     # ------------------------------------------------------------------ parts
     def system(self) -> None:
         for path in self.policy.system_readonly:
             self.grant(path, "ro")
         for path in self.policy.slurm_masks:
-            self.ops.append(("tmpfs", path, 0o755))
+            self.ops.append(Tmpfs(path, 0o755))
             self.remounts.append(path)
         for path in self.policy.slurm_binaries:
-            self.ops.append(("ro-bind", "/dev/null", path))
+            self.ops.append(RoBind("/dev/null", path))
 
     def devices(self) -> None:
-        self.ops.append(("proc", "/proc"))
-        self.ops.append(("dev", "/dev"))
+        self.ops.append(Proc("/proc"))
+        self.ops.append(Dev("/dev"))
         for device in self.policy.devices:
-            self.ops.append(("dev-bind", device, device))
+            self.ops.append(DevBind(device, device))
         if self.policy.private_ipc:
-            self.ops.append(("tmpfs", "/dev/shm", 0o1777))
+            self.ops.append(Tmpfs("/dev/shm", 0o1777))
         elif os.path.isdir("/dev/shm"):
-            self.ops.append(("bind", "/dev/shm", "/dev/shm"))
+            self.ops.append(Bind("/dev/shm", "/dev/shm"))
 
     def identity(self) -> None:
         if self.policy.filter_passwd and "/etc" in self.policy.system_readonly:
             for name in ("passwd", "group", "nsswitch.conf"):
-                self.ops.append(("ro-data", f"etc-{name}", f"/etc/{name}", 0o644))
+                self.ops.append(Data(f"etc-{name}", f"/etc/{name}", 0o644))
 
     def temp(self) -> None:
         for path in ("/tmp", "/var/tmp"):
             if self.policy.private_tmp:
                 if path == "/tmp" or os.path.isdir(path):
-                    self.ops.append(("tmpfs", path, 0o1777))
+                    self.ops.append(Tmpfs(path, 0o1777))
             elif os.path.isdir(path):
-                self.ops.append(("bind", path, path))
+                self.ops.append(Bind(path, path))
 
     def run(self) -> None:
-        self.ops.append(("tmpfs", "/run", 0o755))
+        self.ops.append(Tmpfs("/run", 0o755))
         for path in self.policy.run_binds:
             self.grant(path, "ro")
-        self.ops.append(("ro-data", "marker", MARKER_PATH, 0o444))
+        self.ops.append(Data("marker", MARKER_PATH, 0o444))
         if self.policy.chaperon_dir:
             from chaperon.wire.session import SANDBOX_DIR, STUB_BIN, STUB_COMMANDS
 
-            self.ops.append(("bind", self.policy.chaperon_dir, SANDBOX_DIR))
-            self.ops.append(("ro-data", "stub", f"{STUB_BIN}/.stub", 0o755))
+            self.ops.append(Bind(self.policy.chaperon_dir, SANDBOX_DIR))
+            self.ops.append(Data("stub", f"{STUB_BIN}/.stub", 0o755))
             for name in STUB_COMMANDS:
-                self.ops.append(("symlink", ".stub", f"{STUB_BIN}/{name}"))
+                self.ops.append(Symlink(".stub", f"{STUB_BIN}/{name}"))
 
     def home(self) -> None:
         policy = self.policy
         home = policy.home
-        self.ops.append(("tmpfs", home, _mode(home)))
+        self.ops.append(Tmpfs(home, _mode(home)))
         access = policy.home_access
         if access in ("read", "write"):
             self.ops.pop()
-            self.carve(home, "ro" if access == "read" else "rw", home)
+            self.carve(home, "ro" if access == "read" else "rw")
             if access == "read":
                 self.remounts.remove(home)   # its top level stays a tmpfs for seeded files
         else:
@@ -158,14 +353,14 @@ class ViewBuilder:
                 self.grant(path, "ro")
         for index, path in enumerate(self.seeded):
             payload = self.generated.get(path, (f"seed-{index}",))[0]
-            self.ops.append(("file", payload, path, 0o644))
+            self.ops.append(File(payload, path, 0o644))
         if access == "restricted":
             self.remounts.append(home)
 
     def writable(self) -> None:
         for path in self.policy.home_writable + self.policy.extra_writable:
             self.grant(path, "rw")
-        self.ops.append(("bind", self.policy.project_dir, self.policy.project_dir))
+        self.ops.append(Bind(self.policy.project_dir, self.policy.project_dir))
 
     def writable_roots(self) -> tuple[str, ...]:
         roots = (self.policy.project_dir,) + self.policy.home_writable + self.policy.extra_writable
@@ -179,20 +374,20 @@ class ViewBuilder:
             # Bound onto itself (a mount point cannot be renamed or removed:
             # EBUSY), before the read-only binds of the control files in it.
             if any(_is_within(path, r) for r in roots) and not self._hidden(path):
-                self.ops.append(("bind", path, path))
+                self.ops.append(Bind(path, path))
         for item in self.policy.protected:
             if self._hidden(item.path) or not any(_is_within(item.path, r) for r in roots):
                 continue
             if os.path.islink(item.path):
                 continue   # reported as a warning by the policy checks
-            self.ops.append(("ro-bind", item.path, item.path))
+            self.ops.append(RoBind(item.path, item.path))
         for path in self.policy.readonly_overlays:
             self.grant(path, "ro")
         if self.policy.staging_dir:
-            self.ops.append(("ro-bind", self.policy.staging_dir, self.policy.staging_dir))
+            self.ops.append(RoBind(self.policy.staging_dir, self.policy.staging_dir))
         for path, payload in self.policy.notes:
             if not self._hidden(path):
-                self.ops.append(("ro-data", payload, path, 0o444))
+                self.ops.append(Data(payload, path, 0o444))
 
     def build(self) -> list[Op]:
         self.system()
@@ -203,10 +398,10 @@ class ViewBuilder:
         self.home()
         self.writable()
         self.overlays()
-        self.ops.extend(("remount-ro", path) for path in self.remounts)
+        self.ops.extend(RemountRo(path) for path in self.remounts)
         # The root itself is a tmpfs bwrap made; without this, /planted or
         # /var/x would be writable (if discarded) instead of failing.
-        self.ops.append(("remount-ro", "/"))
+        self.ops.append(RemountRo("/"))
         return self.ops
 
 

@@ -302,15 +302,15 @@ def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
             return Payload(data=b"\0" * 8), ()
 
     payloads, _ = base_payloads(policy, name, seccomp=seccomp)
-    from agent_sandbox.backends import module
+    from agent_sandbox.backends import BACKENDS
 
     if path is None:
         # Not installed: what it would give once installed (the plan needs the program).
-        return (*module(name).guarantees(policy, landlock_abi=abi), "")
+        return (*BACKENDS[name].guarantees(policy, landlock_abi=abi), "")
     try:
         plan = backend_plan(Selection(name, path, ""), policy, ["true"], payloads, abi)
     except SandboxError as exc:
-        return (*module(name).guarantees(policy, landlock_abi=abi), str(exc))
+        return (*BACKENDS[name].guarantees(policy, landlock_abi=abi), str(exc))
     return plan.provides, plan.partial, plan.cannot, ""
 
 
@@ -354,7 +354,7 @@ def backend_items(backends, abi: int) -> list[Item]:
 
 
 def gather(project_dir: str | None, environ) -> Report:
-    from agent_sandbox.backends import module
+    from agent_sandbox.backends import BACKENDS
     from agent_sandbox.launch.run import launch_context
     from agent_sandbox.launch.select import (choose_backend, forget_probe, landlock_abi,
                                              probe_backend)
@@ -370,7 +370,7 @@ def gather(project_dir: str | None, environ) -> Report:
     path_env = environ.get("PATH", "/usr/bin:/bin")
     reports = []
     for name in ORDER:
-        path = module(name).find(path_env)
+        path = BACKENDS[name].find(path_env)
         version, ok, detail = "", False, "not run"
         if path is not None:
             forget_probe(name)

@@ -137,7 +137,7 @@ def jail(request, user) -> Jail:
 
 def helper(user, *args, fds=(), **kwargs):
     """The installed helper, run directly as the test user."""
-    site = glob.glob(f"{PREFIX}/venv/lib/python3*/site-packages/agent_sandbox")[0]
+    site = glob.glob(f"{PREFIX}/venv/lib/python3*/site-packages/agent_sandbox/helper")[0]
     return user.run(["/usr/bin/python3", "-I", "-S", "-c", HELPER_BOOT, site, *args],
                     pass_fds=fds, **kwargs)
 

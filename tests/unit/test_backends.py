@@ -13,9 +13,9 @@ import pytest
 
 from agent_sandbox.config import load as confload
 from agent_sandbox.launch import run as launcher, report
-from agent_sandbox.backends import Selection, Unavailable, bwrap, firejail, module, select
+from agent_sandbox.backends import BACKENDS as TABLE, Selection, Unavailable, bwrap, firejail, select
 from agent_sandbox.backends import landlock as landlock_backend
-from agent_sandbox.backends.base import GUARANTEE_TEXT, FdRef, HELPER_BOOT, Payload
+from agent_sandbox.backends.base import GUARANTEE_TEXT, FdRef, HELPER_BOOT, Payload, PlanContext
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import LaunchContext, _is_within, resolve_policy
 from agent_sandbox.paths import helper_module
@@ -62,14 +62,15 @@ def plan_for(name: str, policy, abi: int = 7, command=("claude",)):
     if name == "bwrap":
         for item in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
             payloads[item] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
-        return bwrap.plan(policy, list(command), payloads=payloads, bwrap_path="/usr/bin/bwrap",
-                          landlock_abi=abi)
+        return bwrap.plan(policy, list(command), payloads,
+                          context=PlanContext("/usr/bin/bwrap", landlock_abi=abi))
     if name == "firejail":
-        return firejail.plan(policy, list(command), payloads=payloads,
-                             firejail_path="/usr/bin/firejail", landlock_abi=abi,
-                             root_entries=["usr", "etc", "home", "tmp", "proc", "srv", "data",
-                                           "bin"])
-    return landlock_backend.plan(policy, list(command), payloads=payloads, landlock_abi=abi)
+        return firejail.plan(policy, list(command), payloads,
+                             context=PlanContext("/usr/bin/firejail", landlock_abi=abi,
+                                                 root_entries=("usr", "etc", "home", "tmp",
+                                                               "proc", "srv", "data", "bin")))
+    return landlock_backend.plan(policy, list(command), payloads,
+                                 context=PlanContext("/usr/bin/python3", landlock_abi=abi))
 
 
 def rows(plan) -> dict[str, str]:
@@ -126,8 +127,8 @@ def test_kept_descriptors_make_fd_clean_partial_and_reach_the_helper(home, name)
     if name == "bwrap":          # a setuid bwrap: the helper runs inside and keeps them
         payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")} | {
             f"etc-{n}": Payload(data=b"") for n in ("passwd", "group", "nsswitch.conf")}
-        helper = bwrap.plan(policy, ["claude"], payloads=payloads, landlock_abi=7,
-                            scope_with="helper")
+        helper = bwrap.plan(policy, ["claude"], payloads,
+                            context=PlanContext("bwrap", landlock_abi=7, program_setuid=True))
         assert "--keep-fd" in [str(a) for a in helper.argv]
 
 
@@ -164,8 +165,8 @@ def test_bwrap_can_scope_through_the_helper_instead(home):
     payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")}
     for item in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
         payloads[item] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
-    plan = bwrap.plan(policy, ["claude"], payloads=payloads, bwrap_path="/usr/bin/bwrap",
-                      landlock_abi=6, scope_with="helper")
+    plan = bwrap.plan(policy, ["claude"], payloads,
+                      context=PlanContext("/usr/bin/bwrap", landlock_abi=6, program_setuid=True))
     argv = list(plan.argv)
     tail = argv[argv.index("--chdir") + 3:]
     assert tail[:5] == ["/usr/bin/python3", "-I", "-S", "-c", HELPER_BOOT]
@@ -489,5 +490,5 @@ def test_landlock_report_lists_rules_and_what_it_cannot(home):
 
 
 def test_module_lookup_matches_the_auto_order():
-    assert [module(n).NAME for n in BACKENDS] == list(BACKENDS)
+    assert [TABLE[n].name for n in BACKENDS] == list(BACKENDS) == list(TABLE)
     assert isinstance(Selection("bwrap", "/usr/bin/bwrap", "r"), tuple)

@@ -18,7 +18,7 @@ import pytest
 
 from agent_sandbox.launch import report
 from agent_sandbox.backends import bwrap
-from agent_sandbox.backends.base import FdRef, Payload, Plan
+from agent_sandbox.backends.base import FdRef, Payload, Plan, PlanContext
 from agent_sandbox.policy.view import mount_ops, placeholders
 from agent_sandbox.policy.resolve import _is_within, resolve_policy
 from tests.unit.homes import HOME_MODES, USER, context, make_home, settings_for
@@ -53,7 +53,7 @@ def make_plan(policy, command=("claude",)) -> Plan:
     if policy.filter_passwd:
         for name in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
             payloads[name] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
-    return bwrap.plan(policy, list(command), payloads=payloads, bwrap_path="/usr/bin/bwrap")
+    return bwrap.plan(policy, list(command), payloads, context=PlanContext("/usr/bin/bwrap"))
 
 
 # ---------------------------------------------------------------- the oracle

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from agent_sandbox.launch import boundfiles
 from agent_sandbox.config import load as confload
-from agent_sandbox.backends import bwrap, firejail, landlock as landlock_backend
-from agent_sandbox.backends.base import Payload
+from agent_sandbox.backends import BACKENDS, bwrap, firejail, landlock as landlock_backend
+from agent_sandbox.backends.base import Payload, PlanContext
 from agent_sandbox.policy.envfilter import removal_rule
 from agent_sandbox.policy.view import mount_ops
 from agent_sandbox.policy.resolve import LaunchContext, resolve_policy
@@ -207,9 +207,9 @@ def check(home, conf="", backend="bwrap"):
     settings_, policy = policy_for(home, conf, backend)
     contents = {path: open(source, "rb").read()
                 for path, source in boundfiles.bound_files(policy)}
-    module = {"bwrap": bwrap, "firejail": firejail, "landlock": landlock_backend}[backend]
     return boundfiles.apply(policy, mode=settings_.SECRETS_IN_BOUND_FILES,
-                            can_generate=module.BINDS_GENERATED_FILES, contents=contents,
+                            can_generate=BACKENDS[backend].binds_generated_files,
+                            contents=contents,
                             removed=REMOVED)
 
 
@@ -235,9 +235,10 @@ def test_blank_on_bwrap_binds_a_blanked_copy_and_reports_file_and_line(home):
     assert ("ro-data", "bound-0", bashrc, 0o444) in ops
     assert ("file", "bound-1", gitconfig, 0o644) in ops           # the seeded copy
     assert not any(op[0] in ("ro-bind", "bind") and op[1] == bashrc for op in ops)
-    plan = bwrap.plan(policy, ["true"], payloads={"marker": Payload(data=b"m"),
-                                                  "seccomp": Payload(data=b"\0" * 8),
-                      **{k: Payload(data=v) for k, v in payloads.items()}})
+    plan = bwrap.plan(policy, ["true"], {"marker": Payload(data=b"m"),
+                                         "seccomp": Payload(data=b"\0" * 8),
+                                         **{k: Payload(data=v) for k, v in payloads.items()}},
+                      context=PlanContext("bwrap"))
     assert {"bound-0", "bound-1"} <= set(plan.payloads)
 
 
