@@ -52,6 +52,40 @@ def defaults_path() -> str:
     return os.path.join(os.path.dirname(PACKAGE_DIR), "conf", "sandbox.conf")
 
 
+TOO_LARGE = -1   # read_regular's answer for a file over its limit
+
+
+def read_regular(path: str, limit: int) -> bytes | int | None:
+    """The bytes of a regular file, opened once without following a symlink
+    (a FIFO cannot block: non-blocking open, then fstat); TOO_LARGE above
+    `limit` bytes; None when it is missing, a symlink, not a regular file or
+    unreadable."""
+    import stat
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            return None
+        if info.st_size > limit:
+            return TOO_LARGE
+        chunks, size = [], 0
+        while size <= limit:
+            chunk = os.read(fd, limit + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return TOO_LARGE if size > limit else b"".join(chunks)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 def helper_path(name: str) -> str:
     """The file of a helper module (`sandbox_exec`, `landlock`, `jobstart`)."""
     return os.path.join(HELPER_DIR, name + ".py")

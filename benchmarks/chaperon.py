@@ -11,6 +11,11 @@
 
 Run as an ordinary user with the cluster up (scripts/slurm-cluster.sh start):
     python3 benchmarks/chaperon.py [--runs N]
+    python3 benchmarks/chaperon.py --baseline PATH [--runs N]
+With --baseline only the stub round trip is measured: `squeue` through the
+stub of this install and of another (e.g. the commit before a change, built
+with scripts/install.sh into another prefix), in alternating rounds, each
+inside its own sandbox; the medians and their ratio are printed.
 Prints the figures and PASS/FAIL per target; exits 1 if a target fails.
 Held jobs it submits are cancelled at the end.
 """
@@ -88,11 +93,41 @@ def chaperon_rss() -> float | None:
     return None
 
 
+COMPARE = r'''
+import json, subprocess, sys, time
+times = []
+subprocess.run(["squeue"], capture_output=True)
+for _ in range(int(sys.argv[1])):
+    t = time.perf_counter(); subprocess.run(["squeue"], capture_output=True)
+    times.append((time.perf_counter() - t) * 1000)
+print(json.dumps(times))
+'''
+
+
+def compare(current: str, baseline: str, runs: int, project: str, env: dict) -> int:
+    """The stub round trip of two installs, in alternating rounds."""
+    results: dict[str, list[float]] = {"this install": [], "baseline": []}
+    rounds = 10
+    for _ in range(rounds):
+        for name, program in (("this install", current), ("baseline", baseline)):
+            out = subprocess.run([program, "run", "--", "/usr/bin/python3", "-c", COMPARE,
+                                  str(max(1, runs // rounds))], cwd=project, env=env,
+                                 capture_output=True, text=True, check=True).stdout
+            results[name].extend(json.loads(out))
+    medians = {name: statistics.median(times) for name, times in results.items()}
+    for name, value in medians.items():
+        print(f"squeue through the stub ({name}): median {value:.1f} ms of {len(results[name])}")
+    ratio = medians["this install"] / medians["baseline"] - 1
+    print(f"against the baseline: {ratio * 100:+.1f}%")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--baseline", help="another agent-sandbox: compare the stub round trip")
     args = parser.parse_args()
     agent_sandbox = shutil.which("agent-sandbox") or "/opt/agent-sandbox/venv/bin/agent-sandbox"
     squeue, sbatch, scancel = (shutil.which(n) for n in ("squeue", "sbatch", "scancel"))
@@ -102,6 +137,8 @@ def main() -> int:
     project = os.path.join(home, ".cache", "agent-sandbox-bench", "project")
     os.makedirs(project, exist_ok=True)
     env = dict(os.environ, SANDBOX_QUIET="1")
+    if args.baseline:
+        return compare(agent_sandbox, args.baseline, args.runs, project, env)
     verdicts = []
     try:
         # idle RSS: a sandbox that sleeps while we look at its chaperon

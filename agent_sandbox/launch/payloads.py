@@ -113,32 +113,11 @@ def _read_bound_file(path: str):
     """The bytes of a home file the sandbox gets, opened once without following
     a symlink; boundfiles.TOO_LARGE above its cap; None when it cannot be read
     or is not a regular file (then nothing of it is readable inside either)."""
-    import stat
-
     from agent_sandbox.launch.boundfiles import MAX_BYTES, TOO_LARGE
+    from agent_sandbox.paths import TOO_LARGE as OVER, read_regular
 
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            return None
-        if info.st_size > MAX_BYTES:
-            return TOO_LARGE
-        chunks, size = [], 0
-        while size <= MAX_BYTES:
-            chunk = os.read(fd, MAX_BYTES + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return TOO_LARGE if size > MAX_BYTES else b"".join(chunks)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    data = read_regular(path, MAX_BYTES)
+    return TOO_LARGE if data == OVER else data
 
 
 def _with_note(policy, profile, *, slurm: bool):

@@ -28,6 +28,8 @@ import stat
 import subprocess
 from fnmatch import fnmatchcase
 
+from agent_sandbox.paths import read_regular
+
 READ_LIMIT = 1 << 20
 # A commondir placeholder must name a directory: "." is the gitdir itself,
 # which is what git assumes when the file is missing (an empty one is fatal).
@@ -89,26 +91,8 @@ def is_code_key(key: str, value: str) -> bool:
 # ---------------------------------------------------------------- reading
 def read_small(path: str) -> bytes | None:
     """A regular file's bytes (None: missing, a symlink, not regular, too big)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > READ_LIMIT:
-            return None
-        chunks, size = [], 0
-        while size <= READ_LIMIT:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        return b"".join(chunks) if size <= READ_LIMIT else None
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
+    data = read_regular(path, READ_LIMIT)
+    return data if isinstance(data, bytes) else None
 
 
 def config_entries(data: bytes, git: str | None) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from agent_sandbox.config.syntax import Assignment, ConfigSyntaxError, parse_con
 
 FILE = "sandbox.conf"
 VARIABLES = {"HOME": "/home/alice", "USER": "alice"}
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def parse(text: str, **kwargs) -> list[Assignment]:

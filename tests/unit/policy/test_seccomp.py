@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 from agent_sandbox.policy import seccomp
 from agent_sandbox.policy.seccomp import DEFAULT_DENY, LANDLOCK_EXTRA_DENY, compile_filter, deny_list
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PROBE = REPO / "tests" / "probes" / "syscalls.py"
 BWRAP = "/usr/bin/bwrap"
 SYS_PYTHON = "/usr/bin/python3"

@@ -26,7 +26,7 @@ from chaperon.wire.protocol import (CHUNK, MAX_ARGS, MAX_COMMAND, MAX_DATUM, MAX
                                     RequestDecoder, ResponseDecoder, encode_alive, encode_event,
                                     encode_exit, encode_request, encode_stderr, encode_stdout)
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 MiB = 1024 * 1024
 
 
