@@ -125,6 +125,7 @@ class Scope:
         """For ids of this user's jobs that Slurm still knows (`active`: that
         have not ended): the ids they belong to (own id, array job id, het job
         id). One squeue call."""
+        bases = {b for b in bases if b.isascii() and b.isdigit()}
         if not bases:
             return {}
         ids = sorted(bases, key=int)

@@ -168,6 +168,9 @@ def handle(ctx, request, out) -> int:
         first["done"] = True
         line, _, rest = chunk.partition(b"\n")
         job_id = line.decode(errors="replace").split(";")[0].strip()
+        if not (job_id.isascii() and job_id.isdigit()):
+            out.stdout(chunk)       # not a job id: nothing to record, shown as sbatch said it
+            return
         try:
             ctx.ledger.record(job_id, token, kind="batch",
                               **({"array": True} if merged.has("array") else {}))
