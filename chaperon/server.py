@@ -269,11 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGHUP, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C belongs to the sandboxed command
+    config: dict = {}
     try:
         _set_pdeathsig()
         with os.fdopen(int(argv[1]), "rb") as handle:
-            config = json.loads(handle.read())
-        if os.getppid() != config["launcher_pid"]:
+            config = json.loads(handle.read() or b"{}")
+        if not config or os.getppid() != config.get("launcher_pid"):
             return 1   # the launcher died before we set the death signal
         running.append(Chaperon(config))
         running[0].serve()
@@ -282,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for chaperon in running:
             chaperon.shutdown()
+        if not running and config.get("session_dir"):
+            # Stopped while still starting (a launcher killed the moment its
+            # command ran, on a loaded machine): the directory goes all the same.
+            shutil.rmtree(config["session_dir"], ignore_errors=True)
     return 0
 
 
