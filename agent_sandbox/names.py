@@ -9,6 +9,12 @@ config, policy, backends, launch and tools all read the same ones.
 """
 from __future__ import annotations
 
+# The subcommands of the CLI (cli/app.py); any other first word names an agent
+# profile. The fast path in cli/__init__.py routes on it without importing
+# typer, and an unknown profile is matched against it for "did you mean".
+SUBCOMMANDS = ("run", "bash", "help", "version", "config", "explain", "doctor", "status",
+               "logs", "sbatch", "srun")
+
 # Backends, in the order SANDBOX_BACKEND=auto tries them.
 BACKENDS = ("bwrap", "firejail", "landlock")
 

@@ -41,4 +41,10 @@ spec="$repo"
     --no-warn-script-location "$spec"
 chmod -R a+rX "$prefix"
 ln -sf "$prefix/venv/bin/agent-sandbox" /usr/local/bin/agent-sandbox
+# The man page, generated from the installed command tree (agent_sandbox/cli/manpage.py).
+mandir=${AGENT_SANDBOX_MANDIR:-/usr/local/share/man/man1}
+mkdir -p "$mandir"
+"$prefix/venv/bin/python" -m agent_sandbox.cli.manpage > "$mandir/agent-sandbox.1.tmp"
+mv "$mandir/agent-sandbox.1.tmp" "$mandir/agent-sandbox.1"
+chmod 0644 "$mandir/agent-sandbox.1"
 echo "install.sh: agent-sandbox $("$prefix/venv/bin/agent-sandbox" version) installed in $prefix"

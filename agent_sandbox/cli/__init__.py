@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import sys
 
+from agent_sandbox.names import SUBCOMMANDS
+
 
 def _fast_run(args: list[str]) -> dict | None:
     """Parse `run [--project-dir D] [--backend B] [--dry-run] [--keep-fd N]… [--] CMD…`.
@@ -49,9 +51,11 @@ def _fast_run(args: list[str]) -> dict | None:
     return options
 
 
-# Subcommands of the typer app; any other first word names an agent profile.
-COMMANDS = frozenset({"run", "bash", "version", "config", "explain", "doctor", "status",
-                      "logs", "sbatch", "srun", "help"})
+# Subcommands of the typer app (names.SUBCOMMANDS); any other first word names
+# an agent profile. Launcher options go BEFORE the profile name
+# (`agent-sandbox --dry-run claude --resume`): everything after the name is the
+# agent's own, so `agent-sandbox claude --dry-run` hands --dry-run to claude.
+_NOT_PROFILES = frozenset(SUBCOMMANDS) - {"bash"}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,15 +66,15 @@ def main(argv: list[str] | None = None) -> int:
             from agent_sandbox.launch.run import run
 
             return run(parsed.pop("command"), **parsed)
-    elif args and args[0] == "bash" and "--help" not in args[1:2]:
-        from agent_sandbox.launch.run import run_profile
+    elif args and args[0] not in _NOT_PROFILES and args[0:2] != ["bash", "--help"]:
+        # `agent-sandbox [LAUNCHER OPTIONS] NAME [ARGS]`: an agent profile, or a
+        # usage error suggesting the closest command or profile.
+        parsed = _fast_run(args)
+        if parsed is not None and parsed["command"][0] not in _NOT_PROFILES:
+            from agent_sandbox.launch.run import run_profile
 
-        return run_profile("bash", args[1:])
-    elif args and not args[0].startswith("-") and args[0] not in COMMANDS:
-        # `agent-sandbox claude [ARGS]`: an agent profile, or an error listing them.
-        from agent_sandbox.launch.run import run_profile
-
-        return run_profile(args[0], args[1:])
+            command = parsed.pop("command")
+            return run_profile(command[0], command[1:], **parsed)
     from agent_sandbox.cli.app import app
 
     try:

@@ -5,15 +5,55 @@ from __future__ import annotations
 from typing import List, Optional
 
 import typer
+from typer.core import TyperGroup
 
 from agent_sandbox import __version__
 
+class _Group(TyperGroup):
+    """The top-level group: completing its first word offers the agent
+    profiles beside the subcommands (profiles are config files, not commands)."""
+
+    def shell_complete(self, ctx, incomplete: str):
+        import os
+        import pwd
+
+        from typer._click.shell_completion import CompletionItem
+
+        from agent_sandbox.config.profiles import available
+
+        results = super().shell_complete(ctx, incomplete)
+        if not incomplete.startswith("-"):
+            home = pwd.getpwuid(os.getuid()).pw_dir
+            offered = {item.value for item in results}
+            results.extend(CompletionItem(name, help="agent profile")
+                           for name in available(home)
+                           if name.startswith(incomplete) and name not in offered)
+        return results
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"agent-sandbox {__version__}")
+        raise typer.Exit(0)
+
+
 app = typer.Typer(
-    add_completion=False, no_args_is_help=True,
+    cls=_Group, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
     help="Run AI coding agents and other untrusted commands in a kernel-enforced jail: "
-         "the project is writable, the rest of the system read-only, credentials invisible. "
-         "`agent-sandbox NAME [ARGS]` runs an agent profile (claude, codex, gemini, aider, "
-         "opencode, bash, or your own in ~/.config/agent-sandbox/agents/).")
+         "the project is writable, the rest of the system read-only, credentials invisible.\n\n"
+         "`agent-sandbox [--dry-run] [--project-dir DIR] [--backend B] NAME [ARGS]` runs the "
+         "agent profile NAME (claude, codex, gemini, aider, opencode, bash, or your own in "
+         "~/.config/agent-sandbox/agents/). Launcher options go before NAME; everything after "
+         "NAME is the agent's own (`agent-sandbox claude --dry-run` hands --dry-run to "
+         "claude).")
+
+
+@app.callback()
+def _top(version: bool = typer.Option(False, "--version", "-V", is_eager=True,
+                                      callback=_print_version, help="Print the version.")
+         ) -> None:
+    pass
+
 
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 
@@ -51,6 +91,30 @@ def bash(ctx: typer.Context) -> None:
     raise typer.Exit(launch(["bash", *ctx.args]))
 
 
+@app.command("help")
+def help_command(ctx: typer.Context, command: List[str] = typer.Argument(
+        None, metavar="[COMMAND]...", help="The command (or profile) to explain.")) -> None:
+    """Show the help of agent-sandbox or of COMMAND (`help config show`)."""
+    import os
+    import pwd
+
+    from agent_sandbox.config.profiles import find
+
+    names = list(command or [])
+    if len(names) == 1 and names[0] not in ctx.parent.command.commands:
+        path = find(names[0], pwd.getpwuid(os.getuid()).pw_dir)
+        if path is not None:
+            typer.echo(f"{names[0]}: an agent profile ({path}). Run it with "
+                       f"`agent-sandbox [--dry-run] [--project-dir DIR] {names[0]} [ARGS]`; "
+                       f"`agent-sandbox --dry-run {names[0]}` shows its plan and "
+                       f"`agent-sandbox config show --profile {names[0]}` its settings.")
+            return
+    try:
+        app(args=[*names, "--help"], prog_name="agent-sandbox", standalone_mode=True)
+    except SystemExit as exc:
+        raise typer.Exit(exc.code if isinstance(exc.code, int) else 0)
+
+
 @app.command()
 def version() -> None:
     """Print the version."""
@@ -61,15 +125,34 @@ config_app = typer.Typer(help="Inspect the effective configuration.", no_args_is
 app.add_typer(config_app, name="config")
 
 
-def _settings(project_dir: Optional[str]):
+def _profile(name: Optional[str]):
+    """The agent profile NAME (an unknown name is a usage error), or None."""
+    if name is None:
+        return None
+    import os
+    import pwd
+
+    from agent_sandbox.config.load import known_keys
+    from agent_sandbox.config.profiles import load
+
+    entry = pwd.getpwuid(os.getuid())
+    return load(name, home=entry.pw_dir, user=entry.pw_name,
+                known_keys=known_keys(entry.pw_dir, entry.pw_name))
+
+
+def _settings(project_dir: Optional[str], profile_name: Optional[str] = None):
     import os
 
     from agent_sandbox.config.load import load_settings
     from agent_sandbox.launch.run import launch_context
 
+    profile = _profile(profile_name)
     ctx = launch_context(project_dir, os.environ)
     return load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ,
-                         project_dir=ctx.project_dir or ctx.cwd)
+                         project_dir=ctx.project_dir or ctx.cwd, profile=profile)
+
+
+_PROFILE_HELP = "As a launch of this agent profile sees it (its settings applied)."
 
 
 def _fail(exc) -> None:
@@ -85,13 +168,15 @@ def config_show(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     project_dir: Optional[str] = typer.Option(None, "--project-dir",
                                               help="Apply conf.d files matching this project."),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
+                                          help=_PROFILE_HELP),
 ) -> None:
     """Print every effective configuration value (as sandbox.conf syntax)."""
     from agent_sandbox.errors import SandboxError
     from agent_sandbox.tools.explain import config_show as show
 
     try:
-        settings = _settings(project_dir)
+        settings = _settings(project_dir, profile)
     except SandboxError as exc:
         _fail(exc)
     typer.echo(show(settings, origin=origin, as_json=as_json), nl=False)
@@ -99,11 +184,45 @@ def config_show(
         typer.echo(f"agent-sandbox: warning: {warning}", err=True)
 
 
+@config_app.command("migrate")
+def config_migrate(
+    path: Optional[str] = typer.Argument(
+        None, metavar="[FILE]", help="The file to migrate (default: "
+        "~/.config/agent-sandbox/sandbox.conf)."),
+) -> None:
+    """Print a sandbox.conf of the bash agent-sandbox in this product's terms: its keys
+    mapped (NETWORK_FILTER_MODE → NETWORK_MODE) or commented out with the reason. The
+    file is not changed; redirect the output to replace it."""
+    import os
+    import pwd
+
+    from agent_sandbox.config.legacy import LegacyValueError, migrate
+    from agent_sandbox.config.syntax import ConfigSyntaxError, parse_config
+    from agent_sandbox.errors import ConfigError
+    from agent_sandbox.paths import user_config_dir
+
+    entry = pwd.getpwuid(os.getuid())
+    path = path or os.path.join(user_config_dir(entry.pw_dir), "sandbox.conf")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        typer.echo(migrate(parse_config(text, file=path, variables={
+            "HOME": entry.pw_dir, "USER": entry.pw_name})), nl=False)
+    except OSError as exc:
+        _fail(ConfigError(f"cannot read {path} — {exc.strerror}. Name an existing file."))
+    except (ConfigSyntaxError, LegacyValueError) as exc:
+        _fail(ConfigError(f"{path}: {exc} — fix the file first."))
+
+
 @app.command()
 def explain(
-    target: str = typer.Argument(..., help="A path (hidden / read-only / writable / absent?) "
-                                 "or an environment variable name (kept / removed?)."),
+    target: str = typer.Argument(..., help="A path (hidden / read-only / writable / absent "
+                                 "inside? symlinks are followed) or an environment variable "
+                                 "name (kept / removed?)."),
     project_dir: Optional[str] = typer.Option(None, "--project-dir"),
+    profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
+                                          help=_PROFILE_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Say what the sandbox does with PATH or ENV_NAME, and which rule of which layer decided."""
     import os
@@ -113,11 +232,12 @@ def explain(
     from agent_sandbox.launch.run import prepare
 
     try:
-        prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ)
+        prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ,
+                           profile=_profile(profile))
     except SandboxError as exc:
         _fail(exc)
     typer.echo(explain_target(target, prepared.settings, prepared.policy,
-                              prepared.plan.mounts), nl=False)
+                              prepared.plan.mounts, as_json=as_json), nl=False)
 
 
 # ---------------------------------------------------------------- doctor, status, logs
@@ -186,27 +306,45 @@ def logs(
         "`agent-sandbox status` shows it)."),
     denials: bool = typer.Option(False, "--denials", help="Only refusals, with their reason "
                                  "code and detail."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new records as "
+                                "they are written (Ctrl-C stops)."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object a line, as the "
+                                 "chaperon wrote it."),
 ) -> None:
     """The chaperon audit logs, oldest first: time, session, command, event and what
     happened (arguments of a request, reason and detail of a refusal)."""
     import os
     import pwd
 
-    from agent_sandbox.tools.logs import log_directory, read_records, render, select
+    import time
+
+    from agent_sandbox.tools.logs import (as_json_lines, log_directory, read_records, render,
+                                          select, unseen)
 
     _hidden_here("the audit logs cannot be read")
     directory = log_directory(pwd.getpwuid(os.getuid()).pw_dir)
-    if not os.path.isdir(directory):
+    show = as_json_lines if as_json else render
+    if not os.path.isdir(directory) and not follow:
         typer.echo(f"agent-sandbox: no chaperon logs yet ({directory} does not exist): the "
                    "chaperon runs in sandboxes started on hosts with Slurm.", err=True)
         return
-    entries = select(read_records(directory), session=session, denials=denials)
-    if not entries:
+    seen: set = set()
+    entries = unseen(select(read_records(directory), session=session, denials=denials), seen)
+    if not entries and not follow:
         what = "refusals" if denials else "records"
         scope = f" for session {session}" if session else ""
         typer.echo(f"agent-sandbox: no {what}{scope} in {directory}", err=True)
         return
-    typer.echo(render(entries), nl=False)
+    typer.echo(show(entries), nl=False)
+    try:
+        while follow:
+            time.sleep(0.5)
+            fresh = unseen(select(read_records(directory), session=session,
+                                  denials=denials), seen)
+            if fresh:
+                typer.echo(show(fresh), nl=False)
+    except KeyboardInterrupt:
+        pass
 
 
 # ---------------------------------------------------------------- sbatch, srun from outside
@@ -327,3 +465,23 @@ def srun(
     """Run a command with srun from a normal shell, validated as inside the sandbox; every
     task runs sandboxed on the compute node."""
     raise typer.Exit(_submit_outside("srun", list(ctx.args), project_dir))
+
+
+# ---------------------------------------------------------------- help text
+def _unwrap(text: str) -> str:
+    """A docstring's paragraphs as single lines, so the help wraps at the
+    terminal's width, not at the source's line breaks (rich keeps those)."""
+    return "\n\n".join(" ".join(p.split()) for p in text.split("\n\n") if p.strip())
+
+
+def _unwrap_help(typer_app: typer.Typer) -> None:
+    import inspect
+
+    for info in typer_app.registered_commands:
+        doc = info.help or inspect.getdoc(info.callback) or ""
+        info.help = _unwrap(doc)
+    for group in typer_app.registered_groups:
+        _unwrap_help(group.typer_instance)
+
+
+_unwrap_help(app)

@@ -164,16 +164,21 @@ def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
           overrides: list[tuple[str, str, str]], project_dir: str | None = None) -> Merged:
     """Parse and merge layers; `overrides` are (origin, key, value) applied last
     (environment, then flags). Admin values act as floors (locks.py)."""
+    from agent_sandbox.config.legacy import LEGACY, LegacyValueError, translate
+
     variables = {"HOME": home, "USER": user}
     known = None   # the shipped defaults assign every key, so they are the key list
     merged = Merged()
+    warned_legacy: set[str] = set()
     for kind, path, text in layers:
         if kind == "conf.d":
-            keys = known | {"PROJECT_MATCH"}
+            keys = known | {"PROJECT_MATCH"} | LEGACY.keys()
         elif kind == "profile":
             keys = known | PROFILE_KEYS
-        else:
+        elif kind == "default":
             keys = known
+        else:   # admin, user: a file of the bash original loads (config/legacy.py)
+            keys = known | LEGACY.keys()
         try:
             assignments = parse_config(text, file=path, variables=variables, known_keys=keys)
         except ConfigSyntaxError as exc:
@@ -193,6 +198,20 @@ def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
         for item in assignments:
             if item.key == "PROJECT_MATCH" or item.key.startswith("AGENT_"):
                 continue   # conf.d and profile keys, not sandbox settings
+            if item.key in LEGACY:
+                try:
+                    ours, warning = translate(item.key, item.value)
+                except LegacyValueError as exc:
+                    raise ConfigError(f"{path}:{item.line}: {exc} — the value is not "
+                                      "valid. Fix or remove it (`agent-sandbox config "
+                                      "migrate` shows the file in current terms).",
+                                      reason="bad_config") from None
+                if item.key not in warned_legacy:
+                    warned_legacy.add(item.key)
+                    merged.warnings.append(f"{path}:{item.line}: {warning}")
+                for key, value in ours:
+                    merged.assign(kind, key, value, f"{path}:{item.line}")
+                continue
             value = item.value
             if item.append:
                 previous = merged.raw.get(item.key, ())

@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from agent_sandbox.config.load import PROFILE_KEYS
 from agent_sandbox.config.syntax import ConfigSyntaxError, parse_config
-from agent_sandbox.errors import ConfigError
+from agent_sandbox.errors import ConfigError, UsageError
 
 ALWAYS_ENABLED = ("bash",)
 
@@ -67,13 +67,26 @@ def find(name: str, home: str) -> str | None:
     return None
 
 
+def unknown_profile_message(name: str, profiles) -> str:
+    """`name` is neither a subcommand nor a profile: suggest the closest of
+    both (a typo'd `doctr` means doctor), then list the profiles."""
+    import difflib  # only on this error path
+
+    from agent_sandbox.names import SUBCOMMANDS
+
+    close = difflib.get_close_matches(name, [*SUBCOMMANDS, *profiles], n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return (f"unknown command or agent profile {name!r} — {hint}profiles here: "
+            f"{' '.join(profiles)}; commands: {' '.join(SUBCOMMANDS)}. Add {name}.conf to "
+            "~/.config/agent-sandbox/agents/ to define a profile "
+            "(`agent-sandbox --help` lists the commands).")
+
+
 def load(name: str, *, home: str, user: str, known_keys) -> Profile:
     path = find(name, home)
     if path is None:
-        raise ConfigError(f"unknown agent profile {name!r} — profiles here: "
-                          f"{' '.join(available(home))}. Add {name}.conf to "
-                          "~/.config/agent-sandbox/agents/ to define it.",
-                          reason="unknown_profile")
+        raise UsageError(unknown_profile_message(name, available(home)),
+                         reason="unknown_profile")
     with open(path, encoding="utf-8") as handle:
         text = handle.read()
     try:

@@ -168,8 +168,10 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
     return policy, plan, denied
 
 
-def run_profile(name: str, args: list[str], environ=None) -> int:
-    """`agent-sandbox NAME [ARGS]`: run an agent with its profile applied."""
+def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | None = None,
+                backend: str | None = None, dry_run: bool = False, keep_fds=()) -> int:
+    """`agent-sandbox [OPTIONS] NAME [ARGS]`: run an agent with its profile
+    applied; OPTIONS are the launcher's (as for `run`), ARGS the agent's."""
     import shutil
 
     from agent_sandbox.config.load import known_keys
@@ -183,13 +185,14 @@ def run_profile(name: str, args: list[str], environ=None) -> int:
     except SandboxError as exc:
         return fail(exc)
     command = list(profile.command) + list(args)
-    if shutil.which(command[0], path=environ.get("PATH")) is None:
+    if not dry_run and shutil.which(command[0], path=environ.get("PATH")) is None:
         say(f"{name}: {command[0]} is not installed (not found on your PATH) — "
             f"{profile.install_hint or 'install it first'}.")
         return 127
-    if not inside_sandbox(environ):
+    if not inside_sandbox(environ) and not dry_run:
         create_state(profile, entry.pw_dir)
-    return run(command, environ=environ, profile=profile)
+    return run(command, environ=environ, profile=profile, project_dir=project_dir,
+               backend=backend, dry_run=dry_run, keep_fds=keep_fds)
 
 
 # ---------------------------------------------------------------- running

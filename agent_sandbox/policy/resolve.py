@@ -168,17 +168,29 @@ def _existing(paths) -> tuple[str, ...]:
     return tuple(p for p in paths if os.path.lexists(p))
 
 
-def _writable_entries(candidates, *, hidden, denied, warnings, key, denied_origin="") -> tuple[str, ...]:
+def _writable_entries(candidates, *, hidden, denied, warnings, key, denied_origin="",
+                      origin="") -> tuple[str, ...]:
     """Drop writable entries that are symlinks, lie under a hidden path or lie
     under a denied path — each with a warning naming the key. (An entry that
-    contains a hidden path is kept; the view carves the hidden path out.)"""
+    contains a hidden path is kept; the view carves the hidden path out.)
+    With `origin` (EXTRA_WRITABLE_PATHS: named by the user, so a mistake
+    should be seen), a missing entry or one the user cannot write outside
+    either (/etc) is dropped with a warning too, instead of failing the
+    mount."""
     kept = []
+    where = f" in {origin}" if origin else ""
     for path in candidates:
         if not os.path.lexists(path):
+            if origin:
+                warnings.append(f"{key}: dropped {path} — it does not exist. Create it, or "
+                                f"remove it from {key}{where}")
             continue
         real = os.path.realpath(path)
         reason = None
-        if os.path.islink(path):
+        if origin and not os.access(real, os.W_OK):
+            reason = (f"you cannot write to it outside the sandbox either, so it cannot be "
+                      f"made writable inside. Remove it from {key}{where}")
+        elif os.path.islink(path):
             reason = "it is a symlink (it would make its target writable)"
         elif any(_is_within(path, h) or _is_within(real, h) for h in hidden):
             reason = "it lies under a hidden path"
@@ -279,7 +291,8 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         denied_origin=denied_origin)
     extra_writable = _writable_entries(
         settings.EXTRA_WRITABLE_PATHS, hidden=hidden, denied=denied, warnings=warnings,
-        key="EXTRA_WRITABLE_PATHS", denied_origin=denied_origin)
+        key="EXTRA_WRITABLE_PATHS", denied_origin=denied_origin,
+        origin=origins.get("EXTRA_WRITABLE_PATHS", "default"))
     if any(_is_within(project, d) for d in denied):
         raise PolicyError(f"refusing project directory {project} — it lies under a path the "
                           "site admin made never-writable (DENIED_WRITABLE_PATHS). Use a "

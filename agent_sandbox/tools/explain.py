@@ -110,11 +110,13 @@ def _grant_rule(dest: str, settings, policy) -> str:
     return best[1] if best else "the sandbox's own layout (/proc, /dev, /tmp, /run)"
 
 
-def explain_path(path: str, settings, policy, ops) -> str:
-    path = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+def _path_state(path: str, settings, policy, ops) -> tuple[str, str, str]:
+    """(verdict, what it is inside, the rule) for one normalized path, not
+    following symlinks: verdict is hidden, absent, read-only, writable or
+    private (a tmpfs or copy whose writes are discarded)."""
     rule = _hidden_rule(path, settings, policy)
     if rule:
-        return f"{path}: hidden (does not exist inside) — {rule}\n"
+        return "hidden", "hidden (does not exist inside)", rule
     covering = None
     for op in ops:
         dest = op[2] if op[0] in ("ro-bind", "bind", "dev-bind", "symlink", "ro-data", "file") \
@@ -124,31 +126,66 @@ def explain_path(path: str, settings, policy, ops) -> str:
         if covering is None or len(dest) >= len(covering[1]):
             covering = (op, dest)
     if covering is None:
-        return (f"{path}: absent — nothing in the sandbox's filesystem covers it (add it to "
-                "READONLY_MOUNTS or EXTRA_WRITABLE_PATHS to make it visible)\n")
+        return ("absent", "absent", "nothing in the sandbox's filesystem covers it (add it to "
+                "READONLY_MOUNTS or EXTRA_WRITABLE_PATHS to make it visible)")
     op, dest = covering
     remounted = any(o[0] == "remount-ro" and o[1] == dest for o in ops)
-    kind = op[0]
+    kind, verdict = op[0], "read-only"
     if kind == "bind":
-        state = "writable"
+        verdict = state = "writable"
     elif kind == "tmpfs":
+        verdict = "read-only" if remounted else "private"
         state = ("read-only (an empty private tmpfs)" if remounted
                  else "private tmpfs (writable, discarded at exit)")
     elif kind == "ro-data":
         state = ("read-only, a generated copy (FILTER_PASSWD)" if op[1].startswith("etc-")
                  else "read-only, written by agent-sandbox (session marker)")
     elif kind == "file":
-        state = "a private copy (writable, discarded at exit)"
+        verdict, state = "private", "a private copy (writable, discarded at exit)"
     elif kind == "symlink":
         state = f"a symlink to {op[1]}"
     else:
         state = "read-only"
     if kind in ("bind", "ro-bind") and not os.path.lexists(path):
         state += " (does not exist yet)"
-    return f"{path}: {state} — {_grant_rule(dest, settings, policy)}\n"
+    return verdict, state, _grant_rule(dest, settings, policy)
 
 
-def explain(target: str, settings, policy, ops) -> str:
-    if target.isidentifier() and "/" not in target and not target.startswith("."):
-        return explain_env(target, settings)
-    return explain_path(target, settings, policy, ops)
+def explain_path(path: str, settings, policy, ops) -> dict:
+    """What `path` is inside. A symlink (or a path through one) is answered
+    for what it resolves to, since that is what opening it reaches: a link in
+    the writable project pointing at ~/.ssh/id_rsa is hidden, not writable."""
+    given = os.path.normpath(os.path.abspath(os.path.expanduser(path)))
+    real = os.path.realpath(given)
+    verdict, state, rule = _path_state(given, settings, policy, ops)
+    if verdict != "hidden" and real != given:
+        verdict, state, rule = _path_state(real, settings, policy, ops)
+    return {"target": path, "kind": "path", "path": given,
+            "resolves_to": real if real != given else None,
+            "verdict": verdict, "state": state, "rule": rule}
+
+
+def render_path(result: dict) -> str:
+    if result["resolves_to"]:
+        return (f"{result['path']}: a symlink to {result['resolves_to']}, which is "
+                f"{result['state']} inside — {result['rule']}\n")
+    return f"{result['path']}: {result['state']} — {result['rule']}\n"
+
+
+def is_env_name(target: str) -> bool:
+    """An identifier that names no file here is an environment variable;
+    `explain keylink` with ./keylink present is about the file."""
+    return (target.isidentifier() and "/" not in target and not target.startswith(".")
+            and not os.path.lexists(target))
+
+
+def explain(target: str, settings, policy, ops, *, as_json: bool = False) -> str:
+    if is_env_name(target):
+        text = explain_env(target, settings)
+        if as_json:
+            verdict = text.partition(": ")[2].partition(" —")[0]
+            return json.dumps({"target": target, "kind": "env", "verdict": verdict,
+                               "answer": text.strip()}, indent=2) + "\n"
+        return text
+    result = explain_path(target, settings, policy, ops)
+    return json.dumps(result, indent=2) + "\n" if as_json else render_path(result)

@@ -142,3 +142,21 @@ def format_entry(entry: Entry) -> str:
 
 def render(entries) -> str:
     return "".join(format_entry(e) + "\n" for e in entries)
+
+
+def as_json_lines(entries) -> str:
+    """One JSON object a line (JSON Lines), as the chaperon wrote it; json.dumps
+    escapes control characters, so this is as safe for a terminal as render()."""
+    return "".join(json.dumps(e.record, sort_keys=True) + "\n" for e in entries)
+
+
+def unseen(entries, seen: set) -> list[Entry]:
+    """For --follow: the entries not printed yet (remembered in `seen` by their
+    content, since the file order shifts when a new chaperon log appears)."""
+    fresh = []
+    for entry in entries:
+        key = json.dumps(entry.record, sort_keys=True)
+        if key not in seen:
+            seen.add(key)
+            fresh.append(entry)
+    return fresh

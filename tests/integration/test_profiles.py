@@ -55,7 +55,7 @@ def test_missing_agent_binary_says_how_to_install_it(user, project):
 
 def test_unknown_profile_lists_the_profiles(user, project):
     result = user.run([INSTALLED, "nosuchagent"], cwd=project)
-    assert result.returncode == 125
+    assert result.returncode == 2   # a usage error (SPEC §3), never 125
     for name in ("claude", "codex", "gemini", "aider", "opencode", "bash"):
         assert name in result.stderr
 
