@@ -7,7 +7,8 @@
 #                                     those not running), set up accounting, and prove
 #                                     a job runs and shows in sacct. Idempotent: quick
 #                                     when everything is up already.
-#   scripts/slurm-cluster.sh stop     cancel every job, stop every daemon, leave none behind
+#   scripts/slurm-cluster.sh stop     cancel every job, stop the daemons of its pid files
+#                                     and that slurmd's steps, nothing else
 #   scripts/slurm-cluster.sh status   print what runs; exit 0 only when all is up
 #   scripts/slurm-cluster.sh check    submit a job as the test user, wait for it in sacct
 #
@@ -83,53 +84,76 @@ alive() {
     [[ $stat == "$1 ($2) "* && ${stat##*) } != [ZX]* ]]
 }
 
-# pid_of NAME PIDFILE: the pid of the running daemon NAME (exact process name), from
-# its pid file, else the oldest live process of that exact name; fails when none runs.
+# pid_from PIDFILE NAME: the pid in PIDFILE when that process is alive and named NAME.
+pid_from() {
+    local pid
+    [[ -r $1 ]] || return 1
+    pid=$(tr -dc 0-9 <"$1")
+    alive "$pid" "$2" && echo "$pid"
+}
+
+# pid_of NAME PIDFILE: the pid of the running daemon NAME, from its pid file, else the
+# oldest live process of that exact name in this mount namespace (a daemon started
+# without its pid file); fails when none runs. The daemons of
+# scripts/slurm-multinode.sh live in mount namespaces of their own, so they are
+# never taken for this cluster's.
 pid_of() {
     local name=$1 pidfile=$2 pid
-    if [[ -r $pidfile ]]; then
-        pid=$(tr -dc 0-9 <"$pidfile")
-        if alive "$pid" "$name"; then
-            echo "$pid"
-            return 0
-        fi
+    if pid=$(pid_from "$pidfile" "$name"); then
+        echo "$pid"
+        return 0
     fi
     pid=$(live_pids "$name" | head -n 1)
     [[ -n $pid ]] && echo "$pid"
 }
 
-live_pids() {  # live_pids NAME: the live processes named exactly NAME, oldest first
-    local pid
+# live_pids NAME: the live processes named exactly NAME in this mount namespace,
+# oldest first.
+live_pids() {
+    local pid ours
+    ours=$(readlink /proc/self/ns/mnt)
     for pid in $(pgrep -x "$1" | sort -n); do
-        if alive "$pid" "$1"; then echo "$pid"; fi
+        if alive "$pid" "$1" && [[ $(readlink "/proc/$pid/ns/mnt" 2>/dev/null) == "$ours" ]]; then
+            echo "$pid"
+        fi
     done
 }
 
 running() { pid_of "$1" "$2" >/dev/null 2>&1; }
 
-# stop_daemon NAME PIDFILE SECONDS: SIGTERM every process of that exact name, wait,
-# then SIGKILL what is left (saying so).
+# stop_daemon NAME PIDFILE SECONDS: SIGTERM the daemon of its pid file (only it: other
+# processes of that name belong to someone else), wait, then SIGKILL it (saying so).
 stop_daemon() {
-    local name=$1 pidfile=$2 limit=$3 pids deadline
-    mapfile -t pids < <( { pid_of "$name" "$pidfile" || true; live_pids "$name"; } | sort -u)
-    if ((${#pids[@]} == 0)); then
+    local name=$1 pidfile=$2 limit=$3 pid deadline
+    if ! pid=$(pid_from "$pidfile" "$name"); then
         rm -f "$pidfile"
         return 0
     fi
-    say "stopping $name (pid ${pids[*]})"
-    kill -TERM "${pids[@]}" 2>/dev/null || true
+    say "stopping $name (pid $pid)"
+    kill -TERM "$pid" 2>/dev/null || true
     deadline=$((SECONDS + limit))
-    while [[ -n $(live_pids "$name") ]]; do
+    while alive "$pid" "$name"; do
         if ((SECONDS >= deadline)); then
             say "$name did not stop within ${limit}s; killing it"
-            mapfile -t pids < <(live_pids "$name")
-            ((${#pids[@]} == 0)) || kill -KILL "${pids[@]}" 2>/dev/null || true
+            kill -KILL "$pid" 2>/dev/null || true
             sleep 0.5
             break
         fi
         sleep 0.2
     done
     rm -f "$pidfile"
+}
+
+# steps_of PID: the slurmstepd started by the slurmd PID — the ones in its mount
+# namespace (the multi-node cluster's steps live in their node's own namespace).
+steps_of() {
+    local ns step
+    ns=$(readlink "/proc/$1/ns/mnt" 2>/dev/null) || return 0
+    for step in $(pgrep -x slurmstepd || true); do
+        if alive "$step" slurmstepd && [[ $(readlink "/proc/$step/ns/mnt" 2>/dev/null) == "$ns" ]]; then
+            echo "$step"
+        fi
+    done
 }
 
 # launch LOG COMMAND...: start a daemon detached (own session, no terminal, output to LOG).
@@ -534,11 +558,19 @@ cmd_stop() {
             timeout 30 scancel $ids 2>/dev/null || true
         fi
     fi
-    # Let the steps of cancelled jobs finish before slurmd goes.
-    deadline=$((SECONDS + 15))
-    while [[ -n $(live_pids slurmstepd) ]] && ((SECONDS < deadline)); do sleep 0.2; done
+    # Let the steps of cancelled jobs finish before slurmd goes; kill what is left of
+    # this slurmd's steps (never another cluster's).
+    local slurmd steps=()
+    if slurmd=$(pid_from "$RUN_DIR/slurmd.pid" slurmd); then
+        deadline=$((SECONDS + 15))
+        while [[ -n $(steps_of "$slurmd") ]] && ((SECONDS < deadline)); do sleep 0.2; done
+        mapfile -t steps < <(steps_of "$slurmd")
+    fi
     stop_daemon slurmd "$RUN_DIR/slurmd.pid" 20
-    stop_daemon slurmstepd /nonexistent 5
+    if ((${#steps[@]})); then
+        say "killing the steps left behind (pid ${steps[*]})"
+        kill -KILL "${steps[@]}" 2>/dev/null || true
+    fi
     stop_daemon slurmctld "$RUN_DIR/slurmctld.pid" 20
     stop_daemon slurmdbd "$RUN_DIR/slurmdbd.pid" 20
     stop_daemon mariadbd "$MYSQL_PID" 60

@@ -7,11 +7,16 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AGENT_SANDBOX_EXTRAS=test "$repo/scripts/install.sh"
 cd "$repo"
 
-# A real single-node Slurm cluster for the chaperon's tests, stopped whatever the
-# tests do: the exit code is pytest's, or 1 when only the stop failed.
+# Real Slurm clusters for the chaperon's tests — the single-node one and the
+# multi-node one beside it — stopped whatever the tests do: the exit code is
+# pytest's, or 1 when only a stop failed.
 stop_slurm() {
     local rc=$?
     trap - EXIT
+    if ! "$repo/scripts/slurm-multinode.sh" stop; then
+        echo "test.sh: scripts/slurm-multinode.sh stop failed" >&2
+        if ((rc == 0)); then rc=1; fi
+    fi
     if ! "$repo/scripts/slurm-cluster.sh" stop; then
         echo "test.sh: scripts/slurm-cluster.sh stop failed" >&2
         if ((rc == 0)); then rc=1; fi
@@ -20,5 +25,6 @@ stop_slurm() {
 }
 trap stop_slurm EXIT
 "$repo/scripts/slurm-cluster.sh" start
+"$repo/scripts/slurm-multinode.sh" start
 
 /opt/agent-sandbox/venv/bin/python -m pytest -p no:cacheprovider -ra "$@" tests

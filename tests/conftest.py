@@ -210,6 +210,48 @@ def slurm_cluster() -> SlurmCluster:
                         default_partition=default)
 
 
+# --- Slurm: a multi-node cluster on this host (scripts/slurm-multinode.sh) ----------
+
+MULTINODE_SCRIPT = SLURM_SCRIPT.with_name("slurm-multinode.sh")
+
+
+@dataclass(frozen=True)
+class MultinodeCluster:
+    """The multi-node cluster: partition `multi` (nodes n1 n2, the default),
+    `nobwrap` (n3: bwrap hidden), `noinstall` (n4: the install hidden)."""
+    nodes: tuple[str, ...] = ("n1", "n2")
+    node_without_bwrap: str = "n3"
+    node_without_install: str = "n4"
+
+    def run_as(self, user: SandboxUser, argv, *, env=None, cwd=None, timeout=120,
+               ) -> subprocess.CompletedProcess:
+        """ARGV as USER on the login side of this cluster: a private mount
+        namespace with its config at /etc/slurm, so the launcher, its chaperon
+        and the real Slurm commands all talk to it."""
+        return subprocess.run(
+            ["bash", str(MULTINODE_SCRIPT), "run", "setpriv", f"--reuid={user.uid}",
+             f"--regid={user.gid}", "--clear-groups", "--", *[str(a) for a in argv]],
+            env=env if env is not None else user.env(), cwd=str(cwd or user.project),
+            capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def slurm_multinode(slurm_cluster) -> MultinodeCluster:
+    """Bring the multi-node cluster up (idempotent; it needs the single-node
+    cluster's Slurm packages and munged). scripts/test.sh stops it."""
+    env = {**os.environ, "AGENT_SANDBOX_PREFIX": PREFIX}
+    try:
+        result = subprocess.run(["bash", str(MULTINODE_SCRIPT), "start"], capture_output=True,
+                                text=True, timeout=120, stdin=subprocess.DEVNULL, env=env)
+    except subprocess.TimeoutExpired as exc:
+        pytest.fail(f"{MULTINODE_SCRIPT} start did not finish within {exc.timeout}s:\n"
+                    f"{exc.stdout or ''}{exc.stderr or ''}")
+    if result.returncode != 0:
+        pytest.fail(f"{MULTINODE_SCRIPT} start failed (exit {result.returncode}):\n"
+                    f"{result.stdout}{result.stderr}")
+    return MultinodeCluster()
+
+
 ADMIN_DIR = Path("/etc/agent-sandbox")
 ADMIN_FILE = ADMIN_DIR / "sandbox.conf"
 

@@ -38,7 +38,7 @@ LIMIT = ("SLURM_MAX_JOBS",)
 AT_LEAST = ("CHAPERON_LOG_RETAIN_DAYS",)
 # Switches only the admin file (or the shipped files) may turn on; any other
 # layer may only turn them off. The choice is the site's.
-ADMIN_ONLY = ("SLURM_ALLOW_MAIL",)
+ADMIN_ONLY = ("SLURM_ALLOW_MAIL", "JOB_ALLOW_WEAKER_BACKEND")
 LOCKABLE = tuple(ORDER) + BOOL_TRUE + BOOL_FALSE + KEEP + NARROW + LIMIT + AT_LEAST
 
 _TRUE = {"true", "1", "yes", "on"}

@@ -65,6 +65,7 @@ class Settings(NamedTuple):
     SLURM_ALLOWED_PARTITIONS: tuple[str, ...] = ()
     SLURM_MAX_JOBS: int = 0
     SLURM_ALLOW_MAIL: bool = False
+    JOB_ALLOW_WEAKER_BACKEND: bool = False
 
     ENABLED_AGENTS: tuple[str, ...] = ()
     SANDBOX_QUIET: bool = False

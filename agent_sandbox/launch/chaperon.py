@@ -191,6 +191,9 @@ def handler_config(settings, policy, staging: str) -> dict:
         "allowed_partitions": list(settings.SLURM_ALLOWED_PARTITIONS),
         "max_jobs": settings.SLURM_MAX_JOBS, "allow_mail": settings.SLURM_ALLOW_MAIL,
         "backend": policy.backend,
+        # The compute side gives at least what this session gives: its backend,
+        # pinned for every job and task, unless the admin allows weaker ones.
+        "job_backend": None if settings.JOB_ALLOW_WEAKER_BACKEND else policy.backend,
         "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
         "jobstart": helper_path("jobstart"),
         "home": policy.home, "user": policy.user, "overrides": _overrides(settings),

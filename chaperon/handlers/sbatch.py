@@ -117,9 +117,9 @@ def _stage(ctx, project, cwd: str, merged, body: bytes, args: list[str], stage: 
         {"script": script, "args": args, "workdir": cwd, "links": links, "env": env,
          **({"export": merged.last("export")} if merged.has("export") else {})}).encode())
     wrapper = write_staged(stage, "wrapper", wrapper_script(
-        launcher=ctx.config["launcher"], project_dir=ctx.project_dir,
-        jobstart=ctx.config["jobstart"], spec_path=spec,
-        overrides=ctx.config.get("overrides", {})).encode(), 0o700)
+        config=ctx.config, project_dir=ctx.project_dir, spec_path=spec,
+        outputs=[(os.path.relpath(target, ctx.project_dir), staged)
+                 for target, staged in links]).encode(), 0o700)
     return options, wrapper
 
 

@@ -26,6 +26,7 @@ import os
 
 from ..beneath import Unusable
 from ..environment import command_env
+from ..jobwrap import launch_argv
 from ..ledger import LedgerError
 from ..refusal import Refusal
 from ..scope import AllocationWatcher, Scope, known_job
@@ -165,8 +166,7 @@ def handle(ctx, request, out) -> int:
         discard_stage(stage)
         raise
 
-    task = ctx.config["launcher"] + ["run", "--project-dir", ctx.project_dir, "--",
-                                     "/usr/bin/python3", "-IS", ctx.config["jobstart"], spec]
+    task = launch_argv(ctx.config, ctx.project_dir, ctx.config["jobstart"], spec)
     tagged: list[str] = []
     watcher = None
     try:

@@ -521,3 +521,14 @@ def test_mail_can_be_allowed_by_the_admin_only(home, tmp_path, no_admin):
     assert load(home, str(admin)).SLURM_ALLOW_MAIL is False
     write_user(home, "")
     assert load(home, str(admin)).SLURM_ALLOW_MAIL is True
+
+
+def test_weaker_backends_for_jobs_can_be_allowed_by_the_admin_only(home, tmp_path, no_admin):
+    write_user(home, "JOB_ALLOW_WEAKER_BACKEND=true\n")
+    settings = load(home, no_admin)
+    assert settings.JOB_ALLOW_WEAKER_BACKEND is False
+    assert any(w.startswith("JOB_ALLOW_WEAKER_BACKEND=true from ") for w in settings.warnings)
+    admin = tmp_path / "admin.conf"
+    admin.write_text("JOB_ALLOW_WEAKER_BACKEND=true\n")
+    write_user(home, "")
+    assert load(home, str(admin)).JOB_ALLOW_WEAKER_BACKEND is True

@@ -1,0 +1,117 @@
+"""The job wrapper (chaperon/jobwrap.py), generated and run for real: it pins
+the session's backend unless the admin allows weaker ones, and when the
+sandbox never starts it writes one `agent-sandbox:` line into the user's
+output file — beneath the project, never through a symlink, never into a file
+with another link — and exits non-zero."""
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from chaperon.jobwrap import launch_argv, wrapper_script
+
+JOBSTART = str(Path(__file__).resolve().parents[3] / "agent_sandbox" / "helper" / "jobstart.py")
+
+
+def config(launcher, backend="bwrap"):
+    return {"launcher": launcher, "jobstart": JOBSTART, "job_backend": backend,
+            "overrides": {}}
+
+
+@pytest.fixture
+def layout(tmp_path):
+    project, stage = tmp_path / "proj", tmp_path / "stage"
+    (project / "logs").mkdir(parents=True)
+    stage.mkdir()
+    return project, stage
+
+
+def run_wrapper(layout, launcher, backend="bwrap"):
+    project, stage = layout
+    text = wrapper_script(config=config(launcher, backend), project_dir=str(project),
+                          spec_path=str(stage / "spec.json"),
+                          outputs=[("logs/%j.out", f"{stage}/%j.out")])
+    wrapper = stage / "wrapper"
+    wrapper.write_text(text)
+    return subprocess.run(["/usr/bin/python3", "-IS", str(wrapper)], capture_output=True,
+                          text=True, env={"SLURM_JOB_ID": "42", "PATH": "/usr/bin:/bin"},
+                          timeout=30)
+
+
+def test_the_backend_is_pinned_unless_weaker_ones_are_allowed():
+    assert launch_argv(config(["L"]), "/p", "/j.py", "/s.json") == [
+        "L", "run", "--backend", "bwrap", "--project-dir", "/p", "--",
+        "/usr/bin/python3", "-IS", "/j.py", "/s.json"]
+    assert "--backend" not in launch_argv(config(["L"], backend=None), "/p", "/j.py", "/s")
+
+
+def test_a_missing_launcher_is_reported_in_the_output_file(layout):
+    project, _ = layout
+    result = run_wrapper(layout, ["/nonexistent/agent-sandbox/python"])
+    assert result.returncode == 127
+    text = (project / "logs/42.out").read_text()
+    assert text.startswith("agent-sandbox: the job did not start on node ")
+    assert "/nonexistent/agent-sandbox/python cannot run there (No such file or directory)" in text
+    assert text.count("\n") == 1
+
+
+def test_the_launchers_own_refusal_is_carried_over(layout):
+    project, stage = layout
+    (stage / "42.out").write_text("agent-sandbox: the bwrap backend cannot be used — gone.\n")
+    result = run_wrapper(layout, ["/bin/sh", "-c", "exit 125"])
+    assert result.returncode == 125
+    assert (project / "logs/42.out").read_text().endswith(
+        "(it must run on bwrap, as the session that submitted it): the bwrap backend "
+        "cannot be used — gone.\n")
+
+
+def test_a_job_that_started_is_left_alone(layout):
+    project, stage = layout
+    (project / "logs/42.out").symlink_to(f"{stage}/42.out")   # what jobstart makes
+    result = run_wrapper(layout, ["/bin/sh", "-c", "exit 3"])
+    assert result.returncode == 3                              # the script's own code
+    assert not (stage / "42.out").exists()
+
+
+def test_a_symlink_at_the_output_path_is_never_followed(layout, tmp_path):
+    project, _ = layout
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (project / "logs/42.out").symlink_to(victim)
+    assert run_wrapper(layout, ["/nonexistent/python"]).returncode == 127
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_symlinked_directory_is_never_followed(layout, tmp_path):
+    project, _ = layout
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (project / "logs").rmdir()
+    (project / "logs").symlink_to(elsewhere)
+    assert run_wrapper(layout, ["/nonexistent/python"]).returncode == 127
+    assert list(elsewhere.iterdir()) == []
+
+
+def test_a_file_with_another_link_is_not_written(layout, tmp_path):
+    project, _ = layout
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    os.link(victim, project / "logs/42.out")
+    assert run_wrapper(layout, ["/nonexistent/python"]).returncode == 127
+    assert victim.read_text() == "precious\n"
+
+
+def test_the_environment_cannot_steer_the_output_out_of_the_project(layout, tmp_path):
+    project, stage = layout
+    text = wrapper_script(config=config(["/nonexistent/python"]), project_dir=str(project),
+                          spec_path="/s", outputs=[("logs/%x.out", f"{stage}/%j.out")])
+    (stage / "wrapper").write_text(text)
+    result = subprocess.run(["/usr/bin/python3", "-IS", str(stage / "wrapper")],
+                            env={"SLURM_JOB_NAME": "../../escaped", "SLURM_JOB_ID": "1"},
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 127
+    assert not (tmp_path / "escaped.out").exists()
+    assert not (project / "escaped.out").exists()
