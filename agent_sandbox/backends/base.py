@@ -180,7 +180,8 @@ def helper_command(python: str = HELPER_PYTHON) -> list[str]:
 
 def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: bool = False,
                 seccomp: bool = False, seeds=(), chdir: str | None = None,
-                new_session: bool = False, lifeline: bool = False,
+                new_session: bool = False, controlling_tty: bool = False,
+                lifeline: bool = False,
                 status: bool = False, pid_namespace: bool = False,
                 argv_fd: bool = False, cleanup: str | None = None,
                 keep_fds=()) -> list:
@@ -190,7 +191,9 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
     `pid_namespace`: the helper runs in a PID namespace of its own, so its
     watcher may clear the whole namespace when the command exits.
     `keep_fds`: inherited descriptors the command keeps (--keep-fd); every
-    other one above stderr is closed before exec."""
+    other one above stderr is closed before exec. `controlling_tty`: stdin is
+    the launcher's relayed pseudo-terminal, taken as controlling terminal in
+    a new session (job control)."""
     argv: list = helper_command(python)
     for flag, wanted in (("--env", env), ("--landlock", landlock), ("--seccomp", seccomp),
                          ("--lifeline", lifeline), ("--status", status), ("--argv", argv_fd)):
@@ -200,7 +203,9 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
         argv += ["--seed", FdRef(name), path]
     if chdir:
         argv += ["--chdir", chdir]
-    if new_session:
+    if controlling_tty:
+        argv.append("--controlling-tty")
+    elif new_session:
         argv.append("--new-session")
     if pid_namespace:
         argv.append("--pid-namespace")

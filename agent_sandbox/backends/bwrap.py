@@ -100,9 +100,16 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     argv += _mount_args(ops)
     argv += ["--chdir", policy.workdir, "--"]
     spawn_ruleset = None
-    if landlock_abi >= SCOPING_ABI and scope_with == "helper":
-        payloads["landlock"] = Payload(data=landlock_scope(landlock_abi))
-        argv += helper_argv(python=python, landlock=True,
+    helper_scopes = landlock_abi >= SCOPING_ABI and scope_with == "helper"
+    if helper_scopes or policy.terminal:
+        # A relayed terminal needs setsid + TIOCSCTTY inside (bwrap's own
+        # --new-session leaves the command in init's session): the helper.
+        if helper_scopes:
+            payloads["landlock"] = Payload(data=landlock_scope(landlock_abi))
+        elif landlock_abi >= SCOPING_ABI:
+            spawn_ruleset = scope_ruleset(landlock_abi)
+        argv += helper_argv(python=python, landlock=helper_scopes,
+                            controlling_tty=policy.terminal,
                             keep_fds=policy.keep_fds) + list(command)
     else:
         if landlock_abi >= SCOPING_ABI:

@@ -349,7 +349,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         ours["landlock"] = Payload(data=landlock_scope(landlock_abi))
     argv += ["--", *helper_argv(python=python, env=True, landlock=scoped,
                                 seccomp=policy.seccomp, seeds=seeds, chdir=policy.workdir,
-                                new_session=True, lifeline=True, status=True,
+                                new_session=True, controlling_tty=policy.terminal,
+                                lifeline=True, status=True,
                                 pid_namespace=True, argv_fd=True,
                                 keep_fds=policy.keep_fds)]
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,

@@ -219,7 +219,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     if tmpdir:
         env["TMPDIR"] = tmpdir
     argv = helper_argv(python=python, landlock=True, seccomp=policy.seccomp,
-                       chdir=policy.workdir, new_session=True, lifeline=True, status=True,
+                       chdir=policy.workdir, new_session=True,
+                       controlling_tty=policy.terminal, lifeline=True, status=True,
                        cleanup=tmpdir, keep_fds=policy.keep_fds)
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,

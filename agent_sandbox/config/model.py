@@ -134,6 +134,20 @@ class _Validators(BaseModel):
         return value
 
 
+    @field_validator("SANDBOX_PROMPT", check_fields=False)
+    @classmethod
+    def _plain_prompt(cls, value: str) -> str:
+        """Printable text only: it becomes part of PS1 (which bash expands:
+        `$(…)`, backquotes, backslash escapes) and of a terminal title."""
+        bad = [c for c in value if c in "$`\\" or not c.isprintable()]
+        if bad:
+            raise ValueError(f"{bad[0]!r} is not allowed here: give plain printable text "
+                             "(no $, backquote, backslash or control characters)")
+        if len(value) > 64:
+            raise ValueError("at most 64 characters")
+        return value
+
+
 def _model():
     hints = typing.get_type_hints(Settings)
     fields = {name: (hints[name], Settings._field_defaults[name]) for name in KEYS}

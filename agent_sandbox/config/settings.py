@@ -69,6 +69,8 @@ class Settings(NamedTuple):
 
     ENABLED_AGENTS: tuple[str, ...] = ()
     SANDBOX_QUIET: bool = False
+    # Interactive sessions: the prompt prefix and terminal-title tag ("" for none).
+    SANDBOX_PROMPT: str = "[sandbox] "
 
     # Provenance (not configuration keys).
     origins: dict = {}         # key -> file:line | default | env | flag (never mutated)

@@ -9,7 +9,8 @@ modules and landlock.py from its own (root-owned, read-only) directory.
 In order, each step only when asked for:
   read the payload descriptors (environment, Landlock ruleset, seccomp BPF,
   seeded files) and close them → write seeded files → chdir → setsid →
-  start the watcher → PR_SET_NO_NEW_PRIVS → Landlock → seccomp →
+  (--controlling-tty: take stdin as controlling terminal) → start the
+  watcher → PR_SET_NO_NEW_PRIVS → Landlock → seccomp →
   report "helper-exec" on the status descriptor → close every descriptor
   but stdin, stdout, stderr and the kept ones → exec the command.
 
@@ -29,6 +30,10 @@ Options (descriptors are inherited file descriptor numbers):
   --seed FD PATH    copy the descriptor's bytes to PATH (replacing a file)
   --chdir DIR       working directory of the command
   --new-session     setsid(): no controlling terminal, so no TIOCSTI into it
+  --controlling-tty setsid(), then make stdin — the launcher's relayed
+                    pseudo-terminal, never the user's own terminal — the
+                    controlling terminal (TIOCSCTTY), so a shell has job
+                    control; the watcher then ends the whole session
   --lifeline FD     start a watcher that SIGKILLs what is left of the sandbox
                     when the command exits (as bwrap does by ending the PID
                     namespace) or when FD reaches EOF, i.e. the launcher is
@@ -94,7 +99,8 @@ def _read_fd(fd: int) -> bytes:
 
 def parse(argv: list[str]) -> dict:
     opts = {"env": None, "landlock": None, "seccomp": None, "seeds": [], "chdir": None,
-            "new_session": False, "lifeline": None, "status": None, "max_abi": None,
+            "new_session": False, "controlling_tty": False, "lifeline": None, "status": None,
+            "max_abi": None,
             "degrade": False, "probe": False, "pid_namespace": False, "argv": None,
             "cleanup": None, "keep_fds": [], "command": []}
     i = 0
@@ -119,7 +125,8 @@ def parse(argv: list[str]) -> dict:
             elif arg == "--max-abi":
                 opts["max_abi"] = int(argv[i + 1])
                 i += 2
-            elif arg in ("--new-session", "--degrade", "--probe", "--pid-namespace"):
+            elif arg in ("--new-session", "--controlling-tty", "--degrade", "--probe",
+                         "--pid-namespace"):
                 opts[arg[2:].replace("-", "_")] = True
                 i += 1
             else:
@@ -178,14 +185,49 @@ def _wait(lifeline: int, pidfd, command: int) -> None:
                 return
 
 
-def start_watcher(lifeline: int, *, whole_namespace: bool, cleanup: str | None = None) -> None:
+def take_terminal(fd: int) -> None:
+    """Make the terminal on `fd` this new session's controlling terminal;
+    the session's process group becomes its foreground group. Fails closed:
+    a relayed session without its terminal would have no job control and a
+    Ctrl-Z could not reach it."""
+    import fcntl
+    import termios
+
+    try:
+        fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+    except OSError as exc:
+        raise SetupError(f"cannot take the session's terminal — {exc.strerror}") from None
+
+
+def _session_members(session: int) -> list[int]:
+    """Every process (but this one) whose session id is `session`."""
+    members = []
+    for name in os.listdir("/proc"):
+        if name.isdigit() and int(name) != os.getpid():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+                if int(fields[3]) == session:
+                    members.append(int(name))
+            except (OSError, IndexError, ValueError):
+                continue
+    return members
+
+
+def start_watcher(lifeline: int, *, whole_namespace: bool, whole_session: bool = False,
+                  cleanup: str | None = None) -> None:
     """A grandchild (so the command never sees it as its child) that waits for
     the command (this process, once it execs) to exit or the launcher to go,
     then kills the command's process group — or, in a PID namespace of its
-    own, every process in it. Forked before Landlock and seccomp apply, so the
-    command can neither signal it nor hide from it."""
+    own, every process in it. With job control (`whole_session`) the jobs have
+    process groups of their own: then every process of the command's session.
+    Forked before Landlock and seccomp apply, so the command can neither
+    signal it nor hide from it (nor leave the session: setsid needs a new
+    process group leader, which is still in the session until it calls it —
+    a race the PID namespace of bwrap and firejail closes; landlock has none)."""
     command = os.getpid()
     group = os.getpgid(0)
+    session = os.getsid(0)
     whole_namespace = whole_namespace and _own_pid_namespace()
     try:
         pidfd = os.pidfd_open(command)
@@ -211,6 +253,12 @@ def start_watcher(lifeline: int, *, whole_namespace: bool, cleanup: str | None =
                 try:
                     if whole_namespace:
                         os.kill(-1, signal.SIGKILL)   # all but PID 1 and this watcher
+                    elif whole_session:
+                        for member in _session_members(session):
+                            try:
+                                os.kill(member, signal.SIGKILL)
+                            except OSError:
+                                pass
                     else:
                         os.killpg(group, signal.SIGKILL)
                 except OSError:
@@ -328,14 +376,16 @@ def main(argv: list[str]) -> int:
                 os.chdir(opts["chdir"])
             except OSError as exc:
                 raise SetupError(f"cannot enter {opts['chdir']} — {exc.strerror}") from None
-        if opts["new_session"]:
+        if opts["new_session"] or opts["controlling_tty"]:
             try:
                 os.setsid()
             except OSError as exc:   # a process group leader cannot: a launcher bug
                 raise SetupError(f"cannot start a new session — {exc.strerror}") from None
+        if opts["controlling_tty"]:
+            take_terminal(0)
         if opts["lifeline"] is not None:
             start_watcher(opts["lifeline"], whole_namespace=opts["pid_namespace"],
-                          cleanup=opts["cleanup"])
+                          whole_session=opts["controlling_tty"], cleanup=opts["cleanup"])
         if spec is not None or bpf is not None:
             _landlock().no_new_privs()
         if spec is not None:

@@ -110,14 +110,19 @@ class Prepared(NamedTuple):
 
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
-            profile=None, keep_fds=(), chaperon=None) -> Prepared:
+            profile=None, keep_fds=(), chaperon=None, terminal: bool = False) -> Prepared:
     """The one sequence resolve → (chaperon) → payloads → plan. `chaperon` is a
     callable (settings, policy) -> ChaperonSession | None run after the policy
     is known and before the plan is built, so the plan is built once, with
-    the session directory; the caller stops the session it returns."""
+    the session directory; the caller stops the session it returns.
+    `terminal`: the session runs on a relayed pseudo-terminal."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile)
     policy = policy._replace(keep_fds=keep_fds_checked(keep_fds))
+    if terminal:
+        from agent_sandbox.launch.terminal import session_env
+
+        policy = policy._replace(terminal=True, env=session_env(policy.env, policy.prompt))
     if profile is not None:
         from agent_sandbox.config.profiles import ALWAYS_ENABLED
 
@@ -218,7 +223,9 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         try:
             prepared = prepare(command, project_dir=project_dir, backend=backend,
                                environ=environ, profile=profile, keep_fds=keep_fds,
-                               chaperon=start_chaperon)
+                               chaperon=start_chaperon,
+                               # A native terminal only when both ends are one.
+                               terminal=not dry_run and os.isatty(0) and os.isatty(1))
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
             if dry_run:
                 from agent_sandbox.launch.report import dry_run_report
@@ -256,7 +263,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     created = placeholders.create(policy)
                     placeholders.remember(policy.home, policy.project_dir, created)
                 snapshot = gitcheck.start(policy)
-                return run_plan(plan, policy.keep_fds)
+                return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
+                                title=policy.prompt + os.path.basename(command[0]))
             finally:
                 if record is not None:   # checked while registered: recover() leaves it alone
                     gitcheck.finish(policy, snapshot)

@@ -2,7 +2,9 @@
 other descriptor is sealed (fd.clean), the backend is spawned (with Landlock
 scoping applied to the spawning thread where the kernel allows), signals are
 forwarded to the command's process group, and the outcome becomes an exit
-code (125 for a setup failure the backend or helper reported).
+code (125 for a setup failure the backend or helper reported). An
+interactive session (`terminal`) gets a pseudo-terminal of its own, relayed
+by launch/terminal.py, imported only then.
 """
 from __future__ import annotations
 
@@ -67,10 +69,25 @@ def _seal_inherited(keep) -> None:
                 pass                      # not open (the listing's own descriptor)
 
 
-def run_plan(plan, keep_fds=()) -> int:
+def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "") -> int:
     """Start the backend with the plan's payloads and environment, forward
     signals to the command, return its exit code (125 for setup failures).
-    `keep_fds`: caller descriptors the command keeps (--keep-fd)."""
+    `keep_fds`: caller descriptors the command keeps (--keep-fd).
+    `terminal`: run on a relayed pseudo-terminal (the plan's helper takes it
+    as controlling terminal), the outer terminal titled `title`."""
+    pty = relay = None
+    if terminal:
+        from agent_sandbox.launch import terminal as relay
+
+        pty = relay.open_pty()
+    try:
+        return _run_plan(plan, keep_fds, pty, relay, title)
+    finally:
+        if pty:
+            pty.close()
+
+
+def _run_plan(plan, keep_fds, pty, relay, title: str) -> int:
     fds: dict[str, int] = {}
     ours: list[int] = []        # our ends of pipes, open for the sandbox's lifetime
     read_status = None
@@ -101,6 +118,9 @@ def run_plan(plan, keep_fds=()) -> int:
     try:
         # A helper that calls setsid() must not lead a process group already.
         group = {} if plan.own_session else {"setpgroup": 0}
+        if pty:
+            group["file_actions"] = [(os.POSIX_SPAWN_DUP2, pty.slave, std)
+                                     for std in (0, 1, 2) if std < 2 or os.isatty(2)]
         spawn = _spawn_scoped if plan.spawn_ruleset else _spawn
         pid, release = spawn(plan.spawn_ruleset, launcher, plan.env, setsigdef=RESET_SIGNALS,
                              **group)
@@ -115,6 +135,8 @@ def run_plan(plan, keep_fds=()) -> int:
     finally:
         for fd in fds.values():
             os.close(fd)
+        if pty:
+            pty.close_slave()
 
     status_text: list[str] = []
 
@@ -128,9 +150,16 @@ def run_plan(plan, keep_fds=()) -> int:
             except OSError:
                 pass
 
-    previous = {s: signal.signal(s, forward) for s in FORWARDED_SIGNALS}
+    # With a relay, window size and SIGCONT are the relay's (the kernel
+    # signals the inner foreground job when the pty's size changes).
+    forwarded = [s for s in FORWARDED_SIGNALS
+                 if not pty or s not in (signal.SIGWINCH, signal.SIGCONT)]
+    previous = {s: signal.signal(s, forward) for s in forwarded}
     try:
-        _, status = os.waitpid(pid, 0)
+        if pty:
+            status = relay.relay(pty, pid, title=title)
+        else:
+            _, status = os.waitpid(pid, 0)
     finally:
         release()
         for signum, handler in previous.items():

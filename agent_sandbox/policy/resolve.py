@@ -106,6 +106,10 @@ class Policy(NamedTuple):
     generated_files: tuple = ()
     bound_file_report: object = None
     pinned: tuple[str, ...] = ()         # bound onto themselves: cannot be renamed (gitrepo.py)
+    prompt: str = ""                     # SANDBOX_PROMPT: prompt prefix and title tag
+    # The launcher relays a pseudo-terminal (launch/terminal.py): the command
+    # takes it as controlling terminal. A launch fact, set like keep_fds.
+    terminal: bool = False
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -346,7 +350,8 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         network_isolated=settings.NETWORK_MODE == "isolated",
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
-        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings), pinned=pinned)
+        quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings), pinned=pinned,
+        prompt=settings.SANDBOX_PROMPT)
     return with_chaperon(policy, *chaperon) if chaperon else policy
 
 

@@ -492,3 +492,23 @@ def test_landlock_report_lists_rules_and_what_it_cannot(home):
 def test_module_lookup_matches_the_auto_order():
     assert [TABLE[n].name for n in BACKENDS] == list(BACKENDS) == list(TABLE)
     assert isinstance(Selection("bwrap", "/usr/bin/bwrap", "r"), tuple)
+
+
+# ---------------------------------------------------------------- relayed terminal
+@pytest.mark.parametrize("name", BACKENDS)
+@pytest.mark.parametrize("abi", [5, 7])
+def test_a_relayed_terminal_is_taken_by_the_helper_in_a_new_session(home, name, abi):
+    """policy.terminal: every backend starts the command through the helper
+    with --controlling-tty (setsid + TIOCSCTTY inside); without it, no helper
+    option takes a terminal."""
+    policy = policy_for(home, backend=name)
+    plain = [str(a) for a in plan_for(name, policy, abi=abi).argv]
+    assert "--controlling-tty" not in plain
+    argv = [str(a) for a in plan_for(name, policy._replace(terminal=True), abi=abi).argv]
+    assert argv.count("--controlling-tty") == 1 and "--new-session" not in argv[
+        argv.index(HELPER_BOOT):]
+    assert argv[argv.index("--controlling-tty"):][-2:] == ["--", "claude"] or name == "firejail"
+    if name == "bwrap":   # scoping stays on the spawning thread, seccomp with bwrap
+        plan = plan_for(name, policy._replace(terminal=True), abi=abi)
+        assert (plan.spawn_ruleset is not None) == (abi >= 6)
+        assert "landlock" not in plan.payloads and "/usr/bin/env" not in argv

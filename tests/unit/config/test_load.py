@@ -532,3 +532,23 @@ def test_weaker_backends_for_jobs_can_be_allowed_by_the_admin_only(home, tmp_pat
     admin.write_text("JOB_ALLOW_WEAKER_BACKEND=true\n")
     write_user(home, "")
     assert load(home, str(admin)).JOB_ALLOW_WEAKER_BACKEND is True
+
+
+@pytest.mark.parametrize("value, accepted", [
+    ('"[sbx] "', True), ('""', True), ("'$(id)'", False), ("'a`b'", False),
+    ("'back\\slash'", False), ("'bell\x07'", False)])
+def test_sandbox_prompt_is_plain_text(tmp_path, value, accepted):
+    """SANDBOX_PROMPT becomes part of PS1, which bash expands."""
+    from agent_sandbox.errors import ConfigError
+
+    home = tmp_path / "home"
+    conf = home / ".config/agent-sandbox/sandbox.conf"
+    conf.parent.mkdir(parents=True)
+    conf.write_text(f"SANDBOX_PROMPT={value}\n")
+    load = lambda: confload.load_settings(home=str(home), user="alice", environ={},  # noqa: E731
+                                          admin_path=str(tmp_path / "none"), cache=False)
+    if accepted:
+        assert load().SANDBOX_PROMPT == value.strip('"')
+    else:
+        with pytest.raises(ConfigError, match="SANDBOX_PROMPT"):
+            load()

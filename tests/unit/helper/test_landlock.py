@@ -193,3 +193,21 @@ def test_helper_refuses_an_older_abi_than_planned_unless_told_to_degrade():
     assert degraded.returncode == 0, degraded.stderr
     assert "Landlock ABI 5 (planned 6) — not enforced: scoping of abstract unix sockets" \
         in degraded.stderr
+
+
+def test_the_helper_parses_controlling_tty_and_fails_closed_without_a_terminal():
+    """--controlling-tty: setsid + TIOCSCTTY on stdin; when stdin is no
+    terminal the command does not run (125), whatever the backend did."""
+    import subprocess
+    import sys
+
+    from agent_sandbox.backends.base import helper_command
+    from agent_sandbox.paths import helper_module
+
+    exec_helper = helper_module("sandbox_exec")
+    assert exec_helper.parse(["--controlling-tty", "--", "sh"])["controlling_tty"] is True
+    result = subprocess.run(helper_command(sys.executable) + ["--controlling-tty", "--", "echo",
+                                                            "ran"],
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    assert result.returncode == 125 and "ran" not in result.stdout
+    assert "cannot take the session's terminal" in result.stderr

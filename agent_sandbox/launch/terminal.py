@@ -1,0 +1,236 @@
+"""A native terminal for interactive sessions: the sandbox runs on a
+pseudo-terminal of its own, and the launcher relays bytes between it and the
+user's terminal.
+
+Strategy. When stdin and stdout are both terminals (and only then: pipes and
+files keep the byte-exact pass-through, and this module is not even
+imported), the launcher opens a pty, gives it the outer terminal's modes and
+window size, and hands its slave end to the backend as stdin/stdout (and
+stderr when that is a terminal too). Inside, the helper calls setsid() and
+takes the slave as controlling terminal (sandbox_exec --controlling-tty), so
+a shell has full job control. The outer terminal is put in raw mode: Ctrl-Z
+and Ctrl-C are plain bytes to the relay, turned into SIGTSTP/SIGINT by the
+*inner* line discipline for the inner foreground job — they can no longer
+stop the sandbox as a whole and drop the user into the outer shell. The
+inner terminal is not the user's, so nothing inside can inject keystrokes
+into the outer shell (TIOCSTI is also denied by seccomp).
+
+The relay is one select() loop: outer stdin → pty master (buffered, the
+master is non-blocking so a slow reader inside never stalls output), pty
+master → outer stdout, and a pidfd that says the backend has exited. SIGWINCH
+copies the outer window size to the pty (the kernel then signals the inner
+foreground job); SIGCONT (the launcher was stopped and continued from
+outside) puts the outer terminal back in raw mode. The outer terminal's
+modes are restored in a `finally`, so on every exit path but the launcher's
+own SIGKILL.
+
+The pure parts — the session's environment (prompt) and the title escape
+sequences — are plain functions; the loop is the thin shell around them.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import termios
+import tty
+from agent_sandbox.errors import BackendUnavailable
+
+# bash runs PROMPT_COMMAND before each prompt: put the tag in front of PS1
+# unless it is there, so a PS1 set by the user's rc still shows it. Fixed
+# code: the tag is only ever read from the variable (and validated as plain
+# text by config/model.py because PS1 itself is expanded).
+PROMPT_COMMAND = ('case "$PS1" in "$AGENT_SANDBOX_PROMPT"*) ;; '
+                  '*) PS1="$AGENT_SANDBOX_PROMPT$PS1" ;; esac')
+DEFAULT_PS1 = "\\u@\\h:\\w\\$ "
+PUSH_TITLE, POP_TITLE = b"\x1b[22;0t", b"\x1b[23;0t"   # xterm's title stack
+CHUNK = 65536
+DRAIN_SECONDS = 2.0   # after the backend exited: wait this long for the pty's last bytes
+
+
+def session_env(env: dict, prompt: str) -> dict:
+    """The command's environment for a relayed terminal: AGENT_SANDBOX_PROMPT,
+    a PS1 for shells without an rc that sets one, and PROMPT_COMMAND (bash)
+    that keeps the tag in front of whatever PS1 the rc sets. An empty prompt
+    changes nothing."""
+    if not prompt:
+        return env
+    env = dict(env, AGENT_SANDBOX_PROMPT=prompt)
+    env["PS1"] = prompt + env.get("PS1", DEFAULT_PS1)
+    theirs = env.get("PROMPT_COMMAND")
+    env["PROMPT_COMMAND"] = PROMPT_COMMAND + (f"; {theirs}" if theirs else "")
+    return env
+
+
+def title_sequences(title: str) -> tuple[bytes, bytes]:
+    """(start, end): save the outer terminal's title and set `title`; restore
+    it. Control characters are dropped (the command name is the caller's)."""
+    if not title:
+        return b"", b""
+    text = "".join(c for c in title if c.isprintable())
+    return PUSH_TITLE + b"\x1b]0;" + text.encode("utf-8", "replace") + b"\x07", POP_TITLE
+
+
+class Pty:
+    """The session's pty; each end closed once, whichever path closes it."""
+
+    def __init__(self, master: int, slave: int):
+        self.master, self.slave = master, slave
+
+    def close_slave(self) -> None:
+        """After the spawn: the relay then sees EIO once the sandbox holds none."""
+        if self.slave is not None:
+            os.close(self.slave)
+            self.slave = None
+
+    def hang_up(self) -> None:
+        """Close the master: the kernel hangs up the inner session (SIGHUP)."""
+        if self.master is not None:
+            os.close(self.master)
+            self.master = None
+
+    def close(self) -> None:
+        self.close_slave()
+        if self.master is not None:
+            os.close(self.master)
+            self.master = None
+
+
+def open_pty(stdin: int = 0) -> Pty:
+    """A pty with the outer terminal's modes and window size. Fails closed:
+    BackendUnavailable (exit 125), never a session on the user's terminal."""
+    try:
+        master, slave = os.openpty()
+    except OSError as exc:
+        raise BackendUnavailable(f"cannot open a pseudo-terminal for the session — "
+                                 f"{exc.strerror}. The command was not run; redirect stdin "
+                                 "or stdout (e.g. `< /dev/null`) to run without one.") from None
+    try:
+        termios.tcsetattr(slave, termios.TCSANOW, termios.tcgetattr(stdin))
+        _copy_window_size(stdin, master)
+    except (OSError, termios.error) as exc:
+        os.close(master)
+        os.close(slave)
+        raise BackendUnavailable(f"cannot set up the session's pseudo-terminal — {exc}. "
+                                 "The command was not run.") from None
+    return Pty(master, slave)
+
+
+def _copy_window_size(outer: int, master: int) -> None:
+    termios.tcsetwinsize(master, termios.tcgetwinsize(outer))
+
+
+def relay(pty: Pty, pid: int, *, title: str = "", stdin: int = 0, stdout: int = 1) -> int:
+    """Relay until the backend `pid` has exited; return its wait status. The
+    outer terminal is raw meanwhile and restored however this ends. When the
+    outer terminal hangs up (EOF, or SIGHUP/SIGTERM to the launcher) the pty
+    is hung up too, as a closing terminal window does: the kernel sends the
+    inner session SIGHUP (the inner shell is in a session of its own, out of
+    reach of the signals forwarded to the sandbox's process group)."""
+    saved = termios.tcgetattr(stdin)
+    start, end = title_sequences(title)
+    pidfd = os.pidfd_open(pid)
+
+    def resize(_signum, _frame):
+        try:
+            if pty.master is not None:
+                _copy_window_size(stdin, pty.master)
+        except OSError:
+            pass
+
+    def continued(_signum, _frame):
+        tty.setraw(stdin, termios.TCSANOW)
+        resize(None, None)
+
+    previous = {}
+
+    def hang_up(signum, frame):
+        pty.hang_up()
+        handler = previous.get(signum)
+        if callable(handler):
+            handler(signum, frame)   # and forward it, as without a relay
+
+    try:
+        previous[signal.SIGWINCH] = signal.signal(signal.SIGWINCH, resize)
+        previous[signal.SIGCONT] = signal.signal(signal.SIGCONT, continued)
+        for signum in (signal.SIGHUP, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, hang_up)
+        tty.setraw(stdin, termios.TCSANOW)   # TCSANOW: keep what was typed ahead
+        resize(None, None)                   # a resize before the handler was in place
+        _write_all(stdout, start)
+        return _pump(pty, pidfd, pid, stdin, stdout)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        _write_all(stdout, end)
+        os.close(pidfd)
+
+
+def _pump(pty: Pty, pidfd: int, pid: int, stdin: int, stdout: int) -> int:
+    os.set_blocking(pty.master, False)
+    pending = b""             # keystrokes not yet taken by the pty
+    slave_open = True         # False once no process inside holds the pty (EIO)
+    while True:
+        master = pty.master   # None once hung up
+        readers = [pidfd] + ([master] if slave_open and master is not None else [])
+        if master is not None and len(pending) < CHUNK:
+            readers.append(stdin)
+        writers = [master] if pending and master is not None else []
+        try:
+            ready, writable, _ = select.select(readers, writers, [])
+        except OSError:       # the master was closed by a signal handler meanwhile
+            continue
+        if master in ready and not _forward_output(master, stdout):
+            slave_open = False
+        if stdin in ready:
+            try:
+                data = os.read(stdin, CHUNK)
+            except OSError:
+                data = b""
+            if data:
+                pending += data
+            else:
+                pty.hang_up()   # the outer terminal is gone
+        if writable and pending and pty.master is not None:
+            try:
+                pending = pending[os.write(master, pending):]
+            except BlockingIOError:
+                pass
+            except OSError:
+                pending = b""
+        if pidfd in ready:
+            if pty.master is not None and slave_open:
+                _drain(pty.master, stdout)
+            return os.waitpid(pid, 0)[1]
+
+
+def _forward_output(master: int, stdout: int) -> bool:
+    """Copy what the pty has; False once no process holds its slave (EIO)."""
+    try:
+        data = os.read(master, CHUNK)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    _write_all(stdout, data)
+    return bool(data)
+
+
+def _drain(master: int, stdout: int) -> None:
+    """The backend has exited: copy the pty's last bytes until every slave is
+    closed (EIO), or until nothing came for DRAIN_SECONDS (a process that
+    escaped the sandbox's end still holds it)."""
+    while select.select([master], [], [], DRAIN_SECONDS)[0]:
+        if not _forward_output(master, stdout):
+            return
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        try:
+            data = data[os.write(fd, data):]
+        except BlockingIOError:
+            select.select([], [fd], [])
+        except OSError:
+            return   # the outer terminal is gone: nobody to show it to

@@ -1,0 +1,241 @@
+"""A native terminal, for real: the test user's own interactive bash runs on
+a pseudo-terminal the test drives (as a person at a terminal would), and
+types `agent-sandbox bash` at its prompt. Everything is checked through what
+appears on that terminal: job control inside, Ctrl-Z leaving the user inside
+(the old launcher stopped the whole sandbox and the next line ran in the
+outer shell), window size following, the outer terminal's modes restored
+after exit and after the inner shell is SIGKILLed, and the prompt marker.
+
+Output is polled for with a deadline, never waited for with a fixed sleep.
+"""
+from __future__ import annotations
+
+import os
+import re
+import select
+import signal
+import subprocess
+import termios
+import time
+import uuid
+
+import pytest
+
+from tests.conftest import INSTALLED
+
+BACKENDS = ["bwrap", "firejail", "landlock"]
+CTRL_C, CTRL_Z = b"\x03", b"\x1a"
+OUTER_PS1 = "outer> "
+
+
+class Terminal:
+    """The user's terminal: a pty whose slave is the controlling terminal of
+    the test user's interactive bash (job control on, like a login)."""
+
+    def __init__(self, user, env: dict, cwd):
+        self.master, slave = os.openpty()
+        termios.tcsetwinsize(self.master, (24, 80))
+        self.outer_slave = slave
+        self.process = subprocess.Popen(
+            ["/bin/bash", "--norc", "--noprofile", "-i"], stdin=slave, stdout=slave,
+            stderr=slave, user=user.uid, group=user.gid, extra_groups=[], env=env,
+            cwd=str(cwd), start_new_session=True, preexec_fn=_take_terminal)
+        self.seen = b""
+        self.expect(OUTER_PS1)
+
+    def send(self, data: bytes | str) -> None:
+        os.write(self.master, data.encode() if isinstance(data, str) else data)
+
+    def line(self, text: str) -> None:
+        self.send(text + "\r")
+
+    def expect(self, pattern: str, timeout: float = 15.0) -> re.Match:
+        """Wait until `pattern` (a regex) appears in what was written since
+        the last match; consume up to the end of the match."""
+        regex = re.compile(pattern.encode(), re.DOTALL)
+        deadline = time.monotonic() + timeout
+        while True:
+            found = regex.search(self.seen)
+            if found:
+                self.seen = self.seen[found.end():]
+                return found
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"{pattern!r} did not appear within {timeout} s; "
+                                     f"the terminal showed: {self.seen[-1500:]!r}")
+            if select.select([self.master], [], [], left)[0]:
+                try:
+                    self.seen += os.read(self.master, 65536)
+                except OSError:   # EIO: everything on the terminal has exited
+                    raise AssertionError(f"the terminal closed while waiting for {pattern!r}: "
+                                         f"{self.seen[-1500:]!r}") from None
+
+    def marker(self, command: str, timeout: float = 15.0) -> str:
+        """Run `command`, return its output: bracketed by unique markers so
+        the echo of the typed line never matches."""
+        tag = uuid.uuid4().hex[:8]
+        self.line(f"echo B{tag}E; {command}; echo E{tag}D")
+        return self.expect(f"B{tag}E\r\n(.*?)E{tag}D", timeout).group(1).decode(
+            errors="replace")
+
+    def close(self) -> None:
+        """Close the terminal as a window closes: the outer bash and its jobs
+        (a launcher still running) get SIGHUP, which ends the sandbox."""
+        os.close(self.outer_slave)
+        os.close(self.master)
+        try:
+            self.process.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait(10)
+
+
+def wait_running(cmdline: str, timeout: float = 15.0) -> None:
+    """Until a process `cmdline` runs in the foreground of its terminal (or
+    has none, as under the old launcher): a key pressed earlier would reach
+    the shell that is still starting it."""
+    wanted = cmdline.encode().replace(b" ", b"\0") + b"\0"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    if handle.read() != wanted:
+                        continue
+                with open(f"/proc/{pid}/stat", "rb") as handle:
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+            except OSError:
+                continue
+            state, pgrp, tpgid = fields[0], int(fields[2]), int(fields[5])
+            if state == b"S" and tpgid in (pgrp, -1):
+                return
+        select.select([], [], [], 0.02)   # poll interval, not a wait for an outcome
+    raise AssertionError(f"{cmdline!r} did not start in the foreground within {timeout} s")
+
+
+def _take_terminal() -> None:
+    import fcntl
+
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+
+@pytest.fixture
+def terminal(user, project):
+    env = user.env(PS1=OUTER_PS1, TERM="dumb")
+    user.set_config('SANDBOX_PROMPT="[tty-test] "\n')
+    env.pop("PROMPT_COMMAND", None)
+    opened = []
+
+    def open_terminal(backend: str) -> Terminal:
+        term = Terminal(user, dict(env, SANDBOX_BACKEND=backend), project)
+        opened.append(term)
+        return term
+
+    yield open_terminal
+    for term in opened:
+        term.close()
+    user.set_config("")
+
+
+def enter_sandbox(term: Terminal) -> None:
+    term.line(f"{INSTALLED} bash")
+    term.expect(r"\[tty-test\] ")
+    assert term.marker("echo $AGENT_SANDBOX").strip() == "1"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_job_control_and_ctrl_z_stay_inside(terminal, backend):
+    term = terminal(backend)
+    enter_sandbox(term)
+    # bwrap shows the relayed pty as /dev/console (its --dev binds stdin's tty there).
+    assert "term-ok" in term.marker("test -t 0 && test -t 1 && echo term-ok")
+    out = term.marker("set -o | grep -w monitor")
+    assert "on" in out, f"no job control inside: {out!r}"
+    term.line("sleep 100 &")
+    assert "sleep 100 &" in term.marker("jobs")
+    sleep = f"sleep {uuid.uuid4().int % 9000 + 1000}"   # not another run's
+    term.line(sleep)
+    wait_running(sleep)
+    term.send(CTRL_Z)
+    term.expect(rf"Stopped\s+{sleep}")
+    # Still inside (the old launcher was stopped here, and the next line ran
+    # in the outer shell behind the same prompt).
+    assert term.marker("echo $AGENT_SANDBOX").strip() == "1"
+    jobs = term.marker("jobs")
+    assert re.search(rf"Stopped\s+{sleep}", jobs) and "sleep 100 &" in jobs, jobs
+    term.line("bg %2")
+    assert re.search(rf"Running\s+{sleep} &", term.marker("jobs"))
+    term.line("fg %2")
+    wait_running(sleep)
+    term.send(CTRL_C)                  # reaches the foreground job, not the sandbox
+    assert term.marker("echo $AGENT_SANDBOX").strip() == "1"
+    assert sleep not in term.marker("jobs")
+    term.line("kill %1; exit")
+    term.expect(OUTER_PS1)
+    assert term.marker("echo x${AGENT_SANDBOX}x").strip() == "xx"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_window_size_follows(terminal, backend):
+    term = terminal(backend)
+    enter_sandbox(term)
+    assert term.marker("stty size").strip() == "24 80"
+    termios.tcsetwinsize(term.master, (41, 133))   # the kernel sends SIGWINCH
+    deadline = time.monotonic() + 10
+    while (size := term.marker("stty size").strip()) != "41 133":
+        assert time.monotonic() < deadline, f"the inner size stayed {size!r}"
+    term.line("exit")
+    term.expect(OUTER_PS1)
+
+
+def _modes(term: Terminal) -> list:
+    return termios.tcgetattr(term.outer_slave)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_outer_terminal_restored_after_exit_and_sigkill(terminal, backend):
+    term = terminal(backend)
+    before = _modes(term)
+    enter_sandbox(term)
+    during = _modes(term)
+    assert during[3] & termios.ECHO == 0 and during[3] & termios.ICANON == 0, \
+        "the outer terminal is not raw while relaying"
+    term.line("exit 3")
+    term.expect(OUTER_PS1)
+    term.line("echo status=$?")
+    term.expect("status=3")
+    assert _modes(term) == before
+    enter_sandbox(term)
+    # The inner shell SIGKILLs itself: no chance to restore anything.
+    term.line("kill -KILL $$")
+    term.expect(OUTER_PS1)
+    assert _modes(term) == before
+    assert term.marker("echo x${AGENT_SANDBOX}x").strip() == "xx"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_prompt_and_title_show_the_sandbox(terminal, backend):
+    term = terminal(backend)
+    term.line(f"{INSTALLED} bash")
+    # The title is set (xterm's OSC 0) and saved/restored with the title stack.
+    term.expect(r"\x1b\[22;0t\x1b\]0;\[tty-test\] bash\x07")
+    term.expect(r"\[tty-test\] ")
+    # A PS1 set later (as a user's rc does) still gets the tag (PROMPT_COMMAND).
+    term.line("PS1='mine> '")
+    term.expect(r"\[tty-test\] mine> ")
+    assert term.marker("echo $AGENT_SANDBOX_PROMPT").strip() == "[tty-test]"
+    term.line("exit")
+    term.expect(r"\x1b\[23;0t")
+    term.expect(OUTER_PS1)
+
+
+def test_no_relay_without_a_terminal_is_byte_exact(user, project):
+    """Pipes keep the byte-exact pass-through: no pty (no CR added, no
+    prompt variables), the bytes in come out unchanged."""
+    data = bytes(range(256)) * 64 + b"\r\n\x1a\x03"
+    result = user.run([INSTALLED, "run", "--", "sh", "-c",
+                       'cat; test -t 0 || echo no-tty >&2; printenv PS1 >&2 || echo unset >&2'],
+                      input=data, text=False, cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == data
+    assert result.stderr.split() == [b"no-tty", b"unset"]
