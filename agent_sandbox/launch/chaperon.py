@@ -154,9 +154,10 @@ class ChaperonSession:
             finally:
                 if pidfd >= 0:
                     os.close(pidfd)
-        import shutil
+        if os.path.lexists(self.directory):   # the chaperon removes it itself
+            import shutil
 
-        shutil.rmtree(self.directory, ignore_errors=True)
+            shutil.rmtree(self.directory, ignore_errors=True)
 
 
 def _exited(pid: int, pidfd: int, timeout: float) -> bool:

@@ -98,15 +98,38 @@ def check_bound_files(settings, policy, backend: str) -> tuple:
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.policy.envfilter import removal_rule
 
+    from agent_sandbox.config.load import load_cache, store_cache
+    from agent_sandbox.paths import state_dir
+
     mode = settings.SECRETS_IN_BOUND_FILES
-    contents = {} if mode == "off" else {
-        path: _read_bound_file(source) for path, source in boundfiles.bound_files(policy)}
+    files = boundfiles.bound_files(policy) if mode != "off" else ()
+    can_generate = BACKENDS[backend].binds_generated_files
+    # The verdict "no secret in any of them" is kept while every file's stat
+    # (inode, size, mtime and ctime: ctime cannot be set back) and every rule
+    # are unchanged; anything else reads and scans again.
+    inputs = (__version__, mode, can_generate, settings.BLOCKED_ENV_VARS,
+              settings.BLOCKED_ENV_PATTERNS, settings.ALLOWED_ENV_VARS,
+              tuple((path, source, _stat_key(source)) for path, source in files))
+    cache = os.path.join(state_dir(policy.home), "cache", "boundfiles.marshal")
+    if files and load_cache(cache, inputs) == "clean":
+        return boundfiles.clean(policy, mode=mode, checked=len(files))
+    contents = {path: _read_bound_file(source) for path, source in files}
     policy, blanked = boundfiles.apply(
-        policy, mode=mode, can_generate=BACKENDS[backend].binds_generated_files,
+        policy, mode=mode, can_generate=can_generate,
         contents=contents, removed=removal_rule(blocked=settings.BLOCKED_ENV_VARS,
                                                 patterns=settings.BLOCKED_ENV_PATTERNS,
                                                 allowed=settings.ALLOWED_ENV_VARS))
+    if files and not policy.bound_file_report.findings:
+        store_cache(cache, inputs, "clean")
     return policy, {name: Payload(data=data) for name, data in blanked.items()}
+
+
+def _stat_key(path: str):
+    try:
+        st = os.stat(path, follow_symlinks=False)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 def _read_bound_file(path: str):

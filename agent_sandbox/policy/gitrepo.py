@@ -118,9 +118,13 @@ def config_entries(data: bytes, git: str | None) -> list[tuple[str, str]]:
 
 
 def find_git(path_env: str) -> str | None:
-    import shutil
-
-    return shutil.which("git", path=path_env or "/usr/bin:/bin")
+    """The git a shell would run (shutil.which without importing shutil: this
+    runs on every launch)."""
+    for directory in (path_env or "/usr/bin:/bin").split(":"):
+        candidate = os.path.join(directory or ".", "git")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
 
 
 def gitdir_of(dotgit: str) -> str | None:

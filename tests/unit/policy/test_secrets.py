@@ -293,3 +293,39 @@ def test_the_admin_floor_orders_skip_blank_off():
     assert value == "blank" and "weaker" in warning
     assert locks.enforce("SECRETS_IN_BOUND_FILES", "blank", "skip", admin_origin="a",
                          origin="b") == ("skip", None)
+
+
+def test_the_clean_verdict_equals_a_scan_that_finds_nothing(home):
+    """The launcher keeps "no secret in any bound file" keyed by the files'
+    stat and then uses boundfiles.clean instead of reading and scanning: it
+    must be exactly what apply gives for clean files."""
+    (home / ".gitconfig").write_text("[user]\n\tname = U\n")
+    (home / ".bashrc").write_text("alias ll='ls -l'\n")
+    settings_, policy = policy_for(home)
+    files = boundfiles.bound_files(policy)
+    scanned, payloads = check(home)
+    assert scanned.bound_file_report.findings == () and payloads == {}
+    cached, none = boundfiles.clean(policy, mode=settings_.SECRETS_IN_BOUND_FILES,
+                                    checked=len(files))
+    assert (cached, none) == (scanned, {})
+
+
+def test_the_clean_verdict_is_dropped_when_a_file_changes(home, monkeypatch):
+    from agent_sandbox.launch import payloads as launch_payloads
+
+    (home / ".gitconfig").write_text("[user]\n\tname = U\n")
+    (home / ".bashrc").write_text("alias ll='ls -l'\n")
+    settings_, policy = policy_for(home)
+    first, _ = launch_payloads.check_bound_files(settings_, policy, "bwrap")
+    assert first.bound_file_report.findings == ()
+    scans = []
+    real_apply = boundfiles.apply
+    monkeypatch.setattr(boundfiles, "apply", lambda *a, **k: scans.append(1) or real_apply(*a, **k))
+    again, _ = launch_payloads.check_bound_files(settings_, policy, "bwrap")
+    assert scans == [] and again == first                      # from the cached verdict
+    with open(home / ".bashrc", "a") as handle:
+        handle.write(f"export GH_TOKEN={GHP}\n")
+    changed, payloads = launch_payloads.check_bound_files(settings_, policy, "bwrap")
+    assert scans == [1]
+    assert [f.path for f in changed.bound_file_report.findings] == [str(home / ".bashrc")]
+    assert GHP.encode() not in b"".join(p.data for p in payloads.values())
