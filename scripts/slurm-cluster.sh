@@ -40,21 +40,8 @@ T0=$(date +%s.%N)
 
 say() { printf 'slurm-cluster: %s\n' "$*" >&2; }
 
-die() {
-    say "ERROR: $*"
-    exit 1
-}
-
-elapsed() {  # seconds since $1 (a date +%s.%N), one decimal
-    awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'
-}
-
-show_log() {  # the last lines of a log, to make a failure explain itself
-    if [[ -s $1 ]]; then
-        say "last lines of $1:"
-        tail -n 25 "$1" | sed 's/^/    /' >&2
-    fi
-}
+# shellcheck source=slurm-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm-lib.sh"
 
 # wait_for SECONDS WHAT LOG COMMAND...: run COMMAND until it succeeds.
 wait_for() {
@@ -70,27 +57,9 @@ wait_for() {
     done
 }
 
-require_root() {
-    [[ $(id -u) == 0 ]] || die "must run as root (it installs packages and starts daemons)"
-}
 
 # --- processes -------------------------------------------------------------------
 
-# alive PID NAME: PID is a live (not zombie) process named exactly NAME.
-alive() {
-    local stat
-    [[ $1 =~ ^[0-9]+$ ]] && stat=$(cat /proc/"$1"/stat 2>/dev/null) || return 1
-    # /proc/PID/stat: "PID (COMM) STATE ..."; COMM may hold spaces or parentheses.
-    [[ $stat == "$1 ($2) "* && ${stat##*) } != [ZX]* ]]
-}
-
-# pid_from PIDFILE NAME: the pid in PIDFILE when that process is alive and named NAME.
-pid_from() {
-    local pid
-    [[ -r $1 ]] || return 1
-    pid=$(tr -dc 0-9 <"$1")
-    alive "$pid" "$2" && echo "$pid"
-}
 
 # pid_of NAME PIDFILE: the pid of the running daemon NAME, from its pid file, else the
 # oldest live process of that exact name in this mount namespace (a daemon started

@@ -41,33 +41,9 @@ PREFIX=${AGENT_SANDBOX_PREFIX:-/opt/agent-sandbox}
 T0=$(date +%s.%N)
 
 say() { printf 'slurm-multinode: %s\n' "$*" >&2; }
-die() { say "ERROR: $*"; exit 1; }
-elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-require_root() { [[ $(id -u) == 0 ]] || die "must run as root (it starts daemons)"; }
+# shellcheck source=slurm-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/slurm-lib.sh"
 
-show_log() {
-    if [[ -s $1 ]]; then
-        say "last lines of $1:"
-        tail -n 25 "$1" | sed 's/^/    /' >&2
-    fi
-}
-
-# alive PID NAME: PID is a live (not zombie) process named exactly NAME.
-alive() {
-    local stat
-    [[ $1 =~ ^[0-9]+$ ]] && stat=$(cat /proc/"$1"/stat 2>/dev/null) || return 1
-    [[ $stat == "$1 ($2) "* && ${stat##*) } != [ZX]* ]]
-}
-
-# pid_from PIDFILE NAME: the pid in PIDFILE when that process is alive and named NAME.
-# Only pid files: a daemon of the same name that this script did not start (the
-# single-node cluster's) is never taken for ours.
-pid_from() {
-    local pid
-    [[ -r $1 ]] || return 1
-    pid=$(tr -dc 0-9 <"$1")
-    alive "$pid" "$2" && echo "$pid"
-}
 
 ctld_pidfile() { echo "$RUN_DIR/slurmctld.pid"; }
 node_pidfile() { echo "$RUN_DIR/slurmd-$1.pid"; }

@@ -7,78 +7,17 @@ the imports inside functions counted too: a lazy import is still a
 dependency."""
 from __future__ import annotations
 
-import ast
 import os
 import subprocess
-import sys
-from pathlib import Path
 
-import agent_sandbox
 from agent_sandbox.paths import HELPER_DIR
+from tests.import_graph import ROOT, cycles as _cycles, graph, modules
 
-ROOT = Path(agent_sandbox.__file__).resolve().parent.parent
 PACKAGES = ("agent_sandbox", "chaperon", "stubs")
 
 
-def _module(path: Path) -> str:
-    name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
-    return name[:-len(".__init__")] if name.endswith(".__init__") else name
-
-
 def _graph() -> dict[str, set[str]]:
-    files = {_module(p): p for top in PACKAGES for p in (ROOT / top).rglob("*.py")
-             if "helper" not in p.relative_to(ROOT).parts}
-    graph = {}
-    for name, path in files.items():
-        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
-        deps = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom):
-                base = package.split(".")
-                if node.level:
-                    base = base[:len(base) - (node.level - 1)]
-                    target = ".".join(base + ([node.module] if node.module else []))
-                else:
-                    target = node.module or ""
-                for alias in node.names:
-                    full = f"{target}.{alias.name}"
-                    deps.add(full if full in files else target)
-            elif isinstance(node, ast.Import):
-                deps.update(alias.name for alias in node.names)
-        graph[name] = {d for d in deps if d in files and d != name}
-    return graph
-
-
-def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
-    """Strongly connected components of more than one module (Tarjan)."""
-    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
-
-    def visit(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in graph[v]:
-            if w not in index:
-                visit(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            component = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                component.append(w)
-                if w == v:
-                    break
-            if len(component) > 1:
-                found.append(sorted(component))
-
-    for v in graph:
-        if v not in index:
-            visit(v)
-    return found
+    return graph(modules(*PACKAGES))
 
 
 def test_the_helper_imports_the_standard_library_only():
