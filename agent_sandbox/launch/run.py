@@ -22,7 +22,7 @@ from agent_sandbox.errors import USAGE, BackendUnavailable, PolicyError, Sandbox
 from agent_sandbox.launch.nesting import exec_nested, inside_sandbox
 from agent_sandbox.launch.payloads import _with_note, base_payloads, check_bound_files
 from agent_sandbox.launch.select import choose_backend, helper_python, landlock_abi
-from agent_sandbox.launch.spawn import keep_fds_checked, run_plan
+from agent_sandbox.launch.spawn import keep_fds_checked, run_plan, slurm_task_fds
 from agent_sandbox.paths import user_config_dir
 
 
@@ -118,7 +118,8 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     `terminal`: the session runs on a relayed pseudo-terminal."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile)
-    policy = policy._replace(keep_fds=keep_fds_checked(keep_fds))
+    policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
+                                                     + slurm_task_fds(environ)))))
     if terminal:
         from agent_sandbox.launch.terminal import session_env
 

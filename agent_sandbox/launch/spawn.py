@@ -52,6 +52,25 @@ def keep_fds_checked(requested) -> tuple[int, ...]:
     return tuple(sorted(set(kept)))
 
 
+def slurm_task_fds(environ) -> tuple[int, ...]:
+    """The one descriptor Slurm itself hands a task: PMI-2's socket, named by
+    PMI_FD (srun --mpi=pmi2), which MPI needs inside. Kept only when this
+    launch is a Slurm task (SLURM_STEP_ID set by slurmstepd) and the
+    descriptor is a socket: a key file a caller left open never is one. The
+    chaperon never passes a caller's PMI_FD to srun (an allow-list), so the
+    value comes from slurmstepd."""
+    import stat
+
+    value = environ.get("PMI_FD", "")
+    if not (value.isascii() and value.isdigit()) or "SLURM_STEP_ID" not in environ:
+        return ()
+    fd = int(value)
+    try:
+        return (fd,) if fd > 2 and stat.S_ISSOCK(os.fstat(fd).st_mode) else ()
+    except OSError:
+        return ()
+
+
 def _seal_inherited(keep) -> None:
     """Mark every descriptor above stderr close-on-exec except `keep` (our
     payloads and --keep-fd): whatever the caller left open (a key file on fd

@@ -306,3 +306,13 @@ def test_srun_input_variables_act_as_with_the_real_srun(user, project):
     assert refused.returncode == 1
     assert refused.stderr.startswith("agent-sandbox: srun: SLURM_TASK_PROLOG (read by srun as "
                                      "--task-prolog=/tmp/x) is refused — "), refused.stderr
+
+
+def test_a_pmi2_task_keeps_the_socket_slurm_gives_it(user, project):
+    """Descriptor hygiene closes everything a caller left open, but the PMI-2
+    socket slurmstepd hands a task (PMI_FD) is what MPI needs inside."""
+    result = user.sandbox("srun", "--mpi=pmi2", "-n1", "/bin/sh", "-c",
+                          'test -S /proc/self/fd/"$PMI_FD" && echo "kept $PMI_FD"', cwd=project,
+                          timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("kept "), (result.stdout, result.stderr)

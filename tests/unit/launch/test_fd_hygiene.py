@@ -55,3 +55,21 @@ def test_helper_closes_all_but_stdio_and_kept_before_exec():
     assert result.returncode == 0, result.stderr
     listed, kept = result.stdout.rsplit(" ", 1)
     assert listed == f"[{kept.strip()}]", result.stdout
+
+
+def test_only_slurms_pmi2_socket_is_kept_for_a_task(tmp_path):
+    import socket
+
+    left, right = socket.socketpair()
+    key = open(tmp_path / "key", "w")
+    try:
+        task = {"SLURM_STEP_ID": "0"}
+        assert launcher.slurm_task_fds({**task, "PMI_FD": str(left.fileno())}) == (left.fileno(),)
+        assert launcher.slurm_task_fds({**task, "PMI_FD": str(key.fileno())}) == ()   # not a socket
+        assert launcher.slurm_task_fds({"PMI_FD": str(left.fileno())}) == ()          # not a task
+        assert launcher.slurm_task_fds({**task, "PMI_FD": "²"}) == ()
+        assert launcher.slurm_task_fds({**task, "PMI_FD": "999"}) == ()               # not open
+    finally:
+        left.close()
+        right.close()
+        key.close()
