@@ -21,6 +21,7 @@ wrapper takes over. So:
 """
 from __future__ import annotations
 
+import os
 import re
 
 # Names that change how programs load or how shells and interpreters start.
@@ -103,8 +104,6 @@ def command_env(request_env, *, keep_slurm: tuple[str, ...] = (),
     variables of a read-only view (VIEW_VARIABLES; anything else named there
     is ignored); `validated` holds variables a handler checked
     through its own table (srun's step variables)."""
-    import os
-
     env = {"PATH": SAFE_PATH}
     for name in OWN_IDENTITY:
         if name in os.environ:

@@ -39,7 +39,8 @@ def _wait_done(job: str, timeout=90.0) -> None:
     raise AssertionError(f"job {job} did not end within {timeout}s")
 
 
-def test_unusable_files_are_refused_with_the_house_message(user, project):
+@pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
+def test_unusable_files_are_refused_with_the_house_message(user, project, backend):
     (project / "dir").mkdir()
     os.chown(project / "dir", user.uid, user.gid)
     os.mkfifo(project / "fifo")
@@ -59,7 +60,8 @@ def test_unusable_files_are_refused_with_the_house_message(user, project):
              ["srun", "-i", "keylink", "cat"], ["srun", "-i", "fifo", "cat"],
              ["srun", "-o", "dir", "true"]]
     script = "\n".join(f"{' '.join(call)} </dev/null; echo \"rc=$?\"" for call in calls)
-    result = user.sandbox("/bin/bash", "-c", script, cwd=project, timeout=120)
+    result = user.sandbox("/bin/bash", "-c", script, cwd=project, timeout=120,
+                          env=user.env(SANDBOX_BACKEND=backend))
     codes = re.findall(r"rc=(\d+)", result.stdout)
     assert len(codes) == len(calls), result.stdout + result.stderr
     messages = [line for line in result.stderr.splitlines() if line.startswith("agent-sandbox:")]
