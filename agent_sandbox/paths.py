@@ -18,8 +18,15 @@ PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 HELPER_DIR = os.path.join(PACKAGE_DIR, "helper")
 
 # --- the per-user layout (one spelling; every module asks here) -------------
-# The admin file: fixed at install time, never the user's to choose (SPEC §4).
-ADMIN_CONFIG = "/etc/agent-sandbox/sandbox.conf"
+# The admin file: fixed at install time, never the user's to choose (SPEC §4):
+# /etc/agent-sandbox, or the directory a site gave install.sh as
+# AGENT_SANDBOX_ADMIN_DIR, which it wrote into the root-owned module _site.py
+# (several installs on one host, e.g. parallel test runs, keep apart).
+try:
+    from agent_sandbox._site import ADMIN_DIR  # type: ignore[import-not-found]
+except ImportError:
+    ADMIN_DIR = "/etc/agent-sandbox"
+ADMIN_CONFIG = os.path.join(ADMIN_DIR, "sandbox.conf")
 # Below $HOME. The state and run directories are always hidden inside the
 # sandbox (policy/resolve.py lists them among the credential paths).
 CONFIG_DIR = ".config/agent-sandbox"          # user config, conf.d, agents: read-only inside

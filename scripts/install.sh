@@ -4,7 +4,8 @@
 #   - a virtual environment built from Debian's /usr/bin/python3 in a world-readable
 #     prefix (default /opt/agent-sandbox), holding agent-sandbox and its dependencies
 #   - /usr/local/bin/agent-sandbox on every user's PATH
-# Environment: AGENT_SANDBOX_PREFIX (install prefix), AGENT_SANDBOX_EXTRAS (e.g. "test").
+# Environment: AGENT_SANDBOX_PREFIX (install prefix), AGENT_SANDBOX_EXTRAS (e.g. "test"),
+#   AGENT_SANDBOX_ADMIN_DIR (the admin directory, default /etc/agent-sandbox).
 set -euo pipefail
 
 prefix=${AGENT_SANDBOX_PREFIX:-/opt/agent-sandbox}
@@ -39,6 +40,22 @@ spec="$repo"
     --no-warn-script-location --upgrade --force-reinstall --no-deps "$repo"
 "$prefix/venv/bin/python" -m pip install --quiet --disable-pip-version-check \
     --no-warn-script-location "$spec"
+# The admin directory, fixed at install time (agent_sandbox/paths.py): written
+# into the installed package only when the site chose another one.
+"$prefix/venv/bin/python" - "${AGENT_SANDBOX_ADMIN_DIR:-}" <<'PY'
+import os, sys
+import agent_sandbox
+site = os.path.join(os.path.dirname(agent_sandbox.__file__), "_site.py")
+admin_dir = sys.argv[1]
+if admin_dir in ("", "/etc/agent-sandbox"):
+    if os.path.exists(site):
+        os.unlink(site)
+else:
+    if not os.path.isabs(admin_dir) or os.path.normpath(admin_dir) != admin_dir:
+        sys.exit(f"install.sh: AGENT_SANDBOX_ADMIN_DIR must be a normalised absolute path, not {admin_dir!r}")
+    with open(site, "w") as out:
+        out.write(f"# Written by scripts/install.sh: the admin directory of this install.\nADMIN_DIR = {admin_dir!r}\n")
+PY
 chmod -R a+rX "$prefix"
 ln -sf "$prefix/venv/bin/agent-sandbox" /usr/local/bin/agent-sandbox
 # The man page, generated from the installed command tree (agent_sandbox/cli/manpage.py).

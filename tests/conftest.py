@@ -18,7 +18,9 @@ from pathlib import Path
 import pytest
 
 # Overridable so that two checkouts can be tested side by side on one machine,
-# each with its own install prefix and users (never two runs with the same ones).
+# each with its own install prefix, admin directory (AGENT_SANDBOX_TEST_ADMIN_DIR,
+# given to install.sh as AGENT_SANDBOX_ADMIN_DIR) and users (never two runs with
+# the same ones).
 PREFIX = os.environ.get("AGENT_SANDBOX_TEST_PREFIX", "/opt/agent-sandbox")
 INSTALLED = f"{PREFIX}/venv/bin/agent-sandbox"
 TEST_USER = os.environ.get("AGENT_SANDBOX_TEST_USER", "astest")
@@ -252,7 +254,9 @@ def slurm_multinode(slurm_cluster) -> MultinodeCluster:
     return MultinodeCluster()
 
 
-ADMIN_DIR = Path("/etc/agent-sandbox")
+# The admin directory of the install under test (install.sh's AGENT_SANDBOX_ADMIN_DIR):
+# parallel runs with their own installs keep their admin files apart.
+ADMIN_DIR = Path(os.environ.get("AGENT_SANDBOX_TEST_ADMIN_DIR", "/etc/agent-sandbox"))
 ADMIN_FILE = ADMIN_DIR / "sandbox.conf"
 
 
