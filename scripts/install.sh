@@ -42,7 +42,7 @@ spec="$repo"
     --no-warn-script-location "$spec"
 # The admin directory, fixed at install time (agent_sandbox/paths.py): written
 # into the installed package only when the site chose another one.
-"$prefix/venv/bin/python" - "${AGENT_SANDBOX_ADMIN_DIR:-}" <<'PY'
+"$prefix/venv/bin/python" -I - "${AGENT_SANDBOX_ADMIN_DIR:-}" <<'PY'
 import os, sys
 import agent_sandbox
 site = os.path.join(os.path.dirname(agent_sandbox.__file__), "_site.py")
