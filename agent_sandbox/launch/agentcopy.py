@@ -1,0 +1,402 @@
+"""An agent's configuration on a session copy, merged back under a guard.
+
+Some settings keys make an agent run commands outside the sandbox later
+(hooks, MCP server commands, status-line and key-helper commands, plugin
+sources), others are choices the user wants kept (trust, permissions, auth
+method, model, theme). So the agent never writes its live settings: for a
+profile with AGENT_CONFIG_DIR the launcher builds, before the sandbox starts,
+
+- a copy root `~/.cache/agent-sandbox/agents/<session>/` (0700, writable
+  inside, the profile's variable — CLAUDE_CONFIG_DIR, CODEX_HOME,
+  GEMINI_CLI_HOME — points the agent at it), holding
+- the guarded settings files (AGENT_SETTINGS) as plain copies, and
+- for every other entry of the real configuration directory a symlink to it:
+  history, sessions and logins land in the real directory as before (it is
+  writable inside, its protected entries read-only), and
+- a record in the hidden state directory `agents/<session>.json` with the
+  launcher's identity (registry.py fields) and a copy of each guarded file
+  as it started (the base of the three-way merge).
+
+At exit, under one lock per user, `finish` merges each guarded file back
+with policy/agentmerge.py — only the keys the session changed, only those
+the profile's allow-list names; the rest is dropped and reported — and
+moves back entries the session created in the copy, except where a
+protected path lies (moving back grants nothing the writable directory did
+not already allow). A launcher killed with SIGKILL leaves its record: the
+next launch of a profile or `agent-sandbox status` finds it stale (registry
+judge) and runs the same guarded merge. Nothing is applied unchecked.
+Every file of the copy is opened without following symlinks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import NamedTuple
+
+from agent_sandbox.errors import say
+
+SUBDIR = "agents"
+MAX_BYTES = 16 << 20
+
+
+class Guarded(NamedTuple):
+    name: str                  # path below the copy root
+    real: str                  # the user's file
+    patterns: tuple[str, ...]  # the allow-list of keys merged back
+
+
+class Spec(NamedTuple):
+    profile: str
+    variable: str
+    real_dir: str
+    mirror: str                # where real_dir appears below the copy root ("" = the root)
+    files: tuple[Guarded, ...]
+
+
+def spec_for(profile, home: str) -> Spec | None:
+    """The profile's guarded configuration, or None when it has none."""
+    if not profile.config_dir:
+        return None
+    variable, directory = profile.config_dir[0], profile.config_dir[1]
+    mirror = os.path.normpath(profile.config_dir[2]) if len(profile.config_dir) > 2 else ""
+    files = []
+    for entry in profile.settings:
+        name, _, real = entry.partition("=")
+        name = os.path.normpath(name)
+        if not real or name.startswith("..") or os.path.isabs(name):
+            continue
+        patterns = tuple(p.partition(":")[2] for p in profile.settings_keep
+                         if os.path.normpath(p.partition(":")[0]) == name)
+        files.append(Guarded(name, os.path.join(home, os.path.expanduser(real)), patterns))
+    return Spec(profile.name, variable, os.path.join(home, directory),
+                "" if mirror == "." else mirror, tuple(files))
+
+
+def copy_root(home: str, session: str) -> str:
+    return os.path.join(home, ".cache", "agent-sandbox", SUBDIR, session)
+
+
+def _record_dir(home: str) -> str:
+    from agent_sandbox.paths import state_dir
+
+    return os.path.join(state_dir(home), SUBDIR)
+
+
+# ---------------------------------------------------------------- start
+def start(spec: Spec, policy, *, note_path: str = ""):
+    """Build the copy and the record; returns (policy with the copy writable
+    and the variable set, record path)."""
+    from agent_sandbox.errors import PolicyError
+    from agent_sandbox.launch import registry
+
+    configured = policy.env.get(spec.variable)
+    if configured and os.path.normpath(configured) != spec.real_dir:
+        raise PolicyError(
+            f"{spec.variable}={configured} is set — the {spec.profile} profile runs the agent "
+            f"on a guarded session copy of {spec.real_dir}. Unset {spec.variable}, or copy "
+            f"your configuration to {spec.real_dir}.", reason="agent_config_dir")
+    root = copy_root(policy.home, policy.session_id)
+    records = _record_dir(policy.home)
+    os.makedirs(records, mode=0o700, exist_ok=True)
+    os.makedirs(os.path.dirname(root), mode=0o700, exist_ok=True)
+    os.mkdir(root, 0o700)
+    mirror = os.path.join(root, spec.mirror) if spec.mirror else root
+    os.makedirs(mirror, mode=0o700, exist_ok=True)
+    guarded = {os.path.join(root, g.name) for g in spec.files}
+    try:
+        names = set(os.listdir(spec.real_dir))
+    except OSError:
+        names = set()
+    # Missing protected entries and the note get their placeholder at the
+    # real path before the sandbox starts: link them too.
+    for path in [p.path for p in policy.protected] + [note_path]:
+        if path and os.path.dirname(path) == spec.real_dir:
+            names.add(os.path.basename(path))
+    for name in sorted(names):
+        if os.path.join(mirror, name) not in guarded:
+            os.symlink(os.path.join(spec.real_dir, name), os.path.join(mirror, name))
+    base = {}
+    for item in spec.files:
+        data = _read(item.real)
+        base[item.name] = None if data is None else data.decode("utf-8", "surrogateescape")
+        if data is not None:
+            target = os.path.join(root, item.name)
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            _write_new(target, data)
+    record = {"session": policy.session_id, "pid": os.getpid(), "host": registry.host_name(),
+              "boot_id": registry.boot_id(), "start_ticks": registry.start_ticks(),
+              "uid": os.getuid(), "spec": spec, "root": root, "base": base,
+              "protected": [p.path for p in policy.protected]}
+    path = os.path.join(records, f"{policy.session_id}.json")
+    temp = path + ".tmp"
+    _write_new(temp, json.dumps(record).encode())
+    os.replace(temp, path)
+    env = dict(policy.env)
+    env[spec.variable] = root
+    return policy._replace(env=env, extra_writable=policy.extra_writable + (root,)), path
+
+
+def _read(path: str, dir_fd: int | None = None) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_BYTES + 1)
+        chunks = [data]
+        while data:
+            data = os.read(fd, MAX_BYTES)
+            chunks.append(data)
+            if sum(map(len, chunks)) > MAX_BYTES:
+                return None
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _write_new(path: str, data: bytes, mode: int = 0o600) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- finish
+def _open_below(root_fd: int, relative: str) -> int | None:
+    """A directory below root opened component by component, no symlinks."""
+    fd = os.dup(root_fd)
+    for part in [p for p in relative.split("/") if p]:
+        try:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def _parse(kind: str, text: str):
+    if kind == "toml":
+        import tomlkit
+
+        return tomlkit.parse(text)
+    return json.loads(text) if text.strip() else {}
+
+
+def _dump(kind: str, document) -> str:
+    if kind == "toml":
+        import tomlkit
+
+        return tomlkit.dumps(document)
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _merge_file(item: Guarded, root_fd: int, base_text: str | None) -> tuple[list, list, str]:
+    """(kept paths, dropped paths, problem) for one guarded file."""
+    from agent_sandbox.policy import agentmerge
+
+    kind = "toml" if item.name.endswith(".toml") else "json"
+    parent = _open_below(root_fd, os.path.dirname(item.name))
+    if parent is None:
+        return [], [], ""
+    try:
+        ours_bytes = _read(os.path.basename(item.name), dir_fd=parent)
+    finally:
+        os.close(parent)
+    if ours_bytes is None or ours_bytes.decode("utf-8", "surrogateescape") == base_text:
+        return [], [], ""       # unchanged, removed or replaced by a non-file: nothing to apply
+    try:
+        ours = _plain(_parse(kind, ours_bytes.decode("utf-8")))
+        base = _plain(_parse(kind, base_text or ""))
+    except (ValueError, UnicodeDecodeError) as exc:
+        return [], [], f"the session left it unreadable ({exc.__class__.__name__}); nothing kept"
+    theirs_bytes = _read(item.real)
+    try:
+        theirs = _parse(kind, (theirs_bytes or b"").decode("utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return [], [], "your file is not valid now; nothing merged"
+    if not isinstance(theirs, dict):
+        return [], [], "your file does not hold a table; nothing merged"
+    new_table = dict
+    if kind == "toml":
+        import tomlkit
+
+        new_table = tomlkit.table
+    kept, dropped = agentmerge.merge(base, ours, theirs, item.patterns, new_table)
+    if kept:
+        _replace(item.real, _dump(kind, theirs).encode())
+    return kept, dropped, ""
+
+
+def _plain(document):
+    unwrap = getattr(document, "unwrap", None)
+    return unwrap() if callable(unwrap) else document
+
+
+def _replace(path: str, data: bytes) -> None:
+    """Write `path` whole by a rename beside it, keeping its mode."""
+    try:
+        mode = stat.S_IMODE(os.stat(path, follow_symlinks=False).st_mode)
+    except OSError:
+        mode = 0o600
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    temp = f"{path}.agent-sandbox-{os.getpid()}"
+    _write_new(temp, data, mode)
+    os.replace(temp, path)
+
+
+def _protected(path: str, protected) -> bool:
+    from agent_sandbox.policy.resolve import _is_within
+
+    return any(_is_within(path, p) or _is_within(p, path) for p in protected)
+
+
+def _move_back(src_fd: int, real_dir: str, protected, skip, moved: list, refused: list) -> None:
+    """Entries of the copy (src_fd) that are not our links go to real_dir."""
+    for name in sorted(os.listdir(src_fd)):
+        target = os.path.join(real_dir, name)
+        if name in skip:
+            continue
+        try:
+            info = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode) and os.readlink(name, dir_fd=src_fd) == target:
+                continue                       # our own link
+            if _protected(target, protected):
+                refused.append(target)
+                continue
+            real_info = os.lstat(target) if os.path.lexists(target) else None
+            if real_info is None:
+                os.rename(name, target, src_dir_fd=src_fd)
+                moved.append(target)
+            elif stat.S_ISDIR(info.st_mode) and stat.S_ISDIR(real_info.st_mode):
+                inner = _open_below(src_fd, name)
+                if inner is not None:
+                    try:
+                        _move_back(inner, target, protected, (), moved, refused)
+                    finally:
+                        os.close(inner)
+            elif not stat.S_ISDIR(info.st_mode) and not stat.S_ISDIR(real_info.st_mode):
+                os.rename(name, target, src_dir_fd=src_fd)     # the session rewrote it
+                moved.append(target)
+            else:
+                refused.append(target)
+        except OSError:
+            refused.append(target)
+
+
+def finish(record_path: str, *, recovered: bool = False) -> None:
+    """Merge one session's copy back under the guard, report, clean up. The
+    record is read under the lock: two launches recovering the same stale
+    session merge it once."""
+    import fcntl
+    import shutil
+
+    try:
+        lock = os.open(os.path.join(os.path.dirname(record_path), "merge.lock"),
+                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(record_path, "rb") as handle:
+                record = json.loads(handle.read(MAX_BYTES))
+            spec = Spec(*record["spec"])
+            spec = spec._replace(files=tuple(Guarded(n, r, tuple(p)) for n, r, p in spec.files))
+            root, base, protected = record["root"], record["base"], record["protected"]
+        except (OSError, ValueError, TypeError, KeyError):
+            return
+        try:
+            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            root_fd = None
+        if root_fd is not None:
+            try:
+                _report(spec, _finish_copy(spec, root_fd, base, protected), recovered,
+                        record.get("session", "?"))
+            finally:
+                os.close(root_fd)
+        shutil.rmtree(root, ignore_errors=True)
+        os.unlink(record_path)
+    except OSError:
+        pass
+    finally:
+        os.close(lock)
+
+
+def _finish_copy(spec: Spec, root_fd: int, base: dict, protected) -> dict:
+    outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": []}
+    for item in spec.files:
+        kept, dropped, problem = _merge_file(item, root_fd, base.get(item.name))
+        outcome["kept"][item.real] = kept
+        outcome["dropped"][item.real] = dropped
+        if problem:
+            outcome["problems"][item.real] = problem
+    mirror_fd = _open_below(root_fd, spec.mirror)
+    if mirror_fd is not None:
+        try:
+            skip = {os.path.relpath(g.name, spec.mirror or ".") for g in spec.files}
+            _move_back(mirror_fd, spec.real_dir, tuple(protected) + tuple(g.real for g in spec.files),
+                       skip, outcome["moved"], outcome["refused"])
+        finally:
+            os.close(mirror_fd)
+    return outcome
+
+
+def _report(spec: Spec, outcome: dict, recovered: bool, session: str) -> None:
+    from agent_sandbox.policy.agentmerge import show
+
+    home = os.path.expanduser("~")
+    short = (lambda p: "~" + p[len(home):] if p.startswith(home + "/") else p)
+    when = f" (session {session}, left by a launcher that was killed)" if recovered else ""
+    for real, kept in outcome["kept"].items():
+        if kept:
+            say(f"{spec.profile}: kept the session's choices in {short(real)}{when}: "
+                f"{', '.join(show(p) for p in kept)}")
+    for real, dropped in outcome["dropped"].items():
+        if dropped:
+            say(f"{spec.profile}: dropped the session's changes to {short(real)}{when}: "
+                f"{', '.join(show(p) for p in dropped)} — keys that can run commands outside "
+                f"the sandbox, or not known to be harmless, are never merged back. Make such "
+                f"changes yourself outside the sandbox (the {spec.profile} profile's "
+                "AGENT_SETTINGS_KEEP lists what is kept).")
+    for real, problem in outcome["problems"].items():
+        say(f"{spec.profile}: {short(real)}: {problem}{when}")
+    if outcome["refused"]:
+        say(f"{spec.profile}: dropped what the session made at "
+            f"{', '.join(short(p) for p in outcome['refused'])}{when} — protected "
+            "(PROTECTED_PATHS) or in the way of your own files.")
+
+
+# ---------------------------------------------------------------- recovery
+def recover(home: str) -> int:
+    """Merge (under the guard) the copies of sessions whose launcher is gone;
+    returns how many."""
+    from agent_sandbox.launch import registry
+
+    directory = _record_dir(home)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except OSError:
+        return 0
+    host, boot = registry.host_name(), registry.boot_id()
+    done = 0
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as handle:
+                record = json.loads(handle.read(MAX_BYTES))
+        except (OSError, ValueError):
+            continue
+        if registry.judge(record, host=host, boot=boot, lookup=registry.lookup_proc) \
+                == registry.STALE:
+            finish(path, recovered=True)
+            done += 1
+    return done
