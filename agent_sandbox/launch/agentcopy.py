@@ -127,7 +127,8 @@ def start(spec: Spec, policy, *, note_path: str = ""):
     record = {"session": policy.session_id, "pid": os.getpid(), "host": registry.host_name(),
               "boot_id": registry.boot_id(), "start_ticks": registry.start_ticks(),
               "uid": os.getuid(), "spec": spec, "root": root, "base": base,
-              "protected": [p.path for p in policy.protected]}
+              # read-only inside, so never moved back: protected paths and the note
+              "protected": [p.path for p in policy.protected] + [p for p in (note_path,) if p]}
     path = os.path.join(records, f"{policy.session_id}.json")
     temp = path + ".tmp"
     _write_new(temp, json.dumps(record).encode())
