@@ -126,7 +126,7 @@ def start(spec: Spec, policy, *, note_path: str = ""):
             _write_new(target, data)
     record = {"session": policy.session_id, "pid": os.getpid(), "host": registry.host_name(),
               "boot_id": registry.boot_id(), "start_ticks": registry.start_ticks(),
-              "uid": os.getuid(), "spec": spec, "root": root, "base": base,
+              "uid": os.getuid(), "spec": spec, "root": root, "base": base, "home": policy.home,
               # read-only inside, so never moved back: protected paths and the note
               "protected": [p.path for p in policy.protected] + [p for p in (note_path,) if p]}
     path = os.path.join(records, f"{policy.session_id}.json")
@@ -135,7 +135,34 @@ def start(spec: Spec, policy, *, note_path: str = ""):
     os.replace(temp, path)
     env = dict(policy.env)
     env[spec.variable] = root
-    return policy._replace(env=env, extra_writable=policy.extra_writable + (root,)), path
+    return policy._replace(env=env, extra_writable=policy.extra_writable + (root,),
+                           **_entry_grants(spec, policy, record["protected"])), path
+
+
+def _entry_grants(spec: Spec, policy, protected) -> dict:
+    """The real directory is no longer writable as a whole (the agent creates
+    new entries in the copy; they are moved back at exit): each existing
+    entry is, except the guarded files, protected paths and symlinks, which
+    stay read-only. So the user's settings are read-only inside on every
+    backend, Landlock included (it cannot carve a read-only file out of a
+    writable directory)."""
+    if spec.real_dir not in policy.home_writable:
+        return {}
+    guarded = {g.real for g in spec.files}
+    writable, readonly = [], []
+    try:
+        names = sorted(os.listdir(spec.real_dir))
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(spec.real_dir, name)
+        if path in guarded or _protected(path, protected) or os.path.islink(path):
+            readonly.append(path)
+        else:
+            writable.append(path)
+    return {"home_writable": tuple(w for w in policy.home_writable if w != spec.real_dir)
+            + tuple(writable),
+            "home_readonly": policy.home_readonly + tuple(readonly)}
 
 
 def _read(path: str, dir_fd: int | None = None) -> bytes | None:
@@ -321,7 +348,7 @@ def finish(record_path: str, *, recovered: bool = False) -> None:
         if root_fd is not None:
             try:
                 _report(spec, _finish_copy(spec, root_fd, base, protected), recovered,
-                        record.get("session", "?"))
+                        record.get("session", "?"), str(record.get("home", "")))
             finally:
                 os.close(root_fd)
         shutil.rmtree(root, ignore_errors=True)
@@ -351,11 +378,12 @@ def _finish_copy(spec: Spec, root_fd: int, base: dict, protected) -> dict:
     return outcome
 
 
-def _report(spec: Spec, outcome: dict, recovered: bool, session: str) -> None:
+def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str) -> None:
     from agent_sandbox.policy.agentmerge import show
 
-    home = os.path.expanduser("~")
-    short = (lambda p: "~" + p[len(home):] if p.startswith(home + "/") else p)
+    def short(path: str) -> str:
+        return "~" + path[len(home):] if home and path.startswith(home + "/") else path
+
     when = f" (session {session}, left by a launcher that was killed)" if recovered else ""
     for real, kept in outcome["kept"].items():
         if kept:

@@ -1,0 +1,78 @@
+"""An agent plants what would run outside the sandbox later through its own
+settings (SPEC §8 "Agents' settings", issue 17), for real on every backend: a
+hook or status line written to its settings copy, an MCP server written to
+~/.claude.json (writable before the guard: the old profile bound it
+read-write), a hooks/ directory made in the copy in place of the link. None
+of it reaches the user's files; the allow-listed choice beside it does.
+And a same-named decoy earlier on the inner PATH never runs in the agent's
+place."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.conftest import INSTALLED
+
+BACKENDS = ["bwrap", "firejail", "landlock"]
+PLANTER = """#!/bin/sh
+d="$CLAUDE_CONFIG_DIR"
+printf '{"model": "chosen", "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "touch ~/planted"}]}]}, "statusLine": {"type": "command", "command": "touch ~/planted"}}' > "$d/settings.json"
+printf '{"hooks": {"Stop": "touch ~/planted"}}' > ~/.claude/settings.json 2>/dev/null && echo real-settings-writable
+printf '{"mcpServers": {"y": {"command": "touch", "args": ["planted"]}}}' > ~/.claude.json 2>/dev/null
+rm -f "$d/hooks"; mkdir -p "$d/hooks" && echo 'touch ~/planted' > "$d/hooks/stop.sh"
+echo ran
+"""
+
+
+@pytest.fixture
+def planter(user):
+    home = user.home
+    for entry in (".claude", ".claude.json", "tools", ".cache/agent-sandbox", "planted"):
+        path = home / entry
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    user.write("tools/bin/claude", PLANTER, 0o755)
+    user.write(".claude/settings.json", '{"model": "base"}\n', 0o600)
+    yield home
+    for entry in (".claude", ".claude.json", "tools", ".cache/agent-sandbox"):
+        path = home / entry
+        shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_planted_hooks_and_mcp_servers_never_reach_the_users_files(user, project, planter,
+                                                                   backend):
+    home = planter
+    result = user.run([INSTALLED, "--backend", backend, "claude"], cwd=project,
+                      env=user.env(PATH=f"{home}/tools/bin:/usr/bin:/bin", NETWORK_MODE="open"))
+    assert result.returncode == 0, result.stderr
+    assert "ran" in result.stdout and "real-settings-writable" not in result.stdout
+    assert json.loads((home / ".claude/settings.json").read_text()) == {"model": "chosen"}
+    claude_json = home / ".claude.json"
+    assert not claude_json.exists() or "mcpServers" not in claude_json.read_text()
+    assert not (home / ".claude/hooks").exists()
+    assert "hooks, statusLine" in result.stderr and "~/.claude/hooks" in result.stderr
+    assert not (home / "planted").exists()
+
+
+DECOY = "#!/bin/sh\necho DECOY-RAN\n"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_decoy_earlier_on_the_inner_path_never_runs(user, project, planter, backend):
+    # The user's claude is ~/tools/bin/claude (first on PATH outside, not
+    # visible in the sandbox home as such); ~/.local/bin is visible inside
+    # and holds a decoy of the same name.
+    home = planter
+    user.write("tools/bin/claude", "#!/bin/sh\necho THE-USERS-AGENT\n", 0o755)
+    decoy = user.write(".local/bin/claude", DECOY, 0o755)
+    try:
+        result = user.run([INSTALLED, "--backend", backend, "claude"], cwd=project,
+                          env=user.env(PATH=f"{home}/tools/bin:{home}/.local/bin:/usr/bin:/bin",
+                                       NETWORK_MODE="open"))
+    finally:
+        decoy.unlink()
+    assert "DECOY-RAN" not in result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "THE-USERS-AGENT" in result.stdout
