@@ -116,8 +116,10 @@ def test_codex_exec_shell_tool_runs_inside_with_its_own_sandbox_off(user, projec
              "-c", "model_providers.mock.supports_websockets=false", "run the probe"],
             agent_env(user, clis, OPENAI_API_KEY="sk-mock"))
         results = api.tool_results()
+        sent = json.dumps([body for _, body in api.requests])
     assert result.returncode == 0, result.stderr
     assert "sandbox: danger-full-access" in result.stderr
+    assert "You are running inside agent-sandbox" in sent and "danger-full-access" in sent  # told
     assert len(results) == 1, (results, result.stderr)
     assert "id_rsa: No such file or directory" in results[0] and "done-running" in results[0]
     assert not (home / "planted").exists()
