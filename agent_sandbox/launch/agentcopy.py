@@ -261,7 +261,9 @@ def _merge_file(item: Guarded, root_fd: int, base_text: str | None) -> tuple[lis
     try:
         ours = _parse(kind, ours_bytes.decode("utf-8"))
         base = _parse(kind, base_text or "")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # RecursionError: a tree nested deeper than the parser goes (the
+        # session controls this file); nothing of it is applied.
         return [], [], f"the session left it unreadable ({exc.__class__.__name__}); nothing kept"
     kept, dropped = agentmerge.changes(base, ours, item.patterns)
     if not kept:
@@ -269,7 +271,7 @@ def _merge_file(item: Guarded, root_fd: int, base_text: str | None) -> tuple[lis
     theirs_bytes = _read(item.real)
     try:
         theirs = _parse(kind, (theirs_bytes or b"").decode("utf-8"), editable=True)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, UnicodeDecodeError, RecursionError):
         return [], dropped, "your file is not valid now; nothing merged"
     if not isinstance(theirs, dict):
         return [], dropped, "your file does not hold a table; nothing merged"

@@ -76,3 +76,24 @@ def test_a_decoy_earlier_on_the_inner_path_never_runs(user, project, planter, ba
     assert "DECOY-RAN" not in result.stdout
     assert result.returncode == 0, result.stderr
     assert "THE-USERS-AGENT" in result.stdout
+
+
+NESTER = """#!/bin/sh
+python3 -c 'import os; open(os.environ["CLAUDE_CONFIG_DIR"] + "/settings.json", "w").write("[" * 200000 + "]" * 200000)'
+echo nested
+"""
+
+
+def test_a_settings_copy_nested_beyond_the_parser_is_dropped_cleanly(user, project, planter):
+    # The session controls its copy: a tree nested deeper than the parser
+    # recurses must not crash the launcher at exit (nor every later launch
+    # that recovers it); nothing of it is applied.
+    home = planter
+    user.write("tools/bin/claude", NESTER, 0o755)
+    result = user.run([INSTALLED, "claude"], cwd=project,
+                      env=user.env(PATH=f"{home}/tools/bin:/usr/bin:/bin", NETWORK_MODE="open"))
+    assert result.returncode == 0, result.stderr
+    assert "nested" in result.stdout and "Traceback" not in result.stderr
+    assert "the session left it unreadable (RecursionError)" in result.stderr
+    assert json.loads((home / ".claude/settings.json").read_text()) == {"model": "base"}
+    assert not list((home / ".local/state/agent-sandbox/agents").glob("*.json"))
