@@ -1,7 +1,9 @@
 """A mock model API on loopback for the real agent CLIs (tests/integration/
 test_agents.py): Anthropic's Messages API (`POST /v1/messages`, streaming
-SSE as Claude Code asks for it) and OpenAI's Responses API (`POST
-/v1/responses`, SSE as Codex reads it). The first request that offers a
+SSE as Claude Code asks for it), OpenAI's Responses API (`POST
+/v1/responses`, SSE as Codex reads it) and Gemini's generateContent
+(`:streamGenerateContent?alt=sse`, as Gemini CLI reads it with
+GOOGLE_GEMINI_BASE_URL). The first request that offers a
 shell tool is answered with a call of that tool running `SCRIPT`; the
 request that carries its result is answered with a final message. Every
 request body is kept (`requests`) so a test can read the tool result the
@@ -92,6 +94,24 @@ def responses_events(request: dict) -> list:
             ("response.completed", {"type": "response.completed", "response": done})]
 
 
+def gemini_chunk(request: dict) -> dict:
+    """The one chunk answering a Gemini generateContent request."""
+    contents = request.get("contents") or []
+    has_result = any(isinstance(part, dict) and "functionResponse" in part
+                     for content in contents for part in content.get("parts") or [])
+    tools = {d.get("name") for t in request.get("tools") or []
+             for d in t.get("functionDeclarations") or []}
+    if "run_shell_command" in tools and not has_result:
+        part = {"functionCall": {"name": "run_shell_command",
+                                 "args": {"command": SCRIPT, "description": "probe"}}}
+    else:
+        part = {"text": FINAL}
+    return {"candidates": [{"content": {"role": "model", "parts": [part]},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 5,
+                              "totalTokenCount": 15}}
+
+
 class MockAPI:
     """Start with `with MockAPI() as api:`; `api.url` is the base URL."""
 
@@ -132,6 +152,12 @@ class MockAPI:
                         self._json(message)
                 elif path.endswith("/responses"):
                     self._stream(_sse(responses_events(body)))
+                elif path.endswith(":streamGenerateContent"):
+                    self._stream(f"data: {json.dumps(gemini_chunk(body))}\r\n\r\n".encode())
+                elif path.endswith(":generateContent"):
+                    self._json(gemini_chunk(body))
+                elif path.endswith(":countTokens"):
+                    self._json({"totalTokens": 10})
                 else:
                     self._json({}, status=404)
 
@@ -173,6 +199,10 @@ class MockAPI:
                     if isinstance(block, dict) and block.get("type") == "tool_result":
                         inner = block.get("content")
                         found.append(inner if isinstance(inner, str) else json.dumps(inner))
+            for content in body.get("contents") or []:
+                for part in content.get("parts") or []:
+                    if isinstance(part, dict) and "functionResponse" in part:
+                        found.append(json.dumps(part["functionResponse"]))
             for item in body.get("input") or []:
                 if isinstance(item, dict) and item.get("type") == "function_call_output":
                     output = item.get("output")

@@ -2,9 +2,10 @@
 npm by scripts/test.sh (tests/integration/agent-versions.txt) and a mock
 model API on loopback (agentmock.py), as an unprivileged user:
 
-- Claude Code's Bash tool and Codex's shell tool run inside, with the user's
-  settings asking for their own sandbox: the tool result the mock receives
-  shows the credentials hidden, nothing reaches the home;
+- Claude Code's Bash tool, Codex's and Gemini CLI's shell tools run inside,
+  with the user's settings (or flags, environment) asking for their own
+  sandbox: the tool result the mock receives shows the credentials hidden,
+  nothing reaches the home;
 - their own sandboxes are switched off by flags/env, never by editing files;
 - choices persist (`codex login --with-api-key`), MCP servers added inside
   are dropped and reported; direct writes to the settings copy are merged
@@ -128,6 +129,27 @@ def test_codex_exec_shell_tool_runs_inside_with_its_own_sandbox_off(user, projec
     assert "id_rsa: No such file or directory" in results[0] and "done-running" in results[0]
     assert not (home / "planted").exists()
     assert config.read_text() == before                                     # never edited
+
+
+def test_gemini_shell_tool_runs_inside_with_its_own_sandbox_off(user, project, home, clis):
+    # The user chose API-key auth and trusts the project (outside, before);
+    # asks for Gemini's own sandbox by flag, environment and settings.
+    user.write(".gemini/settings.json", json.dumps(
+        {"security": {"auth": {"selectedType": "gemini-api-key"}},
+         "tools": {"sandbox": True}}))
+    user.write(".gemini/trustedFolders.json", json.dumps({str(project): "TRUST_FOLDER"}))
+    with MockAPI() as api:
+        result = run_agent(user, project,
+                           ["gemini", "--sandbox", "-m", "gemini-2.5-flash", "-p", "run the probe",
+                            "--yolo"],
+                           agent_env(user, clis, GEMINI_API_KEY="mock-key", GEMINI_SANDBOX="true",
+                                     GOOGLE_GEMINI_BASE_URL=api.url))
+        results = api.tool_results()
+    assert result.returncode == 0, result.stderr
+    assert FINAL in result.stdout
+    assert len(results) == 1, (results, result.stderr)
+    assert "id_rsa: No such file or directory" in results[0] and "done-running" in results[0]
+    assert not (home / "planted").exists()
 
 
 def test_gemini_own_sandbox_stays_off_whatever_the_user_asks(user, project, home, clis):
@@ -265,7 +287,8 @@ def test_two_concurrent_sessions_each_keep_their_own_choices(user, project, writ
     assert "hooks" in err and not (home / "planted").exists()
 
 
-def test_a_sigkilled_launcher_copy_is_merged_under_the_guard_later(user, project, writer):
+@pytest.mark.parametrize("later", [["status"], ["bash", "-c", "true"]], ids=["status", "launch"])
+def test_a_sigkilled_launcher_copy_is_merged_under_the_guard_later(user, project, writer, later):
     home = writer
     process = start(user, project, ["claude", "K"], standin_env(user))
     wait_for(project / "written-K", process, "the session")
@@ -275,7 +298,7 @@ def test_a_sigkilled_launcher_copy_is_merged_under_the_guard_later(user, project
     assert settings_of(home) == {"theme": "mine", "model": "base"}      # nothing applied
     records = list((home / ".local/state/agent-sandbox/agents").glob("*.json"))
     assert len(records) == 1
-    status = user.run([INSTALLED, "status"], cwd=project, env=standin_env(user))
+    status = user.run([INSTALLED, *later], cwd=project, env=standin_env(user))
     assert status.returncode == 0, status.stderr
     assert "left by a launcher that was killed" in status.stderr
     assert "hooks, statusLine" in status.stderr
