@@ -129,7 +129,9 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
             os.symlink(os.path.join(spec.real_dir, name), os.path.join(mirror, name))
     base = {}
     for item in spec.files:
-        data = _read(item.real)
+        # The user's own symlink (a dotfiles repository) is followed: the
+        # agent cannot change it, the real path is read-only inside.
+        data = _read(os.path.realpath(item.real))
         base[item.name] = None if data is None else data.decode("utf-8", "surrogateescape")
         if data is not None:
             target = os.path.join(root, item.name)
@@ -268,7 +270,10 @@ def _merge_file(item: Guarded, root_fd: int, base_text: str | None) -> tuple[lis
     kept, dropped = agentmerge.changes(base, ours, item.patterns)
     if not kept:
         return [], dropped, ""
-    theirs_bytes = _read(item.real)
+    real = os.path.realpath(item.real)     # the user's own symlink, as at the start
+    theirs_bytes = _read(real)
+    if theirs_bytes is None and os.path.lexists(real):
+        return [], dropped, "your file cannot be read now; nothing merged"
     try:
         theirs = _parse(kind, (theirs_bytes or b"").decode("utf-8"), editable=True)
     except (ValueError, UnicodeDecodeError, RecursionError):
@@ -281,7 +286,7 @@ def _merge_file(item: Guarded, root_fd: int, base_text: str | None) -> tuple[lis
 
         new_table = tomlkit.table
     conflicts = agentmerge.apply(theirs, kept, new_table)
-    _replace(item.real, _dump(kind, theirs).encode())
+    _replace(real, _dump(kind, theirs).encode())
     return [c.path for c in kept if c.path not in conflicts], dropped + conflicts, ""
 
 
@@ -292,9 +297,16 @@ def _replace(path: str, data: bytes) -> None:
     except OSError:
         mode = 0o600
     os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temp = f"{path}.agent-sandbox-{os.getpid()}"
-    _write_new(temp, data, mode)
-    os.replace(temp, path)
+    temp = f"{path}.agent-sandbox-{os.urandom(6).hex()}"
+    try:
+        _write_new(temp, data, mode)
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
 
 
 def _protected(path: str, protected) -> bool:
@@ -303,8 +315,11 @@ def _protected(path: str, protected) -> bool:
     return any(_is_within(path, p) or _is_within(p, path) for p in protected)
 
 
-def _move_back(src_fd: int, real_dir: str, protected, skip, moved: list, refused: list) -> None:
-    """Entries of the copy (src_fd) that are not our links go to real_dir."""
+def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: list,
+               refused: list) -> None:
+    """Entries of the copy (src_fd) that are not our links go to the real
+    directory (dst_fd, named real_dir): both sides are walked by descriptor,
+    never through a symlink."""
     for name in sorted(os.listdir(src_fd)):
         target = os.path.join(real_dir, name)
         if name in skip:
@@ -316,19 +331,27 @@ def _move_back(src_fd: int, real_dir: str, protected, skip, moved: list, refused
             if _protected(target, protected):
                 refused.append(target)
                 continue
-            real_info = os.lstat(target) if os.path.lexists(target) else None
+            try:
+                real_info = os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                real_info = None
             if real_info is None:
-                os.rename(name, target, src_dir_fd=src_fd)
+                os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
                 moved.append(target)
             elif stat.S_ISDIR(info.st_mode) and stat.S_ISDIR(real_info.st_mode):
-                inner = _open_below(src_fd, name)
-                if inner is not None:
-                    try:
-                        _move_back(inner, target, protected, (), moved, refused)
-                    finally:
-                        os.close(inner)
+                inner, inner_dst = _open_below(src_fd, name), _open_below(dst_fd, name)
+                try:
+                    if inner is None or inner_dst is None:
+                        refused.append(target)
+                    else:
+                        _move_back(inner, inner_dst, target, protected, (), moved, refused)
+                finally:
+                    for fd in (inner, inner_dst):
+                        if fd is not None:
+                            os.close(fd)
             elif not stat.S_ISDIR(info.st_mode) and not stat.S_ISDIR(real_info.st_mode):
-                os.rename(name, target, src_dir_fd=src_fd)     # the session rewrote it
+                # the session rewrote it (a rename over our link)
+                os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
                 moved.append(target)
             else:
                 refused.append(target)
@@ -385,13 +408,20 @@ def _finish_copy(spec: Spec, root_fd: int, base: dict, protected) -> dict:
         if problem:
             outcome["problems"][item.real] = problem
     mirror_fd = _open_below(root_fd, spec.mirror)
-    if mirror_fd is not None:
-        try:
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        real_fd = None
+    try:
+        if mirror_fd is not None and real_fd is not None:
             skip = {os.path.relpath(g.name, spec.mirror or ".") for g in spec.files}
-            _move_back(mirror_fd, spec.real_dir, tuple(protected) + tuple(g.real for g in spec.files),
-                       skip, outcome["moved"], outcome["refused"])
-        finally:
-            os.close(mirror_fd)
+            _move_back(mirror_fd, real_fd, spec.real_dir,
+                       tuple(protected) + tuple(g.real for g in spec.files), skip,
+                       outcome["moved"], outcome["refused"])
+    finally:
+        for fd in (mirror_fd, real_fd):
+            if fd is not None:
+                os.close(fd)
     return outcome
 
 

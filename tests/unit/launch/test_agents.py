@@ -120,3 +120,28 @@ def test_a_variable_set_to_another_directory_is_refused(tmp_path):
     policy.env["CODEX_HOME"] = "/elsewhere"
     with pytest.raises(PolicyError, match="CODEX_HOME=/elsewhere"):
         agentcopy.start(spec, policy)
+
+
+def test_the_users_own_symlinked_settings_are_read_and_written_through(tmp_path):
+    # A dotfiles repository: ~/.claude/settings.json -> ~/dotfiles/claude.json.
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    os.makedirs(f"{home}/dotfiles")
+    with open(f"{home}/dotfiles/claude.json", "w") as handle:
+        json.dump({"model": "a", "hooks": {"mine": 1}}, handle)
+    os.symlink(f"{home}/dotfiles/claude.json", f"{home}/.claude/settings.json")
+    spec = agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json",),
+        settings_keep=("settings.json:model",)), home)
+    policy, record = agentcopy.start(spec, fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    with open(f"{root}/settings.json") as handle:
+        seen = json.load(handle)
+    assert seen == {"model": "a", "hooks": {"mine": 1}}
+    with open(f"{root}/settings.json", "w") as handle:
+        json.dump(dict(seen, model="b"), handle)
+    agentcopy.finish(record)
+    assert os.path.islink(f"{home}/.claude/settings.json")
+    with open(f"{home}/dotfiles/claude.json") as handle:
+        assert json.load(handle) == {"model": "b", "hooks": {"mine": 1}}
