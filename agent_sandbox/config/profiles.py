@@ -20,6 +20,8 @@ apply on top — and the AGENT_* keys say what to run:
   AGENT_SETTINGS_KEEP (COPY:KEY.PATH …): the allow-list of settings keys whose
                       changes are merged back (policy/agentmerge.py); changes
                       to any other key are dropped and reported
+  AGENT_PROJECT_SETTINGS (PATH …): protected project files the agent saves
+                      choices in, edited on a session copy the same way (bwrap)
 
 Profiles are looked up by name in /etc/agent-sandbox/agents/, then
 ~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent
@@ -49,6 +51,7 @@ class Profile(NamedTuple):
     config_dir: tuple[str, ...] = ()
     settings: tuple[str, ...] = ()
     settings_keep: tuple[str, ...] = ()
+    project_settings: tuple[str, ...] = ()
 
 
 def search_dirs(home: str) -> tuple[str, ...]:
@@ -123,7 +126,8 @@ def load(name: str, *, home: str, user: str, known_keys) -> Profile:
     return Profile(name, path, text, command, str(values.get("AGENT_INSTALL_HINT", "")),
                    note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())),
                    config_dir, as_tuple(values.get("AGENT_SETTINGS", ())),
-                   as_tuple(values.get("AGENT_SETTINGS_KEEP", ())))
+                   as_tuple(values.get("AGENT_SETTINGS_KEEP", ())),
+                   as_tuple(values.get("AGENT_PROJECT_SETTINGS", ())))
 
 
 def create_state(profile: Profile, home: str) -> None:

@@ -41,9 +41,10 @@ MAX_BYTES = 16 << 20
 
 
 class Guarded(NamedTuple):
-    name: str                  # path below the copy root
+    name: str                  # path below the copy root (the project copy's for "project")
     real: str                  # the user's file
     patterns: tuple[str, ...]  # the allow-list of keys merged back
+    where: str = "home"        # "project": a file in the project, bound over (bwrap)
 
 
 class Spec(NamedTuple):
@@ -52,6 +53,7 @@ class Spec(NamedTuple):
     real_dir: str
     mirror: str                # where real_dir appears below the copy root ("" = the root)
     files: tuple[Guarded, ...]
+    project_files: tuple = ()  # (path in the project, patterns): AGENT_PROJECT_SETTINGS
 
 
 def spec_for(profile, home: str) -> Spec | None:
@@ -60,17 +62,22 @@ def spec_for(profile, home: str) -> Spec | None:
         return None
     variable, directory = profile.config_dir[0], profile.config_dir[1]
     mirror = os.path.normpath(profile.config_dir[2]) if len(profile.config_dir) > 2 else ""
+    def patterns(name: str) -> tuple[str, ...]:
+        return tuple(p.partition(":")[2] for p in profile.settings_keep
+                     if os.path.normpath(p.partition(":")[0]) == name)
+
     files = []
     for entry in profile.settings:
         name, _, real = entry.partition("=")
         name = os.path.normpath(name)
         if not real or name.startswith("..") or os.path.isabs(name):
             continue
-        patterns = tuple(p.partition(":")[2] for p in profile.settings_keep
-                         if os.path.normpath(p.partition(":")[0]) == name)
-        files.append(Guarded(name, os.path.join(home, os.path.expanduser(real)), patterns))
+        files.append(Guarded(name, os.path.join(home, os.path.expanduser(real)), patterns(name)))
+    project = tuple((os.path.normpath(r), patterns(os.path.normpath(r)))
+                    for r in profile.project_settings
+                    if not os.path.isabs(r) and not os.path.normpath(r).startswith(".."))
     return Spec(profile.name, variable, os.path.join(home, directory),
-                "" if mirror == "." else mirror, tuple(files))
+                "" if mirror == "." else mirror, tuple(files), project)
 
 
 def copy_root(home: str, session: str) -> str:
@@ -127,19 +134,25 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
     for name in sorted(names):
         if os.path.join(mirror, name) not in guarded:
             os.symlink(os.path.join(spec.real_dir, name), os.path.join(mirror, name))
-    base = {}
+    base, resolved = {}, {}
     for item in spec.files:
-        # The user's own symlink (a dotfiles repository) is followed: the
-        # agent cannot change it, the real path is read-only inside.
-        data = _read(os.path.realpath(item.real))
+        # The user's own symlink (a dotfiles repository) is followed — the
+        # agent cannot change it, the path is read-only inside — but never
+        # into a hidden path (its content would become readable in the copy).
+        real = os.path.realpath(item.real)
+        resolved[item.name] = None if policy.is_hidden(real) else real
+        data = None if resolved[item.name] is None else _read(real)
         base[item.name] = None if data is None else data.decode("utf-8", "surrogateescape")
         if data is not None:
             target = os.path.join(root, item.name)
             os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
             _write_new(target, data)
+    project_files, session_files = _project_copies(spec, policy, root + ".project", base)
     record = {"session": policy.session_id, "pid": os.getpid(), "host": registry.host_name(),
               "boot_id": registry.boot_id(), "start_ticks": registry.start_ticks(),
-              "uid": os.getuid(), "spec": spec, "root": root, "base": base, "home": policy.home,
+              "uid": os.getuid(), "spec": spec._replace(files=spec.files + project_files),
+              "root": root, "base": base, "home": policy.home, "resolved": resolved,
+              "project": policy.project_dir,
               # read-only inside, so never moved back: protected paths and the note
               "protected": [p.path for p in policy.protected] + [p for p in (note_path,) if p]}
     path = os.path.join(records, f"{policy.session_id}.json")
@@ -149,7 +162,55 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
     env = dict(policy.env)
     env[spec.variable] = root
     return policy._replace(env=env, extra_writable=policy.extra_writable + (root,),
+                           session_files=tuple(session_files),
                            **_entry_grants(spec, policy, record["protected"])), path
+
+
+def _project_copies(spec: Spec, policy, project_root: str, base: dict) -> tuple:
+    """Session copies of the protected project files the agent saves choices
+    in (Claude Code's .claude/settings.local.json), bound writable over the
+    read-only placeholder — on bwrap only, the one backend that binds a file
+    at another path (Claude Code writes it in place when the rename beside it
+    fails on the mount point). Read below the project without following a
+    symlink: the project is the agent's to shape."""
+    protected = {p.path for p in policy.protected}
+    if policy.backend != "bwrap" or not spec.project_files:
+        return (), ()
+    files, binds = [], []
+    project_fd = os.open(policy.project_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for relative, patterns in spec.project_files:
+            real = os.path.join(policy.project_dir, relative)
+            if real not in protected:
+                continue            # not kept read-only: nothing to stand in for
+            parent = _open_below(project_fd, os.path.dirname(relative))
+            data = None
+            if parent is not None:
+                try:
+                    data = _read(os.path.basename(relative), dir_fd=parent)
+                    present = _exists_at(parent, os.path.basename(relative))
+                finally:
+                    os.close(parent)
+                if data is None and present:
+                    continue        # a symlink or not a file: it stays read-only
+            text = (data or b"{}\n").decode("utf-8", "surrogateescape")
+            copy = os.path.join(project_root, relative)
+            os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
+            _write_new(copy, text.encode("utf-8", "surrogateescape"))
+            base["project:" + relative] = text
+            files.append(Guarded(relative, real, patterns, "project"))
+            binds.append((copy, real))
+    finally:
+        os.close(project_fd)
+    return tuple(files), tuple(binds)
+
+
+def _exists_at(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except OSError:
+        return False
 
 
 def _entry_grants(spec: Spec, policy, protected) -> dict:
@@ -208,10 +269,19 @@ def _write_new(path: str, data: bytes, mode: int = 0o600) -> None:
 
 
 # ---------------------------------------------------------------- finish
-def _open_below(root_fd: int, relative: str) -> int | None:
-    """A directory below root opened component by component, no symlinks."""
+def _open_below(root_fd: int, relative: str, *, create: bool = False) -> int | None:
+    """A directory below root opened component by component, no symlinks;
+    missing components made (0755) when `create`."""
     fd = os.dup(root_fd)
     for part in [p for p in relative.split("/") if p]:
+        if create:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            except OSError:
+                os.close(fd)
+                return None
         try:
             inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
                             dir_fd=fd)
@@ -246,12 +316,13 @@ def _dump(kind: str, document) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
-def _merge_file(item: Guarded, root_fd: int, base_text: str | None) -> tuple[list, list, str]:
-    """(kept paths, dropped paths, problem) for one guarded file."""
+def _merge_file(item: Guarded, copy_fd: int, base_text: str | None, theirs_io) -> tuple:
+    """(kept paths, dropped paths, problem) for one guarded file; `theirs_io`
+    is (read() -> bytes | None, write(bytes)) for the user's file."""
     from agent_sandbox.policy import agentmerge
 
     kind = "toml" if item.name.endswith(".toml") else "json"
-    parent = _open_below(root_fd, os.path.dirname(item.name))
+    parent = _open_below(copy_fd, os.path.dirname(item.name))
     if parent is None:
         return [], [], ""
     try:
@@ -270,12 +341,12 @@ def _merge_file(item: Guarded, root_fd: int, base_text: str | None) -> tuple[lis
     kept, dropped = agentmerge.changes(base, ours, item.patterns)
     if not kept:
         return [], dropped, ""
-    real = os.path.realpath(item.real)     # the user's own symlink, as at the start
-    theirs_bytes = _read(real)
-    if theirs_bytes is None and os.path.lexists(real):
-        return [], dropped, "your file cannot be read now; nothing merged"
+    read, write = theirs_io
     try:
+        theirs_bytes = read()
         theirs = _parse(kind, (theirs_bytes or b"").decode("utf-8"), editable=True)
+    except _Unusable as exc:
+        return [], dropped, f"{exc}; nothing merged"
     except (ValueError, UnicodeDecodeError, RecursionError):
         return [], dropped, "your file is not valid now; nothing merged"
     if not isinstance(theirs, dict):
@@ -286,8 +357,73 @@ def _merge_file(item: Guarded, root_fd: int, base_text: str | None) -> tuple[lis
 
         new_table = tomlkit.table
     conflicts = agentmerge.apply(theirs, kept, new_table)
-    _replace(real, _dump(kind, theirs).encode())
+    write(_dump(kind, theirs).encode())
     return [c.path for c in kept if c.path not in conflicts], dropped + conflicts, ""
+
+
+class _Unusable(Exception):
+    """The user's file cannot be merged into as it is now (said why)."""
+
+
+def _home_io(item: Guarded, resolved: str | None):
+    """The user's home file, through their own symlink as at the start."""
+    def read():
+        real = os.path.realpath(item.real)
+        if resolved is None or real != resolved:
+            raise _Unusable("it leads elsewhere than when the session started")
+        data = _read(real)
+        if data is None and os.path.lexists(real):
+            raise _Unusable("your file cannot be read now")
+        return data
+    return read, lambda data: _replace(resolved, data)
+
+
+def _project_io(item: Guarded, project: str):
+    """A file in the project: every component below it opened without
+    following a symlink, written by a rename beside it."""
+    relative = os.path.relpath(item.real, project)
+    name = os.path.basename(relative)
+
+    def parent(create: bool = False):
+        # (the placeholder's directory, made for the session, may be gone)
+        try:
+            top = os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            raise _Unusable("the project is gone") from None
+        try:
+            fd = _open_below(top, os.path.dirname(relative), create=create)
+        finally:
+            os.close(top)
+        if fd is None:
+            raise _Unusable(f"{os.path.dirname(relative)} is not a directory of the project now")
+        return fd
+
+    def read():
+        if not os.path.lexists(os.path.dirname(item.real)):
+            return None
+        fd = parent()
+        try:
+            data = _read(name, dir_fd=fd)
+            if data is None and _exists_at(fd, name):
+                raise _Unusable("your file is a symlink or not a file now")
+            return data
+        finally:
+            os.close(fd)
+
+    def write(data: bytes):
+        fd = parent(create=True)
+        try:
+            temp = f".{name}.agent-sandbox-{os.urandom(6).hex()}"
+            fd_file = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                              | os.O_CLOEXEC, 0o644, dir_fd=fd)
+            try:
+                os.write(fd_file, data)
+            finally:
+                os.close(fd_file)
+            os.replace(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        finally:
+            os.close(fd)
+    return read, write
 
 
 def _replace(path: str, data: bytes) -> None:
@@ -377,8 +513,9 @@ def finish(record_path: str, *, recovered: bool = False) -> None:
             with open(record_path, "rb") as handle:
                 record = json.loads(handle.read(MAX_BYTES))
             spec = Spec(*record["spec"])
-            spec = spec._replace(files=tuple(Guarded(n, r, tuple(p)) for n, r, p in spec.files))
-            root, base, protected = record["root"], record["base"], record["protected"]
+            spec = spec._replace(files=tuple(Guarded(n, r, tuple(p), w)
+                                             for n, r, p, w in spec.files))
+            root, protected = record["root"], record["protected"]
         except (OSError, ValueError, TypeError, KeyError):
             return
         try:
@@ -387,11 +524,12 @@ def finish(record_path: str, *, recovered: bool = False) -> None:
             root_fd = None
         if root_fd is not None:
             try:
-                _report(spec, _finish_copy(spec, root_fd, base, protected), recovered,
+                _report(spec, _finish_copy(spec, root_fd, record, protected), recovered,
                         record.get("session", "?"), str(record.get("home", "")))
             finally:
                 os.close(root_fd)
         shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root + ".project", ignore_errors=True)
         os.unlink(record_path)
     except OSError:
         pass
@@ -399,14 +537,30 @@ def finish(record_path: str, *, recovered: bool = False) -> None:
         os.close(lock)
 
 
-def _finish_copy(spec: Spec, root_fd: int, base: dict, protected) -> dict:
+def _finish_copy(spec: Spec, root_fd: int, record: dict, protected) -> dict:
     outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": []}
+    base, resolved = record.get("base") or {}, record.get("resolved") or {}
+    try:
+        project_fd = os.open(record["root"] + ".project",
+                             os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        project_fd = None
     for item in spec.files:
-        kept, dropped, problem = _merge_file(item, root_fd, base.get(item.name))
+        if item.where == "project":
+            if project_fd is None:
+                continue
+            kept, dropped, problem = _merge_file(
+                item, project_fd, base.get("project:" + item.name),
+                _project_io(item, str(record.get("project"))))
+        else:
+            kept, dropped, problem = _merge_file(item, root_fd, base.get(item.name),
+                                                 _home_io(item, resolved.get(item.name)))
         outcome["kept"][item.real] = kept
         outcome["dropped"][item.real] = dropped
         if problem:
             outcome["problems"][item.real] = problem
+    if project_fd is not None:
+        os.close(project_fd)
     mirror_fd = _open_below(root_fd, spec.mirror)
     try:
         real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
@@ -414,7 +568,8 @@ def _finish_copy(spec: Spec, root_fd: int, base: dict, protected) -> dict:
         real_fd = None
     try:
         if mirror_fd is not None and real_fd is not None:
-            skip = {os.path.relpath(g.name, spec.mirror or ".") for g in spec.files}
+            skip = {os.path.relpath(g.name, spec.mirror or ".") for g in spec.files
+                    if g.where == "home"}
             _move_back(mirror_fd, real_fd, spec.real_dir,
                        tuple(protected) + tuple(g.real for g in spec.files), skip,
                        outcome["moved"], outcome["refused"])

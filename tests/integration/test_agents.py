@@ -287,6 +287,31 @@ def test_two_concurrent_sessions_each_keep_their_own_choices(user, project, writ
     assert "hooks" in err and not (home / "planted").exists()
 
 
+LOCAL_WRITER = """#!/bin/sh
+for tag; do :; done
+printf '{"permissions": {"allow": ["Read(./**)"]}, "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "touch ~/planted"}]}]}}' > .claude/settings.local.json || echo local-settings-refused
+touch "written-$tag"
+while [ ! -e "release-$tag" ]; do sleep 0.05; done
+"""
+
+
+def test_allow_in_this_project_persists_through_a_bound_copy(user, project, home):
+    # Claude Code saves "allow … in this project" in the project's
+    # .claude/settings.local.json (by a rename beside it, or in place when
+    # that fails on a mount point): a read-only placeholder lost it.
+    user.write("tools/bin/claude", LOCAL_WRITER, 0o755)
+    local = project / ".claude/settings.local.json"
+    process = start(user, project, ["claude", "L"], standin_env(user))
+    wait_for(project / "written-L", process, "the session")
+    assert not local.exists() or json.loads(local.read_text()) == {}      # nothing live
+    (project / "release-L").touch()
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "local-settings-refused" not in out
+    assert json.loads(local.read_text()) == {"permissions": {"allow": ["Read(./**)"]}}
+    assert "dropped the session's changes to" in err and "hooks" in err
+
+
 @pytest.mark.parametrize("later", [["status"], ["bash", "-c", "true"]], ids=["status", "launch"])
 def test_a_sigkilled_launcher_copy_is_merged_under_the_guard_later(user, project, writer, later):
     home = writer

@@ -48,12 +48,15 @@ def test_spec_pairs_each_file_with_its_patterns():
     assert agentcopy.spec_for(profile(), "/h/u") is None
 
 
-def fake_policy(home: str):
+def fake_policy(home: str, backend: str = "bwrap"):
+    project = f"{home}/proj"
     return SimpleNamespace(
-        env={}, home=home, session_id="s1", extra_writable=(),
+        env={}, home=home, session_id="s1", extra_writable=(), backend=backend,
+        project_dir=project, is_hidden=lambda path: path.startswith(f"{home}/.ssh"),
         home_writable=(f"{home}/.claude", f"{home}/.cache/claude"), home_readonly=(),
-        protected=(Protected(f"{home}/.claude/hooks", True, False),),
-        _replace=lambda **kw: SimpleNamespace(**{**fake_policy(home).__dict__, **kw}))
+        protected=(Protected(f"{home}/.claude/hooks", True, False),
+                   Protected(f"{project}/.claude/settings.local.json", False, False)),
+        _replace=lambda **kw: SimpleNamespace(**{**fake_policy(home, backend).__dict__, **kw}))
 
 
 def test_a_session_copy_round_trip(tmp_path, capsys):
@@ -145,3 +148,57 @@ def test_the_users_own_symlinked_settings_are_read_and_written_through(tmp_path)
     assert os.path.islink(f"{home}/.claude/settings.json")
     with open(f"{home}/dotfiles/claude.json") as handle:
         assert json.load(handle) == {"model": "b", "hooks": {"mine": 1}}
+
+
+def project_spec(home: str):
+    return agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"), settings=(),
+        settings_keep=(".claude/settings.local.json:permissions.allow",),
+        project_settings=(".claude/settings.local.json",)), home)
+
+
+def test_a_project_settings_file_is_edited_on_a_copy_bound_in_its_place(tmp_path, capsys):
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    os.makedirs(f"{home}/proj/.claude")
+    real = f"{home}/proj/.claude/settings.local.json"
+    policy, record = agentcopy.start(project_spec(home), fake_policy(home))
+    ((copy, dest),) = policy.session_files
+    assert dest == real and copy.startswith(f"{home}/.cache/agent-sandbox/agents/")
+    with open(copy, "w") as handle:   # "allow … in this project", and a hook
+        json.dump({"permissions": {"allow": ["Read(./**)"]}, "hooks": {"Stop": "sh"}}, handle)
+    assert not os.path.exists(real)                                  # nothing live meanwhile
+    agentcopy.finish(record)
+    with open(real) as handle:
+        assert json.load(handle) == {"permissions": {"allow": ["Read(./**)"]}}
+    assert "hooks" in capsys.readouterr().err
+    assert not os.path.exists(copy)
+
+
+def test_a_project_settings_symlink_is_neither_copied_nor_bound(tmp_path):
+    # A session made the project's file a link to a credential: the next
+    # launch must not copy what it points to into a file readable inside.
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    os.makedirs(f"{home}/proj/.claude")
+    os.makedirs(f"{home}/.ssh")
+    with open(f"{home}/.ssh/id_rsa", "w") as handle:
+        handle.write("SECRET")
+    os.symlink(f"{home}/.ssh/id_rsa", f"{home}/proj/.claude/settings.local.json")
+    policy, record = agentcopy.start(project_spec(home), fake_policy(home))
+    assert policy.session_files == ()
+    for directory, _, names in os.walk(f"{home}/.cache"):
+        for name in names:
+            if os.path.islink(os.path.join(directory, name)):
+                continue                  # the copy's links to the real directory
+            with open(os.path.join(directory, name), "rb") as handle:
+                assert b"SECRET" not in handle.read()
+    agentcopy.finish(record)
+
+
+def test_project_settings_copies_are_for_bwrap_only(tmp_path):
+    home = str(tmp_path)
+    os.makedirs(f"{home}/proj/.claude")
+    policy, record = agentcopy.start(project_spec(home), fake_policy(home, "landlock"))
+    assert policy.session_files == ()
+    agentcopy.finish(record)
