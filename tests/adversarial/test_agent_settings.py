@@ -9,6 +9,7 @@ place."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -97,3 +98,27 @@ def test_a_settings_copy_nested_beyond_the_parser_is_dropped_cleanly(user, proje
     assert "the session left it unreadable (RecursionError)" in result.stderr
     assert json.loads((home / ".claude/settings.json").read_text()) == {"model": "base"}
     assert not list((home / ".local/state/agent-sandbox/agents").glob("*.json"))
+
+
+READER = """#!/bin/sh
+cat .claude/settings.local.json 2>&1
+for f in $(find ~/.cache/agent-sandbox -type f 2>/dev/null); do cat "$f"; done
+echo read
+"""
+
+
+def test_a_project_settings_link_to_a_credential_is_not_copied_in(user, project, planter):
+    # An earlier session made the project's settings.local.json a link to
+    # ~/.ssh/id_rsa: the next launch must not copy what it points to into a
+    # session copy the agent can read.
+    home = planter
+    key = (home / ".ssh/id_rsa").read_text()
+    (project / ".claude").mkdir()
+    (project / ".claude/settings.local.json").symlink_to(home / ".ssh/id_rsa")
+    os.chown(project / ".claude", user.uid, user.gid)
+    user.write("tools/bin/claude", READER, 0o755)
+    result = user.run([INSTALLED, "claude"], cwd=project,
+                      env=user.env(PATH=f"{home}/tools/bin:/usr/bin:/bin", NETWORK_MODE="open"))
+    assert "read" in result.stdout, result.stderr
+    assert key.strip() not in result.stdout + result.stderr
+    assert (project / ".claude/settings.local.json").is_symlink()      # left as it was
