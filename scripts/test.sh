@@ -7,6 +7,27 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 AGENT_SANDBOX_EXTRAS=test "$repo/scripts/install.sh"
 cd "$repo"
 
+# The real agent CLIs for tests/integration/test_agents.py, at the versions
+# pinned in tests/integration/agent-versions.txt, in a world-readable prefix
+# (Node and npm from Debian). Skipped when those versions are already there.
+agents=${AGENT_SANDBOX_TEST_AGENTS:-/opt/agent-sandbox-agents}
+mapfile -t agent_specs < <(grep -v '^#' "$repo/tests/integration/agent-versions.txt")
+if ! command -v npm >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
+installed_specs=()
+for spec in "${agent_specs[@]}"; do
+    name=${spec%@*}
+    version=$(node -p "require('$agents/node_modules/$name/package.json').version" 2>/dev/null || true)
+    installed_specs+=("$name@$version")
+done
+if [ "${installed_specs[*]}" != "${agent_specs[*]}" ]; then
+    echo "test.sh: installing ${agent_specs[*]} into $agents"
+    (umask 022 && npm install --prefix "$agents" --no-audit --no-fund --loglevel=error "${agent_specs[@]}")
+fi
+chmod -R a+rX "$agents"
+
 # Real Slurm clusters for the chaperon's tests — the single-node one and the
 # multi-node one beside it — stopped whatever the tests do: the exit code is
 # pytest's, or 1 when only a stop failed.

@@ -294,6 +294,9 @@ def status(
     from agent_sandbox.launch.gitcheck import recover
 
     recover(pwd.getpwuid(os.getuid()).pw_dir)   # sessions whose launcher was killed
+    from agent_sandbox.launch import agentcopy
+
+    agentcopy.recover(pwd.getpwuid(os.getuid()).pw_dir)   # their agents' settings: guarded merge
     status_report = collect(pwd.getpwuid(os.getuid()).pw_dir)
     now = time.time()
     typer.echo((status_json if as_json else render)(status_report, now=now), nl=False)

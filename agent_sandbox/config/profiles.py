@@ -11,6 +11,17 @@ apply on top — and the AGENT_* keys say what to run:
                       (appended to whatever file is there); empty: no note
   AGENT_STATE         home entries created on first use (trailing / = dir) so
                       logins and history persist in the writable state
+  AGENT_CONFIG_DIR    (VARIABLE DIR [MIRROR]): the agent's own variable for its
+                      configuration directory and the home directory it
+                      names; the agent runs on a session copy of it
+                      (launch/agentcopy.py), mirrored at MIRROR in the copy
+  AGENT_SETTINGS      (COPY=HOME …): settings files that run on a session copy
+                      and are merged back under the guard at exit
+  AGENT_SETTINGS_KEEP (COPY:KEY.PATH …): the allow-list of settings keys whose
+                      changes are merged back (policy/agentmerge.py); changes
+                      to any other key are dropped and reported
+  AGENT_PROJECT_SETTINGS (PATH …): protected project files the agent saves
+                      choices in, edited on a session copy the same way (bwrap)
 
 Profiles are looked up by name in /etc/agent-sandbox/agents/, then
 ~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent
@@ -37,6 +48,10 @@ class Profile(NamedTuple):
     install_hint: str
     note_path: str
     state: tuple[str, ...]
+    config_dir: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+    settings_keep: tuple[str, ...] = ()
+    project_settings: tuple[str, ...] = ()
 
 
 def search_dirs(home: str) -> tuple[str, ...]:
@@ -104,8 +119,15 @@ def load(name: str, *, home: str, user: str, known_keys) -> Profile:
         raise ConfigError(f"{path}: AGENT_COMMAND is missing — a profile must say what to "
                           "run, e.g. AGENT_COMMAND=(claude)", reason="bad_profile")
     note = values.get("AGENT_NOTE_PATH", "")
+    config_dir = as_tuple(values.get("AGENT_CONFIG_DIR", ()))
+    if config_dir and len(config_dir) not in (2, 3):
+        raise ConfigError(f"{path}: AGENT_CONFIG_DIR must be (VARIABLE DIR [MIRROR]), e.g. "
+                          "(CODEX_HOME .codex)", reason="bad_profile")
     return Profile(name, path, text, command, str(values.get("AGENT_INSTALL_HINT", "")),
-                   note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())))
+                   note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())),
+                   config_dir, as_tuple(values.get("AGENT_SETTINGS", ())),
+                   as_tuple(values.get("AGENT_SETTINGS_KEEP", ())),
+                   as_tuple(values.get("AGENT_PROJECT_SETTINGS", ())))
 
 
 def create_state(profile: Profile, home: str) -> None:

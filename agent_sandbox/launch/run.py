@@ -110,12 +110,15 @@ class Prepared(NamedTuple):
 
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
-            profile=None, keep_fds=(), chaperon=None, terminal: bool = False) -> Prepared:
+            profile=None, keep_fds=(), chaperon=None, terminal: bool = False,
+            agent_copy=None) -> Prepared:
     """The one sequence resolve → (chaperon) → payloads → plan. `chaperon` is a
     callable (settings, policy) -> ChaperonSession | None run after the policy
     is known and before the plan is built, so the plan is built once, with
     the session directory; the caller stops the session it returns.
-    `terminal`: the session runs on a relayed pseudo-terminal."""
+    `terminal`: the session runs on a relayed pseudo-terminal. `agent_copy`:
+    a callable (policy) -> policy that puts a profile's configuration on its
+    guarded session copy (agentcopy.py); the caller finishes it."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile)
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
@@ -132,6 +135,12 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
                 f"the agent profile {profile.name} is not enabled — ENABLED_AGENTS is "
                 f"({' '.join(settings.ENABLED_AGENTS)}). Add ENABLED_AGENTS+=({profile.name}) "
                 "to ~/.config/agent-sandbox/sandbox.conf.", reason="profile_disabled")
+        from agent_sandbox.launch import agentexe
+
+        policy, command = agentexe.resolve(policy, command, environ, profile.name)
+        policy = agentexe.npm_prefix(policy, policy.home)
+        if agent_copy is not None:
+            policy = agent_copy(policy)
     session = chaperon(settings, policy) if chaperon else None
     if session:
         from agent_sandbox.policy.resolve import with_chaperon
@@ -196,7 +205,10 @@ def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | 
             f"{profile.install_hint or 'install it first'}.")
         return 127
     if not inside_sandbox(environ) and not dry_run:
+        from agent_sandbox.launch import agentcopy
+
         create_state(profile, entry.pw_dir)
+        agentcopy.recover(entry.pw_dir)     # copies left by a killed launcher: guarded merge
     return run(command, environ=environ, profile=profile, project_dir=project_dir,
                backend=backend, dry_run=dry_run, keep_fds=keep_fds)
 
@@ -211,6 +223,22 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     if inside_sandbox(environ) and not dry_run:
         return exec_nested(command, environ)
     sessions: list = []
+    copies: list = []
+
+    def start_copy(policy):
+        from agent_sandbox.launch import agentcopy
+
+        spec = agentcopy.spec_for(profile, policy.home)
+        if dry_run or spec is None:
+            return policy
+        try:
+            policy, record = agentcopy.start(spec, policy, note_path=profile.note_path)
+        except OSError as exc:
+            raise PolicyError(f"{profile.name}: cannot make the session copy of "
+                              f"{spec.real_dir} — {exc}. Check that your home is writable.",
+                              reason="agent_copy_failed") from None
+        copies.append(record)
+        return policy
 
     def start_chaperon(settings, policy):
         from agent_sandbox.launch.chaperon import ChaperonSession, wanted
@@ -224,7 +252,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         try:
             prepared = prepare(command, project_dir=project_dir, backend=backend,
                                environ=environ, profile=profile, keep_fds=keep_fds,
-                               chaperon=start_chaperon,
+                               chaperon=start_chaperon, agent_copy=start_copy,
                                # A native terminal only when both ends are one.
                                terminal=not dry_run and os.isatty(0) and os.isatty(1))
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
@@ -276,5 +304,9 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         finally:
             for started in sessions:   # also one whose plan was refused
                 started.stop()
+            if copies:     # after the placeholders: the guarded merge of the agent's settings
+                from agent_sandbox.launch import agentcopy
+
+                agentcopy.finish(copies[0])
     except SandboxError as exc:
         return fail(exc)

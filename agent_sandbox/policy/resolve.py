@@ -110,6 +110,9 @@ class Policy(NamedTuple):
     # The launcher relays a pseudo-terminal (launch/terminal.py): the command
     # takes it as controlling terminal. A launch fact, set like keep_fds.
     terminal: bool = False
+    # Protected project files an agent edits on a session copy (agentcopy.py):
+    # (copy, path) — bwrap binds the copy there writable instead of read-only.
+    session_files: tuple = ()
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"

@@ -380,7 +380,11 @@ class ViewBuilder:
                 continue
             if os.path.islink(item.path):
                 continue   # reported as a warning by the policy checks
-            self.ops.append(RoBind(item.path, item.path))
+            # An agent's session copy (launch/agentcopy.py) is bound writable
+            # in its place: what the agent saves there is merged back at exit.
+            copy = next((c for c, dest in getattr(self.policy, "session_files", ())
+                         if dest == item.path), None)
+            self.ops.append(Bind(copy, item.path) if copy else RoBind(item.path, item.path))
         for path in self.policy.readonly_overlays:
             self.grant(path, "ro")
         if self.policy.staging_dir:

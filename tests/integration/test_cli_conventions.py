@@ -71,8 +71,10 @@ def test_launcher_options_go_before_the_profile_and_never_reach_the_agent(user, 
     result = cli(user, project, "--dry-run", "claude", "--resume", "--dry-run")
     assert result.returncode == 0, result.stderr
     argv_line = result.stdout.strip().splitlines()[-1]
-    # the agent's own arguments, --dry-run among them, are the agent's
-    assert argv_line.endswith("claude --resume --dry-run"), argv_line
+    # the agent's own arguments, --dry-run among them, are the agent's (after
+    # the profile's own flags)
+    assert argv_line.endswith("' --resume --dry-run"), argv_line
+    assert " claude --settings " in argv_line, argv_line
     refused = cli(user, project, "--dry-run", "doctor")
     assert refused.returncode == 2 and "No such option: --dry-run" in refused.stderr
 

@@ -9,13 +9,14 @@ import pytest
 from tests.conftest import INSTALLED
 
 STANDIN = """#!/bin/sh
-echo "args=$*"
-touch ~/.claude/state-written && echo "claude-state=writable" || echo "claude-state=readonly"
+D="$CLAUDE_CONFIG_DIR"
+for last; do :; done; echo "args=$last"
+touch "$D/state-written" && echo "claude-state=writable" || echo "claude-state=readonly"
 ls ~/.ssh >/dev/null 2>&1 && echo "ssh=visible" || echo "ssh=hidden"
-grep -q "You are running inside agent-sandbox" ~/.claude/CLAUDE.md && echo "note=present"
-grep -q "my own instructions" ~/.claude/CLAUDE.md && echo "user-note=kept"
-echo planted >> ~/.claude/settings.json 2>/dev/null && echo "settings=writable" || echo "settings=readonly"
-mkdir -p ~/.claude/hooks 2>/dev/null; echo x > ~/.claude/hooks/h.sh 2>/dev/null && echo "hooks=writable" || echo "hooks=readonly"
+grep -q "You are running inside agent-sandbox" "$D/CLAUDE.md" && echo "note=present"
+grep -q "my own instructions" "$D/CLAUDE.md" && echo "user-note=kept"
+echo planted >> ~/.claude/settings.json 2>/dev/null; echo planted >> "$D/settings.json" && echo "settings=copy"
+mkdir -p "$D/hooks" 2>/dev/null; echo x > "$D/hooks/h.sh" 2>/dev/null && echo "hooks=writable" || echo "hooks=readonly"
 """
 
 
@@ -38,11 +39,13 @@ def test_claude_profile_runs_the_agent_with_its_state_and_note(user, project, st
     assert result.returncode == 0, result.stderr
     seen = dict(line.split("=", 1) for line in result.stdout.split())
     assert seen == {"args": "--version", "claude-state": "writable", "ssh": "hidden",
-                    "note": "present", "user-note": "kept", "settings": "readonly",
+                    "note": "present", "user-note": "kept", "settings": "copy",
                     "hooks": "readonly"}
     assert (user.home / ".claude/state-written").exists()          # state persists
     assert (user.home / ".claude/CLAUDE.md").read_text() == "my own instructions\n"
-    assert not (user.home / ".claude/settings.json").exists()      # placeholder removed
+    assert not (user.home / ".claude/settings.json").exists()      # the copy is not applied
+    assert not (user.home / ".claude/hooks").exists()
+    assert "settings.json: the session left it unreadable" in result.stderr
     assert sorted(p.name for p in project.iterdir()) == []          # nothing left behind
 
 

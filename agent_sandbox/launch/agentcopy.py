@@ -1,0 +1,633 @@
+"""An agent's configuration on a session copy, merged back under a guard.
+
+Some settings keys make an agent run commands outside the sandbox later
+(hooks, MCP server commands, status-line and key-helper commands, plugin
+sources), others are choices the user wants kept (trust, permissions, auth
+method, model, theme). So the agent never writes its live settings: for a
+profile with AGENT_CONFIG_DIR the launcher builds, before the sandbox starts,
+
+- a copy root `~/.cache/agent-sandbox/agents/<session>/` (0700, writable
+  inside, the profile's variable — CLAUDE_CONFIG_DIR, CODEX_HOME,
+  GEMINI_CLI_HOME — points the agent at it), holding
+- the guarded settings files (AGENT_SETTINGS) as plain copies, and
+- for every other entry of the real configuration directory a symlink to it:
+  history, sessions and logins land in the real directory as before (it is
+  writable inside, its protected entries read-only), and
+- a record in the hidden state directory `agents/<session>.json` with the
+  launcher's identity (registry.py fields) and a copy of each guarded file
+  as it started (the base of the three-way merge).
+
+At exit, under one lock per user, `finish` merges each guarded file back
+with policy/agentmerge.py — only the keys the session changed, only those
+the profile's allow-list names; the rest is dropped and reported — and
+moves back entries the session created in the copy, except where a
+protected path lies (moving back grants nothing the writable directory did
+not already allow). A launcher killed with SIGKILL leaves its record: the
+next launch of a profile or `agent-sandbox status` finds it stale (registry
+judge) and runs the same guarded merge. Nothing is applied unchecked.
+Every file of the copy is opened without following symlinks.
+"""
+from __future__ import annotations
+
+import json
+import os
+import stat
+from typing import NamedTuple
+
+from agent_sandbox.errors import say
+
+SUBDIR = "agents"
+MAX_BYTES = 16 << 20
+
+
+class Guarded(NamedTuple):
+    name: str                  # path below the copy root (the project copy's for "project")
+    real: str                  # the user's file
+    patterns: tuple[str, ...]  # the allow-list of keys merged back
+    where: str = "home"        # "project": a file in the project, bound over (bwrap)
+
+
+class Spec(NamedTuple):
+    profile: str
+    variable: str
+    real_dir: str
+    mirror: str                # where real_dir appears below the copy root ("" = the root)
+    files: tuple[Guarded, ...]
+    project_files: tuple = ()  # (path in the project, patterns): AGENT_PROJECT_SETTINGS
+
+
+def spec_for(profile, home: str) -> Spec | None:
+    """The profile's guarded configuration, or None when it has none."""
+    if not profile.config_dir:
+        return None
+    variable, directory = profile.config_dir[0], profile.config_dir[1]
+    mirror = os.path.normpath(profile.config_dir[2]) if len(profile.config_dir) > 2 else ""
+    def patterns(name: str) -> tuple[str, ...]:
+        return tuple(p.partition(":")[2] for p in profile.settings_keep
+                     if os.path.normpath(p.partition(":")[0]) == name)
+
+    files = []
+    for entry in profile.settings:
+        name, _, real = entry.partition("=")
+        name = os.path.normpath(name)
+        if not real or name.startswith("..") or os.path.isabs(name):
+            continue
+        files.append(Guarded(name, os.path.join(home, os.path.expanduser(real)), patterns(name)))
+    project = tuple((os.path.normpath(r), patterns(os.path.normpath(r)))
+                    for r in profile.project_settings
+                    if not os.path.isabs(r) and not os.path.normpath(r).startswith(".."))
+    return Spec(profile.name, variable, os.path.join(home, directory),
+                "" if mirror == "." else mirror, tuple(files), project)
+
+
+def copy_root(home: str, session: str) -> str:
+    return os.path.join(home, ".cache", "agent-sandbox", SUBDIR, session)
+
+
+def _record_dir(home: str) -> str:
+    from agent_sandbox.paths import state_dir
+
+    return os.path.join(state_dir(home), SUBDIR)
+
+
+# ---------------------------------------------------------------- start
+def start(spec: Spec, policy, *, note_path: str = ""):
+    """Build the copy and the record; returns (policy with the copy writable
+    and the variable set, record path)."""
+    from agent_sandbox.errors import PolicyError
+
+    configured = policy.env.get(spec.variable)
+    if configured and os.path.normpath(configured) != spec.real_dir:
+        raise PolicyError(
+            f"{spec.variable}={configured} is set — the {spec.profile} profile runs the agent "
+            f"on a guarded session copy of {spec.real_dir}. Unset {spec.variable}, or copy "
+            f"your configuration to {spec.real_dir}.", reason="agent_config_dir")
+    root = copy_root(policy.home, policy.session_id)
+    records = _record_dir(policy.home)
+    os.makedirs(records, mode=0o700, exist_ok=True)
+    os.makedirs(os.path.dirname(root), mode=0o700, exist_ok=True)
+    os.mkdir(root, 0o700)
+    try:
+        return _build(spec, policy, root, records, note_path)
+    except BaseException:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)     # no record yet: nothing refers to it
+        raise
+
+
+def _build(spec: Spec, policy, root: str, records: str, note_path: str):
+    from agent_sandbox.launch import registry
+
+    mirror = os.path.join(root, spec.mirror) if spec.mirror else root
+    os.makedirs(mirror, mode=0o700, exist_ok=True)
+    guarded = {os.path.join(root, g.name) for g in spec.files}
+    try:
+        names = set(os.listdir(spec.real_dir))
+    except OSError:
+        names = set()
+    # Missing protected entries and the note get their placeholder at the
+    # real path before the sandbox starts: link them too.
+    for path in [p.path for p in policy.protected] + [note_path]:
+        if path and os.path.dirname(path) == spec.real_dir:
+            names.add(os.path.basename(path))
+    for name in sorted(names):
+        if os.path.join(mirror, name) not in guarded:
+            os.symlink(os.path.join(spec.real_dir, name), os.path.join(mirror, name))
+    base, resolved = {}, {}
+    for item in spec.files:
+        # The user's own symlink (a dotfiles repository) is followed — the
+        # agent cannot change it, the path is read-only inside — but never
+        # into a hidden path (its content would become readable in the copy).
+        real = os.path.realpath(item.real)
+        resolved[item.name] = None if policy.is_hidden(real) else real
+        data = None if resolved[item.name] is None else _read(real)
+        base[item.name] = None if data is None else data.decode("utf-8", "surrogateescape")
+        if data is not None:
+            target = os.path.join(root, item.name)
+            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
+            _write_new(target, data)
+    project_files, session_files = _project_copies(spec, policy, root + ".project", base)
+    record = {"session": policy.session_id, "pid": os.getpid(), "host": registry.host_name(),
+              "boot_id": registry.boot_id(), "start_ticks": registry.start_ticks(),
+              "uid": os.getuid(), "spec": spec._replace(files=spec.files + project_files),
+              "root": root, "base": base, "home": policy.home, "resolved": resolved,
+              "project": policy.project_dir,
+              # read-only inside, so never moved back: protected paths and the note
+              "protected": [p.path for p in policy.protected] + [p for p in (note_path,) if p]}
+    path = os.path.join(records, f"{policy.session_id}.json")
+    temp = path + ".tmp"
+    _write_new(temp, json.dumps(record).encode())
+    os.replace(temp, path)
+    env = dict(policy.env)
+    env[spec.variable] = root
+    return policy._replace(env=env, extra_writable=policy.extra_writable + (root,),
+                           session_files=tuple(session_files),
+                           **_entry_grants(spec, policy, record["protected"])), path
+
+
+def _project_copies(spec: Spec, policy, project_root: str, base: dict) -> tuple:
+    """Session copies of the protected project files the agent saves choices
+    in (Claude Code's .claude/settings.local.json), bound writable over the
+    read-only placeholder — on bwrap only, the one backend that binds a file
+    at another path (Claude Code writes it in place when the rename beside it
+    fails on the mount point). Read below the project without following a
+    symlink: the project is the agent's to shape."""
+    protected = {p.path for p in policy.protected}
+    if policy.backend != "bwrap" or not spec.project_files:
+        return (), ()
+    files, binds = [], []
+    project_fd = os.open(policy.project_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for relative, patterns in spec.project_files:
+            real = os.path.join(policy.project_dir, relative)
+            if real not in protected:
+                continue            # not kept read-only: nothing to stand in for
+            parent = _open_below(project_fd, os.path.dirname(relative))
+            data = None
+            if parent is not None:
+                try:
+                    data = _read(os.path.basename(relative), dir_fd=parent)
+                    present = _exists_at(parent, os.path.basename(relative))
+                finally:
+                    os.close(parent)
+                if data is None and present:
+                    continue        # a symlink or not a file: it stays read-only
+            text = (data or b"{}\n").decode("utf-8", "surrogateescape")
+            copy = os.path.join(project_root, relative)
+            os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
+            _write_new(copy, text.encode("utf-8", "surrogateescape"))
+            base["project:" + relative] = text
+            files.append(Guarded(relative, real, patterns, "project"))
+            binds.append((copy, real))
+    finally:
+        os.close(project_fd)
+    return tuple(files), tuple(binds)
+
+
+def _exists_at(dir_fd: int, name: str) -> bool:
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except OSError:
+        return False
+
+
+def _entry_grants(spec: Spec, policy, protected) -> dict:
+    """The real directory is no longer writable as a whole (the agent creates
+    new entries in the copy; they are moved back at exit): each existing
+    entry is, except the guarded files, protected paths and symlinks, which
+    stay read-only. So the user's settings are read-only inside on every
+    backend, Landlock included (it cannot carve a read-only file out of a
+    writable directory)."""
+    if spec.real_dir not in policy.home_writable:
+        return {}
+    guarded = {g.real for g in spec.files}
+    writable, readonly = [], []
+    try:
+        names = sorted(os.listdir(spec.real_dir))
+    except OSError:
+        names = []
+    for name in names:
+        path = os.path.join(spec.real_dir, name)
+        if path in guarded or _protected(path, protected) or os.path.islink(path):
+            readonly.append(path)
+        else:
+            writable.append(path)
+    return {"home_writable": tuple(w for w in policy.home_writable if w != spec.real_dir)
+            + tuple(writable),
+            "home_readonly": policy.home_readonly + tuple(readonly)}
+
+
+def _read(path: str, dir_fd: int | None = None) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        data = os.read(fd, MAX_BYTES + 1)
+        chunks = [data]
+        while data:
+            data = os.read(fd, MAX_BYTES)
+            chunks.append(data)
+            if sum(map(len, chunks)) > MAX_BYTES:
+                return None
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _write_new(path: str, data: bytes, mode: int = 0o600) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+# ---------------------------------------------------------------- finish
+def _open_below(root_fd: int, relative: str, *, create: bool = False) -> int | None:
+    """A directory below root opened component by component, no symlinks;
+    missing components made (0755) when `create`."""
+    fd = os.dup(root_fd)
+    for part in [p for p in relative.split("/") if p]:
+        if create:
+            try:
+                os.mkdir(part, 0o755, dir_fd=fd)
+            except FileExistsError:
+                pass
+            except OSError:
+                os.close(fd)
+                return None
+        try:
+            inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                            dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = inner
+    return fd
+
+
+def _parse(kind: str, text: str, *, editable: bool = False):
+    """A settings file's tree: plain (tomllib, json) to compare, or a tomlkit
+    document to write back with its comments and layout (tomlkit costs
+    ~15 ms to import: only when something is merged into a TOML file)."""
+    if kind == "toml":
+        if editable:
+            import tomlkit
+
+            return tomlkit.parse(text)
+        import tomllib
+
+        return tomllib.loads(text)
+    return json.loads(text) if text.strip() else {}
+
+
+def _dump(kind: str, document) -> str:
+    if kind == "toml":
+        import tomlkit
+
+        return tomlkit.dumps(document)
+    return json.dumps(document, indent=2) + "\n"
+
+
+def _merge_file(item: Guarded, copy_fd: int, base_text: str | None, theirs_io) -> tuple:
+    """(kept paths, dropped paths, problem) for one guarded file; `theirs_io`
+    is (read() -> bytes | None, write(bytes)) for the user's file."""
+    from agent_sandbox.policy import agentmerge
+
+    kind = "toml" if item.name.endswith(".toml") else "json"
+    parent = _open_below(copy_fd, os.path.dirname(item.name))
+    if parent is None:
+        return [], [], ""
+    try:
+        ours_bytes = _read(os.path.basename(item.name), dir_fd=parent)
+    finally:
+        os.close(parent)
+    if ours_bytes is None or ours_bytes.decode("utf-8", "surrogateescape") == base_text:
+        return [], [], ""       # unchanged, removed or replaced by a non-file: nothing to apply
+    try:
+        ours = _parse(kind, ours_bytes.decode("utf-8"))
+        base = _parse(kind, base_text or "")
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        # RecursionError: a tree nested deeper than the parser goes (the
+        # session controls this file); nothing of it is applied.
+        return [], [], f"the session left it unreadable ({exc.__class__.__name__}); nothing kept"
+    kept, dropped = agentmerge.changes(base, ours, item.patterns)
+    if not kept:
+        return [], dropped, ""
+    read, write = theirs_io
+    try:
+        theirs_bytes = read()
+        theirs = _parse(kind, (theirs_bytes or b"").decode("utf-8"), editable=True)
+    except _Unusable as exc:
+        return [], dropped, f"{exc}; nothing merged"
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return [], dropped, "your file is not valid now; nothing merged"
+    if not isinstance(theirs, dict):
+        return [], dropped, "your file does not hold a table; nothing merged"
+    new_table = dict
+    if kind == "toml":
+        import tomlkit
+
+        new_table = tomlkit.table
+    conflicts = agentmerge.apply(theirs, kept, new_table)
+    write(_dump(kind, theirs).encode())
+    return [c.path for c in kept if c.path not in conflicts], dropped + conflicts, ""
+
+
+class _Unusable(Exception):
+    """The user's file cannot be merged into as it is now (said why)."""
+
+
+def _home_io(item: Guarded, resolved: str | None):
+    """The user's home file, through their own symlink as at the start."""
+    def read():
+        real = os.path.realpath(item.real)
+        if resolved is None or real != resolved:
+            raise _Unusable("it leads elsewhere than when the session started")
+        data = _read(real)
+        if data is None and os.path.lexists(real):
+            raise _Unusable("your file cannot be read now")
+        return data
+    return read, lambda data: _replace(resolved, data)
+
+
+def _project_io(item: Guarded, project: str):
+    """A file in the project: every component below it opened without
+    following a symlink, written by a rename beside it."""
+    relative = os.path.relpath(item.real, project)
+    name = os.path.basename(relative)
+
+    def parent(create: bool = False):
+        # (the placeholder's directory, made for the session, may be gone)
+        try:
+            top = os.open(project, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError:
+            raise _Unusable("the project is gone") from None
+        try:
+            fd = _open_below(top, os.path.dirname(relative), create=create)
+        finally:
+            os.close(top)
+        if fd is None:
+            raise _Unusable(f"{os.path.dirname(relative)} is not a directory of the project now")
+        return fd
+
+    def read():
+        if not os.path.lexists(os.path.dirname(item.real)):
+            return None
+        fd = parent()
+        try:
+            data = _read(name, dir_fd=fd)
+            if data is None and _exists_at(fd, name):
+                raise _Unusable("your file is a symlink or not a file now")
+            return data
+        finally:
+            os.close(fd)
+
+    def write(data: bytes):
+        fd = parent(create=True)
+        try:
+            temp = f".{name}.agent-sandbox-{os.urandom(6).hex()}"
+            fd_file = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                              | os.O_CLOEXEC, 0o644, dir_fd=fd)
+            try:
+                os.write(fd_file, data)
+            finally:
+                os.close(fd_file)
+            os.replace(temp, name, src_dir_fd=fd, dst_dir_fd=fd)
+        finally:
+            os.close(fd)
+    return read, write
+
+
+def _replace(path: str, data: bytes) -> None:
+    """Write `path` whole by a rename beside it, keeping its mode."""
+    try:
+        mode = stat.S_IMODE(os.stat(path, follow_symlinks=False).st_mode)
+    except OSError:
+        mode = 0o600
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    temp = f"{path}.agent-sandbox-{os.urandom(6).hex()}"
+    try:
+        _write_new(temp, data, mode)
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        raise
+
+
+def _protected(path: str, protected) -> bool:
+    from agent_sandbox.policy.resolve import _is_within
+
+    return any(_is_within(path, p) or _is_within(p, path) for p in protected)
+
+
+def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: list,
+               refused: list) -> None:
+    """Entries of the copy (src_fd) that are not our links go to the real
+    directory (dst_fd, named real_dir): both sides are walked by descriptor,
+    never through a symlink."""
+    for name in sorted(os.listdir(src_fd)):
+        target = os.path.join(real_dir, name)
+        if name in skip:
+            continue
+        try:
+            info = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
+            if stat.S_ISLNK(info.st_mode) and os.readlink(name, dir_fd=src_fd) == target:
+                continue                       # our own link
+            if _protected(target, protected):
+                refused.append(target)
+                continue
+            try:
+                real_info = os.stat(name, dir_fd=dst_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                real_info = None
+            if real_info is None:
+                os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+                moved.append(target)
+            elif stat.S_ISDIR(info.st_mode) and stat.S_ISDIR(real_info.st_mode):
+                inner, inner_dst = _open_below(src_fd, name), _open_below(dst_fd, name)
+                try:
+                    if inner is None or inner_dst is None:
+                        refused.append(target)
+                    else:
+                        _move_back(inner, inner_dst, target, protected, (), moved, refused)
+                finally:
+                    for fd in (inner, inner_dst):
+                        if fd is not None:
+                            os.close(fd)
+            elif not stat.S_ISDIR(info.st_mode) and not stat.S_ISDIR(real_info.st_mode):
+                # the session rewrote it (a rename over our link)
+                os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+                moved.append(target)
+            else:
+                refused.append(target)
+        except OSError:
+            refused.append(target)
+
+
+def finish(record_path: str, *, recovered: bool = False) -> None:
+    """Merge one session's copy back under the guard, report, clean up. The
+    record is read under the lock: two launches recovering the same stale
+    session merge it once."""
+    import fcntl
+    import shutil
+
+    try:
+        lock = os.open(os.path.join(os.path.dirname(record_path), "merge.lock"),
+                       os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    except OSError:
+        return
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(record_path, "rb") as handle:
+                record = json.loads(handle.read(MAX_BYTES))
+            spec = Spec(*record["spec"])
+            spec = spec._replace(files=tuple(Guarded(n, r, tuple(p), w)
+                                             for n, r, p, w in spec.files))
+            root, protected = record["root"], record["protected"]
+        except (OSError, ValueError, TypeError, KeyError):
+            return
+        try:
+            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            root_fd = None
+        if root_fd is not None:
+            try:
+                _report(spec, _finish_copy(spec, root_fd, record, protected), recovered,
+                        record.get("session", "?"), str(record.get("home", "")))
+            finally:
+                os.close(root_fd)
+        shutil.rmtree(root, ignore_errors=True)
+        shutil.rmtree(root + ".project", ignore_errors=True)
+        os.unlink(record_path)
+    except OSError:
+        pass
+    finally:
+        os.close(lock)
+
+
+def _finish_copy(spec: Spec, root_fd: int, record: dict, protected) -> dict:
+    outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": []}
+    base, resolved = record.get("base") or {}, record.get("resolved") or {}
+    try:
+        project_fd = os.open(record["root"] + ".project",
+                             os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        project_fd = None
+    for item in spec.files:
+        if item.where == "project":
+            if project_fd is None:
+                continue
+            kept, dropped, problem = _merge_file(
+                item, project_fd, base.get("project:" + item.name),
+                _project_io(item, str(record.get("project"))))
+        else:
+            kept, dropped, problem = _merge_file(item, root_fd, base.get(item.name),
+                                                 _home_io(item, resolved.get(item.name)))
+        outcome["kept"][item.real] = kept
+        outcome["dropped"][item.real] = dropped
+        if problem:
+            outcome["problems"][item.real] = problem
+    if project_fd is not None:
+        os.close(project_fd)
+    mirror_fd = _open_below(root_fd, spec.mirror)
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        real_fd = None
+    try:
+        if mirror_fd is not None and real_fd is not None:
+            skip = {os.path.relpath(g.name, spec.mirror or ".") for g in spec.files
+                    if g.where == "home"}
+            _move_back(mirror_fd, real_fd, spec.real_dir,
+                       tuple(protected) + tuple(g.real for g in spec.files), skip,
+                       outcome["moved"], outcome["refused"])
+    finally:
+        for fd in (mirror_fd, real_fd):
+            if fd is not None:
+                os.close(fd)
+    return outcome
+
+
+def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str) -> None:
+    from agent_sandbox.policy.agentmerge import show
+
+    def short(path: str) -> str:
+        return "~" + path[len(home):] if home and path.startswith(home + "/") else path
+
+    when = f" (session {session}, left by a launcher that was killed)" if recovered else ""
+    for real, kept in outcome["kept"].items():
+        if kept:
+            say(f"{spec.profile}: kept the session's choices in {short(real)}{when}: "
+                f"{', '.join(show(p) for p in kept)}")
+    for real, dropped in outcome["dropped"].items():
+        if dropped:
+            say(f"{spec.profile}: dropped the session's changes to {short(real)}{when}: "
+                f"{', '.join(show(p) for p in dropped)} — keys that can run commands outside "
+                f"the sandbox, or not known to be harmless, are never merged back. Make such "
+                f"changes yourself outside the sandbox (the {spec.profile} profile's "
+                "AGENT_SETTINGS_KEEP lists what is kept).")
+    for real, problem in outcome["problems"].items():
+        say(f"{spec.profile}: {short(real)}: {problem}{when}")
+    if outcome["refused"]:
+        say(f"{spec.profile}: dropped what the session made at "
+            f"{', '.join(short(p) for p in outcome['refused'])}{when} — protected "
+            "(PROTECTED_PATHS) or in the way of your own files.")
+
+
+# ---------------------------------------------------------------- recovery
+def recover(home: str) -> int:
+    """Merge (under the guard) the copies of sessions whose launcher is gone;
+    returns how many."""
+    from agent_sandbox.launch import registry
+
+    directory = _record_dir(home)
+    try:
+        names = sorted(n for n in os.listdir(directory) if n.endswith(".json"))
+    except OSError:
+        return 0
+    host, boot = registry.host_name(), registry.boot_id()
+    done = 0
+    for name in names:
+        path = os.path.join(directory, name)
+        try:
+            with open(path, "rb") as handle:
+                record = json.loads(handle.read(MAX_BYTES))
+        except (OSError, ValueError):
+            continue
+        if registry.judge(record, host=host, boot=boot, lookup=registry.lookup_proc) \
+                == registry.STALE:
+            finish(path, recovered=True)
+            done += 1
+    return done

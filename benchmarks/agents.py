@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""What an agent profile costs at launch (issue 17) against a same-run baseline.
+
+Prints the median (and p90) wall time of:
+  * agent-sandbox run -- STANDIN      (the baseline: no profile)
+  * agent-sandbox codex               (the same stand-in as the codex profile: the
+                                       executable resolved, ~/.codex on a session
+                                       copy with 20 entries linked, config.toml
+                                       copied, and merged back at exit — here
+                                       with one allowed key changed each run)
+and the difference. A scratch ~/.codex-bench-* is not used: the profile's real
+~/.codex is, so run it as a user without Codex state you care about (the test
+user). Usage: python3 benchmarks/agents.py [--runs N] [--agent-sandbox PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+STANDIN = """#!/bin/sh
+d="${CODEX_HOME:-$HOME/.codex}"
+[ -f "$d/config.toml" ] && sed "s/^model = .*/model = \\"m$$\\"/" "$d/config.toml" > "$d/config.toml.new" \\
+  && mv "$d/config.toml.new" "$d/config.toml"
+exit 0
+"""
+
+
+def measure(argv, runs, cwd, env) -> list[float]:
+    times = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        times.append((time.perf_counter() - start) * 1000)
+        if result.returncode != 0:
+            sys.exit(f"{argv} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
+    return times
+
+
+def summary(name, times) -> str:
+    times = sorted(times)
+    p90 = times[int(len(times) * 0.9) - 1]
+    return f"{name:<34} median {statistics.median(times):7.1f} ms   p90 {p90:7.1f} ms"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--agent-sandbox", default=shutil.which("agent-sandbox")
+                        or "/opt/agent-sandbox/venv/bin/agent-sandbox")
+    args = parser.parse_args()
+    home = os.path.expanduser("~")
+    codex = os.path.join(home, ".codex")
+    if os.path.exists(codex):
+        sys.exit(f"{codex} exists: run this as a user without Codex state (the test user)")
+    scratch = tempfile.mkdtemp(prefix="agents-bench-", dir=home)
+    try:
+        project = os.path.join(scratch, "project")
+        bin_dir = os.path.join(project, "bin")       # visible inside for both
+        os.makedirs(bin_dir)
+        standin = os.path.join(bin_dir, "codex")
+        with open(standin, "w") as handle:
+            handle.write(STANDIN)
+        os.chmod(standin, 0o755)
+        os.makedirs(os.path.join(codex, "sessions"))
+        for index in range(18):
+            with open(os.path.join(codex, f"state-{index}.json"), "w") as handle:
+                handle.write("{}\n")
+        with open(os.path.join(codex, "config.toml"), "w") as handle:
+            handle.write('# bench\nmodel = "start"\n\n[mcp_servers.x]\ncommand = "mine"\n')
+        env = dict(os.environ, PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin",
+                   SANDBOX_QUIET="1", NETWORK_MODE="open")
+        runs = {"run -- standin (baseline)": [], "codex profile (copy + merge)": []}
+        for _ in range(args.runs):      # interleaved, so drift hits both alike
+            runs["run -- standin (baseline)"] += measure(
+                [args.agent_sandbox, "run", "--", standin], 1, project, env)
+            runs["codex profile (copy + merge)"] += measure(
+                [args.agent_sandbox, "codex"], 1, project, env)
+        for name, times in runs.items():
+            print(summary(name, times))
+        base, profile = (statistics.median(t) for t in runs.values())
+        print(f"profile overhead: {profile - base:+.1f} ms ({profile / base:.2f}x)")
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+        shutil.rmtree(codex, ignore_errors=True)
+        shutil.rmtree(os.path.join(home, ".cache", "agent-sandbox", "agents"), ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

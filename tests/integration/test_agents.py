@@ -1,0 +1,445 @@
+"""Real agents inside as outside (issue 17), with the real CLIs installed from
+npm by scripts/test.sh (tests/integration/agent-versions.txt) and a mock
+model API on loopback (agentmock.py), as an unprivileged user:
+
+- Claude Code's Bash tool, Codex's and Gemini CLI's shell tools run inside,
+  with the user's settings (or flags, environment) asking for their own
+  sandbox: the tool result the mock receives shows the credentials hidden,
+  nothing reaches the home;
+- their own sandboxes are switched off by flags/env, never by editing files;
+- choices persist (`codex login --with-api-key`), MCP servers added inside
+  are dropped and reported; direct writes to the settings copy are merged
+  back under the allow-list, never live during the session, also after a
+  SIGKILLed launcher and with two sessions at once (stand-in agents);
+- the executable that runs is the one the user's PATH names outside.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import INSTALLED
+from tests.integration.agentmock import FINAL, MockAPI
+
+AGENTS = Path(os.environ.get("AGENT_SANDBOX_TEST_AGENTS", "/opt/agent-sandbox-agents"))
+AGENT_BIN = AGENTS / "node_modules" / ".bin"
+STATE = (".claude", ".claude.json", ".codex", ".gemini", ".cache/agent-sandbox",
+         ".local/state/agent-sandbox/agents", "planted", "tools", "rt", ".npmrc", "npm-global")
+
+
+@pytest.fixture(scope="module")
+def clis():
+    wanted = (Path(__file__).with_name("agent-versions.txt")).read_text().split()
+    for spec in wanted:
+        name, _, version = spec.rpartition("@")
+        package = AGENTS / "node_modules" / name / "package.json"
+        if not package.exists() or json.loads(package.read_text())["version"] != version:
+            pytest.fail(f"{spec} is not installed in {AGENTS} — run scripts/test.sh as root "
+                        "(it installs the pinned agent CLIs)")
+    return AGENT_BIN
+
+
+@pytest.fixture
+def home(user):
+    """The user's home without any agent state, before and after."""
+    def clean():
+        for entry in STATE:
+            path = user.home / entry
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+    clean()
+    yield user.home
+    clean()
+
+
+def agent_env(user, clis, **extra):
+    return user.env(PATH=f"{clis}:/usr/local/bin:/usr/bin:/bin", NETWORK_MODE="open",
+                    SANDBOX_QUIET="1", **extra)
+
+
+def standin_env(user, **extra):
+    return user.env(PATH=f"{user.home}/tools/bin:/usr/local/bin:/usr/bin:/bin",
+                    NETWORK_MODE="open", SANDBOX_QUIET="1", **extra)
+
+
+def run_agent(user, project, argv, env, *, input=None, timeout=120):
+    return user.run([INSTALLED, *argv], cwd=project, env=env, input=input, timeout=timeout)
+
+
+# ---------------------------------------------------------------- real CLIs, mock API
+@pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
+def test_claude_bash_tool_runs_inside_with_its_own_sandbox_off(user, project, home, clis,
+                                                               backend):
+    # The user's settings ask for Claude Code's own sandbox: it cannot nest in
+    # ours (bwrap: "Creating new namespace failed"); the profile switches it
+    # off on the command line and never edits the file.
+    settings = user.write(".claude/settings.json", '{"sandbox": {"enabled": true}}\n')
+    os.chown(home / ".claude", user.uid, user.gid)
+    key = (home / ".ssh/id_rsa").read_text()
+    with MockAPI() as api:
+        result = run_agent(user, project, ["claude", "-p", "run the probe", "--allowedTools",
+                                           "Bash"],
+                           agent_env(user, clis, ANTHROPIC_BASE_URL=api.url,
+                                     ANTHROPIC_API_KEY="sk-ant-mock", SANDBOX_BACKEND=backend))
+        results = api.tool_results()
+        bodies = [body for _, body in api.requests]
+    assert result.returncode == 0, result.stderr
+    assert FINAL in result.stdout
+    assert len(results) == 1, (results, result.stderr)
+    # Landlock cannot hide a path, it denies it.
+    denied = "Permission denied" if backend == "landlock" else "No such file or directory"
+    assert f"id_rsa: {denied}" in results[0] and "done-running" in results[0]
+    assert "namespace" not in results[0]
+    assert key not in json.dumps(bodies)
+    assert not (home / "planted").exists()
+    assert settings.read_text() == '{"sandbox": {"enabled": true}}\n'      # never edited
+    system = json.dumps([b.get("system") for b in bodies])
+    assert "You are running inside agent-sandbox" in system                # told
+
+
+def test_codex_exec_shell_tool_runs_inside_with_its_own_sandbox_off(user, project, home, clis):
+    config = user.write(".codex/config.toml",
+                        '# mine\nsandbox_mode = "workspace-write"\napproval_policy = "on-request"\n')
+    os.chown(home / ".codex", user.uid, user.gid)
+    before = config.read_text()
+    with MockAPI() as api:
+        result = run_agent(
+            user, project,
+            ["codex", "exec", "-m", "gpt-5", "--skip-git-repo-check",
+             "-c", "model_provider=mock", "-c", "model_providers.mock.name=mock",
+             "-c", f"model_providers.mock.base_url={api.url}/v1",
+             "-c", "model_providers.mock.env_key=OPENAI_API_KEY",
+             "-c", "model_providers.mock.supports_websockets=false", "run the probe"],
+            agent_env(user, clis, OPENAI_API_KEY="sk-mock"))
+        results = api.tool_results()
+        sent = json.dumps([body for _, body in api.requests])
+    assert result.returncode == 0, result.stderr
+    assert "sandbox: danger-full-access" in result.stderr
+    assert "You are running inside agent-sandbox" in sent and "danger-full-access" in sent  # told
+    assert len(results) == 1, (results, result.stderr)
+    assert "id_rsa: No such file or directory" in results[0] and "done-running" in results[0]
+    assert not (home / "planted").exists()
+    assert config.read_text() == before                                     # never edited
+
+
+def test_gemini_shell_tool_runs_inside_with_its_own_sandbox_off(user, project, home, clis):
+    # The user chose API-key auth and trusts the project (outside, before);
+    # asks for Gemini's own sandbox by flag, environment and settings.
+    user.write(".gemini/settings.json", json.dumps(
+        {"security": {"auth": {"selectedType": "gemini-api-key"}},
+         "tools": {"sandbox": True}}))
+    user.write(".gemini/trustedFolders.json", json.dumps({str(project): "TRUST_FOLDER"}))
+    with MockAPI() as api:
+        result = run_agent(user, project,
+                           ["gemini", "--sandbox", "-m", "gemini-2.5-flash", "-p", "run the probe",
+                            "--yolo"],
+                           agent_env(user, clis, GEMINI_API_KEY="mock-key", GEMINI_SANDBOX="true",
+                                     GOOGLE_GEMINI_BASE_URL=api.url))
+        results = api.tool_results()
+    assert result.returncode == 0, result.stderr
+    assert FINAL in result.stdout
+    assert len(results) == 1, (results, result.stderr)
+    assert "id_rsa: No such file or directory" in results[0] and "done-running" in results[0]
+    assert not (home / "planted").exists()
+
+
+def test_gemini_own_sandbox_stays_off_whatever_the_user_asks(user, project, home, clis):
+    # Outside, GEMINI_SANDBOX=true with --sandbox would start docker/podman
+    # (and fail here); inside, GEMINI_SANDBOX=false wins and Gemini goes on
+    # to ask for its authentication.
+    result = run_agent(user, project, ["gemini", "--sandbox", "-p", "hi"],
+                       agent_env(user, clis, GEMINI_SANDBOX="true"), timeout=60)
+    assert "failed to determine command for sandbox" not in result.stderr
+    assert "Auth method" in result.stderr, result.stderr
+
+
+# ---------------------------------------------------------------- persistence, real CLIs
+def test_codex_login_with_api_key_persists(user, project, home, clis):
+    env = agent_env(user, clis)
+    result = run_agent(user, project, ["codex", "login", "--with-api-key"], env,
+                       input="sk-kept-123\n")
+    assert result.returncode == 0, result.stderr
+    assert json.loads((home / ".codex/auth.json").read_text())["OPENAI_API_KEY"] == "sk-kept-123"
+    again = run_agent(user, project, ["codex", "login", "status"], env)
+    assert again.returncode == 0 and "API key" in again.stderr + again.stdout
+    assert not list((home / ".cache/agent-sandbox/agents").iterdir())     # copy removed
+
+
+def test_mcp_servers_added_inside_are_dropped_and_reported(user, project, home, clis):
+    env = agent_env(user, clis)
+    user.write(".codex/config.toml", '# mine\nmodel = "gpt-5"\n')
+    os.chown(home / ".codex", user.uid, user.gid)
+    runs = {
+        "claude": ["claude", "mcp", "add", "-s", "user", "evil", "--", "sh", "-c", "touch ~/planted"],
+        "gemini": ["gemini", "mcp", "add", "-s", "user", "evil", "sh", "-c", "touch ~/planted"],
+        "codex": ["codex", "mcp", "add", "evil", "--", "sh", "-c", "touch ~/planted"],
+    }
+    for name, argv in runs.items():
+        result = run_agent(user, project, argv, env)
+        assert result.returncode == 0, (name, result.stderr)
+        assert f"{name}: dropped the session's changes to" in result.stderr, (name, result.stderr)
+        assert "mcp" in result.stderr.lower()
+    claude = json.loads((home / ".claude.json").read_text()) if (home / ".claude.json").exists() else {}
+    assert "mcpServers" not in claude
+    gemini = home / ".gemini/settings.json"
+    assert not gemini.exists() or "evil" not in gemini.read_text()
+    assert (home / ".codex/config.toml").read_text() == '# mine\nmodel = "gpt-5"\n'
+    assert not (home / "planted").exists()
+
+
+# ---------------------------------------------------------------- persistence, stand-ins
+# A stand-in `claude` writes its settings copy the way Claude Code does: a
+# choice (permissions, trust) and what would run outside (a hook, a status
+# line, an MCP server). It then says so and waits until the test releases it.
+WRITER = """#!/bin/sh
+for tag; do :; done
+dir="$CLAUDE_CONFIG_DIR"
+cat > "$dir/settings.json.new" <<EOF
+{"permissions": {"allow": ["Bash(make-$tag)"]}, "model": "model-$tag",
+ "hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "touch ~/planted"}]}]},
+ "statusLine": {"type": "command", "command": "touch ~/planted"}}
+EOF
+mv "$dir/settings.json.new" "$dir/settings.json"
+printf '{"projects": {"%s": {"hasTrustDialogAccepted": true, "mcpServers": {"x": {"command": "sh"}}}}, "mcpServers": {"y": {"command": "sh"}}}' "$PWD" > "$dir/.claude.json"
+touch "$PWD/written-$tag"
+while [ ! -e "$PWD/release-$tag" ]; do sleep 0.05; done
+echo finished
+"""
+
+
+@pytest.fixture
+def writer(user, home):
+    user.write("tools/bin/claude", WRITER, 0o755)
+    user.write(".claude/settings.json", '{"theme": "mine", "model": "base"}\n', 0o600)
+    os.chown(home / ".claude", user.uid, user.gid)
+    return home
+
+
+def start(user, project, argv, env):
+    return subprocess.Popen([INSTALLED, *argv], user=user.uid, group=user.gid, extra_groups=[],
+                            env=env, cwd=str(project), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def wait_for(path: Path, process, what: str) -> None:
+    deadline = time.monotonic() + 60
+    while not path.exists():
+        if process.poll() is not None:
+            pytest.fail(f"{what} ended early: {process.communicate()}")
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} never wrote {path.name}")
+        time.sleep(0.05)
+
+
+def settings_of(home: Path) -> dict:
+    return json.loads((home / ".claude/settings.json").read_text())
+
+
+def test_direct_writes_are_merged_under_the_allow_list_and_never_live(user, project, writer):
+    home = writer
+    process = start(user, project, ["claude", "A"], standin_env(user))
+    wait_for(project / "written-A", process, "the session")
+    # During the session: nothing the agent wrote is live outside.
+    assert settings_of(home) == {"theme": "mine", "model": "base"}
+    assert not (home / ".claude.json").exists() or "planted" not in (home / ".claude.json").read_text()
+    (project / "release-A").touch()
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert settings_of(home) == {"theme": "mine", "model": "model-A",
+                                 "permissions": {"allow": ["Bash(make-A)"]}}
+    state = json.loads((home / ".claude.json").read_text())
+    assert state == {"projects": {str(project): {"hasTrustDialogAccepted": True}}}
+    # theme: the stand-in wrote its file without it; a deletion outside the
+    # allow-list is dropped like any change.
+    assert "dropped the session's changes to ~/.claude/settings.json: theme, hooks, statusLine" in err
+    assert "mcpServers" in err and not (home / "planted").exists()
+
+
+def test_two_concurrent_sessions_each_keep_their_own_choices(user, project, writer):
+    home = writer
+    first = start(user, project, ["claude", "A"], standin_env(user))
+    wait_for(project / "written-A", first, "session A")
+    second = start(user, project, ["claude", "B"], standin_env(user))
+    wait_for(project / "written-B", second, "session B")
+    (project / "release-A").touch()
+    assert first.wait(timeout=60) == 0
+    # Between the two ends: A's choices are in, B's still only in its copy.
+    assert settings_of(home)["model"] == "model-A"
+    (home / ".claude/settings.json").write_text(
+        json.dumps(dict(settings_of(home), theme="changed-by-user")))
+    (project / "release-B").touch()
+    _, err = second.communicate(timeout=60)
+    assert second.returncode == 0, err
+    final = settings_of(home)
+    # B changed model and permissions.allow (from the same base as A): the
+    # session ending last wins on those keys; the user's edit meanwhile stays.
+    assert final == {"theme": "changed-by-user", "model": "model-B",
+                     "permissions": {"allow": ["Bash(make-B)"]}}
+    assert "hooks" in err and not (home / "planted").exists()
+
+
+LOCAL_WRITER = """#!/bin/sh
+for tag; do :; done
+printf '{"permissions": {"allow": ["Read(./**)"]}, "hooks": {"Stop": [{"hooks": [{"type": "command", "command": "touch ~/planted"}]}]}}' > .claude/settings.local.json || echo local-settings-refused
+touch "written-$tag"
+while [ ! -e "release-$tag" ]; do sleep 0.05; done
+"""
+
+
+def test_allow_in_this_project_persists_through_a_bound_copy(user, project, home):
+    # Claude Code saves "allow … in this project" in the project's
+    # .claude/settings.local.json (by a rename beside it, or in place when
+    # that fails on a mount point): a read-only placeholder lost it.
+    user.write("tools/bin/claude", LOCAL_WRITER, 0o755)
+    local = project / ".claude/settings.local.json"
+    process = start(user, project, ["claude", "L"], standin_env(user))
+    wait_for(project / "written-L", process, "the session")
+    assert not local.exists() or json.loads(local.read_text()) == {}      # nothing live
+    (project / "release-L").touch()
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert "local-settings-refused" not in out
+    assert json.loads(local.read_text()) == {"permissions": {"allow": ["Read(./**)"]}}
+    assert "dropped the session's changes to" in err and "hooks" in err
+
+
+@pytest.mark.parametrize("later", [["status"], ["bash", "-c", "true"]], ids=["status", "launch"])
+def test_a_sigkilled_launcher_copy_is_merged_under_the_guard_later(user, project, writer, later):
+    home = writer
+    process = start(user, project, ["claude", "K"], standin_env(user))
+    wait_for(project / "written-K", process, "the session")
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    (project / "release-K").touch()     # the sandbox dies with its launcher anyway
+    assert settings_of(home) == {"theme": "mine", "model": "base"}      # nothing applied
+    records = list((home / ".local/state/agent-sandbox/agents").glob("*.json"))
+    assert len(records) == 1
+    status = user.run([INSTALLED, *later], cwd=project, env=standin_env(user))
+    assert status.returncode == 0, status.stderr
+    assert "left by a launcher that was killed" in status.stderr
+    assert "hooks, statusLine" in status.stderr
+    assert settings_of(home) == {"theme": "mine", "model": "model-K",
+                                 "permissions": {"allow": ["Bash(make-K)"]}}
+    assert not list((home / ".local/state/agent-sandbox/agents").glob("*.json"))
+    assert not list((home / ".cache/agent-sandbox/agents").iterdir())
+
+
+CODEX_WRITER = """#!/bin/sh
+cat > "$CODEX_HOME/config.toml" <<EOF
+# mine
+model = "gpt-5"  # favourite
+notify = ["sh", "-c", "touch ~/planted"]
+
+[projects."$PWD"]
+trust_level = "trusted"
+
+[mcp_servers.evil]
+command = "sh"
+EOF
+"""
+
+
+def test_codex_config_keeps_trust_and_model_and_the_users_comments(user, project, home):
+    # The stand-in rewrites config.toml whole, without the user's own MCP
+    # server: that deletion is not merged either.
+    import tomllib
+
+    user.write("tools/bin/codex", CODEX_WRITER, 0o755)
+    config = user.write(".codex/config.toml",
+                        '# mine\nmodel = "o3"  # favourite\n\n[mcp_servers.own]\ncommand = "mine"\n',
+                        0o600)
+    result = run_agent(user, project, ["codex"], standin_env(user))
+    assert result.returncode == 0, result.stderr
+    text = config.read_text()
+    assert text.startswith('# mine\nmodel = "gpt-5"  # favourite\n'), text
+    assert tomllib.loads(text) == {"model": "gpt-5",
+                                   "mcp_servers": {"own": {"command": "mine"}},
+                                   "projects": {str(project): {"trust_level": "trusted"}}}
+    assert "notify" in result.stderr and "mcp_servers" in result.stderr
+
+
+GEMINI_WRITER = """#!/bin/sh
+d="$GEMINI_CLI_HOME/.gemini"
+printf '{"security": {"auth": {"selectedType": "gemini-api-key"}}, "mcpServers": {"x": {"command": "sh"}}, "tools": {"discoveryCommand": "touch ~/planted"}}' > "$d/settings.json"
+printf '{"%s": "TRUST_FOLDER"}' "$PWD" > "$d/trustedFolders.json"
+env | grep -E '^(GEMINI_SANDBOX|SANDBOX)='
+"""
+
+
+def test_gemini_keeps_auth_and_trust_drops_commands(user, project, home):
+    user.write("tools/bin/gemini", GEMINI_WRITER, 0o755)
+    result = run_agent(user, project, ["gemini"], standin_env(user, GEMINI_SANDBOX="docker"))
+    assert result.returncode == 0, result.stderr
+    assert sorted(result.stdout.split()) == ["GEMINI_SANDBOX=false", "SANDBOX=agent-sandbox"]
+    settings = json.loads((home / ".gemini/settings.json").read_text())
+    assert settings == {"security": {"auth": {"selectedType": "gemini-api-key"}}}
+    trusted = json.loads((home / ".gemini/trustedFolders.json").read_text())
+    assert trusted == {str(project): "TRUST_FOLDER"}
+    assert "mcpServers, tools" in result.stderr and not (home / "planted").exists()
+
+
+# ---------------------------------------------------------------- the same executable
+NODE_AGENT = """#!/usr/bin/env mynode
+console.log("agent=" + require("path").resolve(__filename));
+console.log("dep=" + require("dep"));
+"""
+
+
+def test_an_agent_under_tools_bin_runs_inside_with_its_runtime(user, project, home):
+    # ~/tools/bin/codex -> ../lib/node_modules/fake/bin/codex.js, a
+    # `#!/usr/bin/env mynode` script whose runtime is ~/rt/bin/mynode: none
+    # of it is visible in the tmpfs home, and another `codex` in ~/.local/bin
+    # (visible inside) must never run in its place.
+    package = home / "tools/lib/node_modules/fake"
+    user.write("tools/lib/node_modules/fake/bin/codex.js", NODE_AGENT, 0o755)
+    user.write("tools/lib/node_modules/dep/index.js", 'module.exports = "loaded";\n')
+    user.write("rt/bin/mynode", '#!/bin/sh\nexec /usr/bin/node "$@"\n', 0o755)
+    (home / "tools/bin").mkdir(parents=True, exist_ok=True)
+    (home / "tools/bin/codex").symlink_to("../lib/node_modules/fake/bin/codex.js")
+    other = user.write(".local/bin/codex", "#!/bin/sh\necho WRONG-CODEX\n", 0o755)
+    try:
+        for path in (home / "tools", home / "tools/bin"):
+            os.chown(path, user.uid, user.gid)
+        env = user.env(PATH=f"{home}/tools/bin:{home}/.local/bin:{home}/rt/bin:/usr/bin:/bin",
+                       NETWORK_MODE="open", SANDBOX_QUIET="1")
+        result = run_agent(user, project, ["codex", "--version"], env)
+    finally:
+        other.unlink()
+    assert result.returncode == 0, result.stderr
+    assert "WRONG-CODEX" not in result.stdout
+    assert f"agent={package}/bin/codex.js" in result.stdout
+    assert "dep=loaded" in result.stdout
+
+
+def test_an_agent_whose_install_would_be_the_home_is_refused_naming_the_setting(user, project,
+                                                                                home):
+    user.write("codex", "#!/bin/sh\necho ran\n", 0o755)
+    try:
+        result = run_agent(user, project, ["codex"],
+                           user.env(PATH=f"{home}:/usr/bin:/bin", SANDBOX_QUIET="1"))
+    finally:
+        (home / "codex").unlink()
+    assert result.returncode == 125
+    assert f"{home}/codex" in result.stderr and "HOME_READONLY" in result.stderr
+    assert "ran" not in result.stdout
+
+
+def test_npmrc_prefix_works_inside_its_tokens_stay_hidden(user, project, home):
+    user.write(".npmrc", "prefix=${HOME}/npm-global\n"
+                         "//registry.npmjs.org/:_authToken=npm_SECRETTOKEN123\n", 0o600)
+    user.write("npm-global/bin/hello", "#!/bin/sh\necho hello-from-prefix\n", 0o755)
+    result = run_agent(user, project,
+                       ["bash", "-c", "npm config get prefix; hello; cat ~/.npmrc; env"],
+                       user.env(PATH=f"{home}/npm-global/bin:/usr/bin:/bin", SANDBOX_QUIET="1"))
+    assert result.stdout.splitlines()[0] == f"{home}/npm-global", result.stderr
+    assert "hello-from-prefix" in result.stdout
+    assert "SECRETTOKEN" not in result.stdout + result.stderr

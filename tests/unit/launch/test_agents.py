@@ -1,0 +1,204 @@
+"""The agent launch pieces that touch little: which install tree is bound for
+an executable (agentexe.install_root), the profile's guarded files
+(agentcopy.spec_for), and a session copy built, changed and merged back in a
+temporary home (agentcopy.start / finish) — the guard's IO shell around
+policy/agentmerge.py."""
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from agent_sandbox.config.profiles import Profile
+from agent_sandbox.launch import agentcopy
+from agent_sandbox.launch.agentexe import install_root
+from agent_sandbox.policy.resolve import Protected
+
+
+@pytest.mark.parametrize("real, root", [
+    ("/h/u/tools/lib/node_modules/@openai/codex/bin/codex.js", "/h/u/tools/lib/node_modules"),
+    ("/h/u/.nvm/versions/node/v20/bin/node", "/h/u/.nvm/versions/node/v20"),
+    ("/h/u/venv/bin/aider", "/h/u/venv"),
+    ("/h/u/bin/claude", "/h/u/bin"),                  # the prefix above bin/ would be the home
+    ("/h/u/.local/share/claude/versions/2.1", "/h/u/.local/share/claude/versions"),
+    ("/h/u/claude", None),                            # the home itself: refused
+    ("/claude", None),
+])
+def test_install_root(real, root):
+    assert install_root(real, "/h/u") == root
+
+
+def profile(**keys) -> Profile:
+    return Profile("claude", "/p", "", ("claude",), "", "", (), **keys)
+
+
+def test_spec_pairs_each_file_with_its_patterns():
+    spec = agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json", ".claude.json=.claude.json",
+                  "../escape=.bashrc"),
+        settings_keep=("settings.json:model", ".claude.json:projects.*.allowedTools",
+                       "other:x")), "/h/u")
+    assert spec.variable == "CLAUDE_CONFIG_DIR" and spec.real_dir == "/h/u/.claude"
+    assert spec.files == (
+        agentcopy.Guarded("settings.json", "/h/u/.claude/settings.json", ("model",)),
+        agentcopy.Guarded(".claude.json", "/h/u/.claude.json", ("projects.*.allowedTools",)))
+    assert agentcopy.spec_for(profile(), "/h/u") is None
+
+
+def fake_policy(home: str, backend: str = "bwrap"):
+    project = f"{home}/proj"
+    return SimpleNamespace(
+        env={}, home=home, session_id="s1", extra_writable=(), backend=backend,
+        project_dir=project, is_hidden=lambda path: path.startswith(f"{home}/.ssh"),
+        home_writable=(f"{home}/.claude", f"{home}/.cache/claude"), home_readonly=(),
+        protected=(Protected(f"{home}/.claude/hooks", True, False),
+                   Protected(f"{project}/.claude/settings.local.json", False, False)),
+        _replace=lambda **kw: SimpleNamespace(**{**fake_policy(home, backend).__dict__, **kw}))
+
+
+def test_a_session_copy_round_trip(tmp_path, capsys):
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude/projects")
+    with open(f"{home}/.claude/settings.json", "w") as handle:
+        json.dump({"model": "a"}, handle)
+    spec = agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json",),
+        settings_keep=("settings.json:model",)), home)
+    policy, record = agentcopy.start(spec, fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    assert policy.extra_writable == (root,)
+    # The real directory is writable entry by entry, its settings read-only.
+    assert policy.home_writable == (f"{home}/.cache/claude", f"{home}/.claude/projects")
+    assert policy.home_readonly == (f"{home}/.claude/settings.json",)
+    assert os.readlink(f"{root}/projects") == f"{home}/.claude/projects"
+    assert os.readlink(f"{root}/hooks") == f"{home}/.claude/hooks"   # its placeholder's path
+    assert not os.path.islink(f"{root}/settings.json")
+    # The session: a choice, a hook, a new history file, a hooks/ of its own.
+    with open(f"{root}/settings.json", "w") as handle:
+        json.dump({"model": "b", "hooks": {"Stop": "sh"}}, handle)
+    with open(f"{root}/history.jsonl", "w") as handle:
+        handle.write("{}\n")
+    os.unlink(f"{root}/hooks")
+    os.mkdir(f"{root}/hooks")
+    with open(f"{home}/.claude/settings.json") as handle:
+        assert json.load(handle) == {"model": "a"}                   # nothing live meanwhile
+    agentcopy.finish(record)
+    with open(f"{home}/.claude/settings.json") as handle:
+        assert json.load(handle) == {"model": "b"}
+    assert os.path.isfile(f"{home}/.claude/history.jsonl")
+    assert not os.path.exists(f"{home}/.claude/hooks")
+    assert not os.path.exists(root) and not os.path.exists(record)
+    err = capsys.readouterr().err
+    assert "kept the session's choices" in err and "model" in err
+    assert "dropped the session's changes" in err and "hooks" in err
+    assert f"{home}/.claude/hooks" in err or "~/.claude/hooks" in err
+
+
+def test_a_settings_file_swapped_for_a_symlink_is_not_read(tmp_path):
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    spec = agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json",),
+        settings_keep=("settings.json:*",)), home)
+    policy, record = agentcopy.start(spec, fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    with open(f"{home}/elsewhere.json", "w") as handle:
+        json.dump({"model": "from-a-link"}, handle)
+    os.symlink(f"{home}/elsewhere.json", f"{root}/settings.json")
+    agentcopy.finish(record)
+    assert not os.path.exists(f"{home}/.claude/settings.json")
+
+
+def test_a_variable_set_to_another_directory_is_refused(tmp_path):
+    from agent_sandbox.errors import PolicyError
+
+    home = str(tmp_path)
+    spec = agentcopy.spec_for(profile(config_dir=("CODEX_HOME", ".codex")), home)
+    policy = fake_policy(home)
+    policy.env["CODEX_HOME"] = "/elsewhere"
+    with pytest.raises(PolicyError, match="CODEX_HOME=/elsewhere"):
+        agentcopy.start(spec, policy)
+
+
+def test_the_users_own_symlinked_settings_are_read_and_written_through(tmp_path):
+    # A dotfiles repository: ~/.claude/settings.json -> ~/dotfiles/claude.json.
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    os.makedirs(f"{home}/dotfiles")
+    with open(f"{home}/dotfiles/claude.json", "w") as handle:
+        json.dump({"model": "a", "hooks": {"mine": 1}}, handle)
+    os.symlink(f"{home}/dotfiles/claude.json", f"{home}/.claude/settings.json")
+    spec = agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json",),
+        settings_keep=("settings.json:model",)), home)
+    policy, record = agentcopy.start(spec, fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    with open(f"{root}/settings.json") as handle:
+        seen = json.load(handle)
+    assert seen == {"model": "a", "hooks": {"mine": 1}}
+    with open(f"{root}/settings.json", "w") as handle:
+        json.dump(dict(seen, model="b"), handle)
+    agentcopy.finish(record)
+    assert os.path.islink(f"{home}/.claude/settings.json")
+    with open(f"{home}/dotfiles/claude.json") as handle:
+        assert json.load(handle) == {"model": "b", "hooks": {"mine": 1}}
+
+
+def project_spec(home: str):
+    return agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"), settings=(),
+        settings_keep=(".claude/settings.local.json:permissions.allow",),
+        project_settings=(".claude/settings.local.json",)), home)
+
+
+def test_a_project_settings_file_is_edited_on_a_copy_bound_in_its_place(tmp_path, capsys):
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    os.makedirs(f"{home}/proj/.claude")
+    real = f"{home}/proj/.claude/settings.local.json"
+    policy, record = agentcopy.start(project_spec(home), fake_policy(home))
+    ((copy, dest),) = policy.session_files
+    assert dest == real and copy.startswith(f"{home}/.cache/agent-sandbox/agents/")
+    with open(copy, "w") as handle:   # "allow … in this project", and a hook
+        json.dump({"permissions": {"allow": ["Read(./**)"]}, "hooks": {"Stop": "sh"}}, handle)
+    assert not os.path.exists(real)                                  # nothing live meanwhile
+    agentcopy.finish(record)
+    with open(real) as handle:
+        assert json.load(handle) == {"permissions": {"allow": ["Read(./**)"]}}
+    assert "hooks" in capsys.readouterr().err
+    assert not os.path.exists(copy)
+
+
+def test_a_project_settings_symlink_is_neither_copied_nor_bound(tmp_path):
+    # A session made the project's file a link to a credential: the next
+    # launch must not copy what it points to into a file readable inside.
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    os.makedirs(f"{home}/proj/.claude")
+    os.makedirs(f"{home}/.ssh")
+    with open(f"{home}/.ssh/id_rsa", "w") as handle:
+        handle.write("SECRET")
+    os.symlink(f"{home}/.ssh/id_rsa", f"{home}/proj/.claude/settings.local.json")
+    policy, record = agentcopy.start(project_spec(home), fake_policy(home))
+    assert policy.session_files == ()
+    for directory, _, names in os.walk(f"{home}/.cache"):
+        for name in names:
+            if os.path.islink(os.path.join(directory, name)):
+                continue                  # the copy's links to the real directory
+            with open(os.path.join(directory, name), "rb") as handle:
+                assert b"SECRET" not in handle.read()
+    agentcopy.finish(record)
+
+
+def test_project_settings_copies_are_for_bwrap_only(tmp_path):
+    home = str(tmp_path)
+    os.makedirs(f"{home}/proj/.claude")
+    policy, record = agentcopy.start(project_spec(home), fake_policy(home, "landlock"))
+    assert policy.session_files == ()
+    agentcopy.finish(record)
