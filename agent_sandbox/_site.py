@@ -1,2 +1,0 @@
-# Written by scripts/install.sh: the admin directory of this install.
-ADMIN_DIR = '/etc/as-agt'
