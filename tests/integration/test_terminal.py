@@ -188,8 +188,11 @@ def test_window_size_follows(terminal, backend):
     term.expect(OUTER_PS1)
 
 
-def _modes(term: Terminal) -> list:
-    return termios.tcgetattr(term.outer_slave)
+def _modes(term: Terminal) -> str:
+    """The outer terminal's modes as the outer shell's commands see them
+    (`stty -g` run by it): sampled while readline edits a line, they would
+    race with readline setting up or restoring its own modes."""
+    return term.marker("stty -g").strip()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -197,7 +200,7 @@ def test_outer_terminal_restored_after_exit_and_sigkill(terminal, backend):
     term = terminal(backend)
     before = _modes(term)
     enter_sandbox(term)
-    during = _modes(term)
+    during = termios.tcgetattr(term.outer_slave)   # the launcher's raw relay mode
     assert during[3] & termios.ECHO == 0 and during[3] & termios.ICANON == 0, \
         "the outer terminal is not raw while relaying"
     term.line("exit 3")
