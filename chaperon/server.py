@@ -254,10 +254,17 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     running: list[Chaperon] = []
 
-    def stop(_signum, _frame):
+    signalled: list[int] = []
+
+    def stop(signum, _frame):
         # Raise rather than set a flag: Python retries an interrupted select,
         # so a flag alone would be seen only after the 1 s poll — on every
-        # launch that has a chaperon.
+        # launch that has a chaperon. Only once: the launcher's SIGTERM is
+        # followed by the parent-death signal, which must not interrupt the
+        # shutdown below.
+        if signalled:
+            return
+        signalled.append(signum)
         for chaperon in running:
             chaperon.stopping = True
         raise Stopped

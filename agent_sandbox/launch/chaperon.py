@@ -4,9 +4,10 @@
 Before the sandbox starts: a private directory (0700) with the announcement
 FIFO (0600) and the connection directory, the job-output staging directory of
 the project (it must exist before the mounts are computed, so it is never
-writable inside), and the chaperon process itself, outside the sandbox, in its
-own process group, fed its configuration through a pipe. The chaperon dies
-with the launcher (PR_SET_PDEATHSIG and parent polling); `stop` ends it and
+writable inside), and the chaperon process itself — started on demand, at the first Slurm call
+(ChaperonSession), outside the sandbox, in its own process group, fed its
+configuration through a pipe. The chaperon dies with the launcher
+(PR_SET_PDEATHSIG and parent polling); `stop` ends it without waiting and
 removes the directory in the normal exit paths.
 """
 from __future__ import annotations
@@ -53,11 +54,34 @@ def _real_binaries(policy) -> dict[str, str]:
 
 
 class ChaperonSession:
-    def __init__(self, directory: str, staging: str, pid: int, session_id: str = ""):
+    """One session's chaperon, started on demand (issue 19): `start` prepares
+    the directory and the announcement FIFO and holds the FIFO's read end,
+    so a stub can announce itself from the first instant; a watcher thread
+    starts the chaperon process when the first announcement arrives (the
+    stub meanwhile waits, within its timeout, for its request FIFO to be
+    opened). A command that never calls Slurm never pays for the chaperon's
+    start, its imports or its CPU. The announcement stays unread in the FIFO
+    and the descriptor is inherited, so the chaperon reads exactly what the
+    stub wrote. The watcher thread lives until `stop`: the chaperon's
+    parent-death signal fires when the thread that started it ends."""
+
+    def __init__(self, directory: str, staging: str, session_id: str, config: dict,
+                 announce_fd: int):
+        import _thread
+
         self.directory = directory
         self.staging = staging
-        self.pid = pid                  # the chaperon process (`agent-sandbox status`)
+        self.pid = None                 # the chaperon process once started (`status`)
         self.session_id = session_id    # the id its audit log and ledger records carry
+        self.lock = _thread.allocate_lock()   # pid, record and stopping change under it
+        self._record = None             # the registry record to name the pid in
+        self._stopping = False
+        self._config = config
+        self._announce = announce_fd
+        self._wake_read, self._wake_write = os.pipe()
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        _thread.start_new_thread(self._watch, ())
 
     @classmethod
     def start(cls, settings, policy) -> "ChaperonSession":
@@ -78,6 +102,12 @@ class ChaperonSession:
                 _write_stubs(directory, cls.stub_script())
             staging = staging_dir(policy.home, policy.project_dir)
             os.makedirs(staging, mode=0o700, exist_ok=True)
+            # Opened now (not inheritable: nothing else started before the
+            # chaperon gets it), so the FIFO has a reader from the first
+            # instant: a stub called while the chaperon is not yet running
+            # waits for its answer instead of being told it is gone.
+            announce_fd = os.open(os.path.join(directory, ANNOUNCE_FIFO),
+                                  os.O_RDWR | os.O_NONBLOCK)
         except OSError as exc:
             if directory:
                 import shutil
@@ -91,32 +121,73 @@ class ChaperonSession:
                 "set CHAPERON=false to run without Slurm; the command was not run.") from None
         config = handler_config(settings, policy, staging)
         config.update({"session_dir": directory, "launcher_pid": os.getpid(),
-                       "visible_dir": visible_paths(policy.backend, directory)[0]})
-        # Opened here and inherited, so the FIFO has a reader from the first
-        # instant: a stub called while the chaperon is still starting waits
-        # for its answer instead of being told the chaperon is gone.
-        announce_fd = os.open(os.path.join(directory, ANNOUNCE_FIFO),
-                              os.O_RDWR | os.O_NONBLOCK)
-        os.set_inheritable(announce_fd, True)
-        config["announce_fd"] = announce_fd
+                       "visible_dir": visible_paths(policy.backend, directory)[0],
+                       "announce_fd": announce_fd})
+        return cls(directory, staging, policy.session_id, config, announce_fd)
+
+    # ------------------------------------------------------------ the watcher
+    def _watch(self) -> None:
+        import select
+
+        try:
+            ready = select.select([self._announce, self._wake_read], [], [])[0]
+            with self.lock:
+                if self._announce in ready and not self._stopping:
+                    self._spawn()
+                    if self.pid and self._record:
+                        from agent_sandbox.launch import registry
+
+                        registry.set_chaperon(self._record, self.pid)
+                # The chaperon holds its own copy now: once it is gone, a stub
+                # is told so at once (no reader: ENXIO) instead of waiting.
+                os.close(self._announce)
+            if self.pid:
+                select.select([self._wake_read], [], [])   # until stop()
+        finally:
+            self._done.release()
+
+    def _spawn(self) -> None:
+        """Start the chaperon with the announcement FIFO and its configuration
+        pipe, the only descriptors it inherits from us (SPAWN_LOCK: the
+        backend is never spawned while they are inheritable)."""
+        from agent_sandbox.errors import say
+        from agent_sandbox.launch.spawn import SPAWN_LOCK
+
         read_fd, write_fd = os.pipe()
-        os.set_inheritable(read_fd, True)
         env = {k: v for k, v in os.environ.items()
                if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "USER", "LOGNAME")}
         argv = [sys.executable, "-I", "-m", "chaperon.server", "--config-fd", str(read_fd)]
         try:
-            pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0,
-                                 setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE))
+            with SPAWN_LOCK:
+                os.set_inheritable(read_fd, True)
+                os.set_inheritable(self._announce, True)
+                try:
+                    self.pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0,
+                                              setsigdef=(signal.SIGINT, signal.SIGTERM,
+                                                         signal.SIGPIPE))
+                finally:
+                    os.set_inheritable(self._announce, False)
+                    os.close(read_fd)
         except OSError as exc:
-            for fd in (read_fd, write_fd, announce_fd):
-                os.close(fd)
-            raise SandboxError(f"cannot start the Slurm proxy (chaperon) — {exc}. Set "
-                               "CHAPERON=false to run without Slurm.") from None
-        os.close(read_fd)
-        os.close(announce_fd)
+            os.close(write_fd)
+            say(f"cannot start the Slurm proxy (chaperon) — {exc}; Slurm commands in this "
+                "sandbox fail. Restart it, or set CHAPERON=false to run without Slurm.")
+            return
         with os.fdopen(write_fd, "wb") as handle:
-            handle.write(json.dumps(config).encode())
-        return cls(directory, staging, pid, policy.session_id)
+            try:
+                handle.write(json.dumps(self._config).encode())
+            except BrokenPipeError:
+                pass   # it died at once; the stub is told when it finds no reader
+
+    def attach(self, record: str | None) -> None:
+        """The registry record that names this session's chaperon pid once it
+        runs (None: the record is about to go, leave it alone)."""
+        with self.lock:
+            self._record = record
+            if record and self.pid:
+                from agent_sandbox.launch import registry
+
+                registry.set_chaperon(record, self.pid)
 
     @staticmethod
     def stub_script() -> bytes:
@@ -135,44 +206,27 @@ class ChaperonSession:
         return Payload(data=self.stub_script())
 
     def stop(self) -> None:
-        """SIGTERM, then up to 2 s for the chaperon to finish its requests (a
-        pidfd wakes us the instant it exits), then SIGKILL."""
-        try:
-            pidfd = os.pidfd_open(self.pid)
-        except ProcessLookupError:
-            pidfd = None   # already gone
-        except OSError:    # a kernel before 5.3: no pidfd, wait in small steps
-            pidfd = -1
-        if pidfd is not None:
+        """Never delays the exit: a chaperon that was never needed was never
+        started; one that runs gets SIGTERM (it logs its stop and exits; the
+        second SIGTERM of its parent-death signal is ignored) and is not
+        waited for. The directory goes here, so it is gone when we return."""
+        with self.lock:
+            self._stopping = True
+            self._record = None
+            pid = self.pid
+        if pid:
             try:
-                os.kill(self.pid, signal.SIGTERM)
-                if not _exited(self.pid, pidfd, 2.0):
-                    os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
+                os.kill(pid, signal.SIGTERM)
+            except ProcessLookupError:
                 pass
-            finally:
-                if pidfd >= 0:
-                    os.close(pidfd)
-        if os.path.lexists(self.directory):   # the chaperon removes it itself
+        os.write(self._wake_write, b"x")
+        self._done.acquire()     # the watcher wakes on the pipe at once
+        os.close(self._wake_read)
+        os.close(self._wake_write)
+        if os.path.lexists(self.directory):
             import shutil
 
             shutil.rmtree(self.directory, ignore_errors=True)
-
-
-def _exited(pid: int, pidfd: int, timeout: float) -> bool:
-    if pidfd >= 0:
-        import select
-
-        return bool(select.select([pidfd], [], [], timeout)[0])
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if os.waitpid(pid, os.WNOHANG)[0]:
-            return True     # reaped here; the caller's waitpid finds no child
-        time.sleep(0.005)
-    return False
 
 
 def handler_config(settings, policy, staging: str) -> dict:

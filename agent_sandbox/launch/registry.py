@@ -115,6 +115,30 @@ def register(home: str, *, session: str, backend: str, project: str,
     return path
 
 
+def set_chaperon(path: str, pid: int) -> None:
+    """Name the chaperon's pid in this launcher's record once it was started
+    on demand (launch/chaperon.py); best effort, like `register`."""
+    import json
+
+    temp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".pid.tmp")
+    try:
+        with open(path, "rb") as handle:
+            record = json.loads(handle.read())
+        record["chaperon_pid"] = pid
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        try:
+            os.write(fd, json.dumps(record).encode())
+        finally:
+            os.close(fd)
+        os.replace(temp, path)
+    except (OSError, ValueError, TypeError):
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+
+
 def unregister(path: str | None) -> None:
     if path:
         try:

@@ -286,8 +286,11 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     record = registry.register(
                         policy.home, session=policy.session_id,
                         backend=plan.backend, project=policy.project_dir,
-                        chaperon_pid=session.pid if session else None,
+                        # 0: on standby, started at the first Slurm call
+                        chaperon_pid=(session.pid or 0) if session else None,
                         command=os.path.basename(command[0]))
+                    if session:
+                        session.attach(record)
                     placeholders.exclude(policy)
                     created = placeholders.create(policy)
                     placeholders.remember(policy.home, policy.project_dir, created)
@@ -297,6 +300,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             finally:
                 if record is not None:   # checked while registered: recover() leaves it alone
                     gitcheck.finish(policy, snapshot)
+                if session:
+                    session.attach(None)
                 with placeholders.project_lock(policy.home, policy.project_dir):
                     registry.unregister(record)
                     placeholders.release(policy.home, policy.project_dir, policy.session_id,

@@ -17,6 +17,9 @@ from agent_sandbox.paths import helper_module
 
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
+# Held while descriptors are briefly inheritable for one child: the backend
+# must never inherit the chaperon's, started from another thread (chaperon.py).
+SPAWN_LOCK = __import__("_thread").allocate_lock()
 RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP,
                                      signal.SIGTTIN, signal.SIGTTOU)
 
@@ -133,7 +136,6 @@ def _run_plan(plan, keep_fds, pty, relay, title: str) -> int:
                                  f"{exc}. The command was not run.") from None
     argv = plan.render(fds)
     launcher = _pdeathsig_wrapper() + argv
-    _seal_inherited(set(fds.values()) | set(keep_fds))
     try:
         # A helper that calls setsid() must not lead a process group already.
         group = {} if plan.own_session else {"setpgroup": 0}
@@ -141,8 +143,10 @@ def _run_plan(plan, keep_fds, pty, relay, title: str) -> int:
             group["file_actions"] = [(os.POSIX_SPAWN_DUP2, pty.slave, std)
                                      for std in (0, 1, 2) if std < 2 or os.isatty(2)]
         spawn = _spawn_scoped if plan.spawn_ruleset else _spawn
-        pid, release = spawn(plan.spawn_ruleset, launcher, plan.env, setsigdef=RESET_SIGNALS,
-                             **group)
+        with SPAWN_LOCK:
+            _seal_inherited(set(fds.values()) | set(keep_fds))
+            pid, release = spawn(plan.spawn_ruleset, launcher, plan.env,
+                                 setsigdef=RESET_SIGNALS, **group)
     except BaseException as exc:
         for fd in ours + ([read_status] if read_status else []):
             os.close(fd)

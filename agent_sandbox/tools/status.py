@@ -25,7 +25,8 @@ class Session(NamedTuple):
     pid: int
     backend: str
     project: str
-    chaperon_pid: int | None      # None: no chaperon (no Slurm, CHAPERON=false)
+    chaperon_pid: int | None      # None: no chaperon (no Slurm, CHAPERON=false);
+    #                               0: on standby, started at the first Slurm call
     chaperon_alive: bool
     started: float                # wall clock, seconds since the epoch
     jobs: int
@@ -114,6 +115,8 @@ def uptime(seconds: float) -> str:
 def _chaperon_cell(s: Session) -> str:
     if s.chaperon_pid is None:
         return "-"
+    if s.chaperon_pid == 0:
+        return "standby"
     return str(s.chaperon_pid) if s.chaperon_alive else f"{s.chaperon_pid} (gone)"
 
 

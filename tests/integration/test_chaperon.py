@@ -76,7 +76,7 @@ def test_chaperon_ends_with_the_launcher_and_leaves_nothing(user, project):
     before = set(session_dirs(user))
     result = user.sandbox("sinfo", "-h", cwd=project)
     assert result.returncode == 0
-    # The launcher waits for its chaperon before it exits; allow a slow machine a moment.
+    # The launcher does not wait for its chaperon to exit; allow it a moment.
     deadline = time.monotonic() + 10
     while True:
         leftovers = [p for p in psutil.process_iter(["cmdline", "username", "status"])
@@ -92,7 +92,8 @@ def test_chaperon_ends_with_the_launcher_and_leaves_nothing(user, project):
 
 def test_sigkill_of_the_launcher_leaves_no_chaperon(user, project):
     before = set(session_dirs(user))
-    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", "touch ready; sleep 300"],
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c",
+                             "sinfo -h >/dev/null; touch ready; sleep 300"],
                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
                             cwd=project)
     deadline = time.monotonic() + 20
@@ -113,6 +114,45 @@ def test_sigkill_of_the_launcher_leaves_no_chaperon(user, project):
     while any(d.exists() for d in own_dirs) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not any(d.exists() for d in own_dirs)
+
+
+def test_a_command_that_never_calls_slurm_starts_no_chaperon(user, project):
+    """Issue 19: the chaperon is started on demand; until a stub calls, only
+    its directory and announcement FIFO exist, and the launch pays nothing."""
+    before = set(session_dirs(user))
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c",
+                             "touch ready; while [ ! -e go ]; do sleep 0.05; done; "
+                             "sinfo -h >/dev/null && touch answered; sleep 300"],
+                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                            cwd=project)
+    try:
+        deadline = time.monotonic() + 20
+        while not (project / "ready").exists():
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        def chaperons():
+            return [c for c in psutil.Process(proc.pid).children(recursive=True)
+                    if "chaperon.server" in " ".join(c.cmdline())]
+        assert chaperons() == []
+        assert [d for d in session_dirs(user) if d not in before]   # ready for a stub
+        (project / "go").touch()
+        while not (project / "answered").exists():
+            assert proc.poll() is None and time.monotonic() < deadline + 20
+            time.sleep(0.05)
+        assert len(chaperons()) == 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_slurm_calls_racing_at_the_first_instant_are_all_answered(user, project):
+    """Several stubs announce themselves before the chaperon runs: the first
+    announcement starts it, and it answers every one of them."""
+    real = outside(user, "sinfo", "-h").stdout.decode()
+    result = user.sandbox("/bin/sh", "-c", "for i in 1 2 3 4 5 6; do sinfo -h > out.$i & done; "
+                          "wait; cat out.*", cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == real * 6
 
 
 HOSTILE = r'''

@@ -158,11 +158,23 @@ def registry_file(user, session: dict) -> Path:
 
 def test_status_lists_a_running_sandbox_and_forgets_it_when_it_ends(user, project,
                                                                     slurm_cluster):
-    proc = start_sandbox(user, project, "sleep", "30")
+    # The chaperon starts at the first Slurm call (issue 19): on standby
+    # until then, listed with its pid once the command called sinfo.
+    proc = start_sandbox(user, project, "sh", "-c",
+                         "while [ ! -e go ]; do sleep 0.05; done; sinfo -h >/dev/null; sleep 30")
     try:
         session = wait_listed(user, proc, project)
+        assert session["chaperon_pid"] == 0 and not session["chaperon_alive"], session
+        text = user.run([INSTALLED, "status"], cwd=user.home).stdout
+        row = next(l for l in text.splitlines() if l.startswith(session["session"]))
+        assert row.split()[3] == "standby"
+        (project / "go").touch()
+        deadline = time.monotonic() + 30
+        while not session["chaperon_pid"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+            session = wait_listed(user, proc, project)
         assert session["project"] == str(project)
-        assert session["backend"] == "bwrap" and session["command"] == "sleep"
+        assert session["backend"] == "bwrap" and session["command"] == "sh"
         assert session["chaperon_pid"] and session["chaperon_alive"], session
         assert session["jobs"] == 0
         text = user.run([INSTALLED, "status"], cwd=user.home).stdout

@@ -110,6 +110,9 @@ def chaperon_of(proc: subprocess.Popen):
 def start_waiting(user, project, script: str):
     """A sandbox running the Python `script`, once it has written `ready`;
     returns (launcher process, its chaperon)."""
+    # A first Slurm call starts the chaperon (on demand, issue 19).
+    script = ("import subprocess\nsubprocess.run(['sinfo', '-h'], capture_output=True)\n"
+              + script)
     proc = subprocess.Popen([INSTALLED, "run", "--", "/usr/bin/python3", "-c", script],
                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
