@@ -85,22 +85,37 @@ class ChaperonSession:
 
     @classmethod
     def start(cls, settings, policy) -> "ChaperonSession":
-        from chaperon.wire.session import ANNOUNCE_FIFO, CONN_DIR, visible_paths
-
-        from agent_sandbox.errors import SandboxError
+        from chaperon.wire.session import visible_paths
 
         # The session id is random; the suffix only guards against a stale
         # directory of the same name (os.mkdir, not tempfile: 3 ms of imports).
-        directory = None
+        directory = os.path.join(run_dir(policy.home),
+                                 f"agent-sandbox-{policy.session_id}-{os.urandom(4).hex()}")
+        staging = staging_dir(policy.home, policy.project_dir)
+        config = handler_config(settings, policy, staging)
+        config.update({"session_dir": directory,
+                       "visible_dir": visible_paths(policy.backend, directory)[0]})
+        return cls.open(config)
+
+    @classmethod
+    def open(cls, config: dict) -> "ChaperonSession":
+        """The session of `config` (handler_config plus its directories), as
+        `start` made it or as the plan cache stored it with this session's
+        ids: its directory, FIFO and staging directory made now."""
+        from chaperon.wire.session import ANNOUNCE_FIFO, CONN_DIR
+
+        from agent_sandbox.errors import SandboxError
+
+        directory, staging = config["session_dir"], config["staging_dir"]
+        made = False
         try:
-            directory = os.path.join(session_parent(policy.home),
-                                     f"agent-sandbox-{policy.session_id}-{os.urandom(4).hex()}")
+            session_parent(config["home"])
             os.mkdir(directory, 0o700)
+            made = True
             os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
             os.mkdir(os.path.join(directory, CONN_DIR), 0o700)
-            if policy.backend != "bwrap":
+            if config["backend"] != "bwrap":
                 _write_stubs(directory, cls.stub_script())
-            staging = staging_dir(policy.home, policy.project_dir)
             os.makedirs(staging, mode=0o700, exist_ok=True)
             # Opened now (not inheritable: nothing else started before the
             # chaperon gets it), so the FIFO has a reader from the first
@@ -109,7 +124,7 @@ class ChaperonSession:
             announce_fd = os.open(os.path.join(directory, ANNOUNCE_FIFO),
                                   os.O_RDWR | os.O_NONBLOCK)
         except OSError as exc:
-            if directory:
+            if made:
                 import shutil
 
                 shutil.rmtree(directory, ignore_errors=True)
@@ -119,11 +134,13 @@ class ChaperonSession:
                 "in ~/.local/state/agent-sandbox-run and the job staging directory in "
                 "~/.local/share/agent-sandbox. Free space or fix the permissions there, or "
                 "set CHAPERON=false to run without Slurm; the command was not run.") from None
-        config = handler_config(settings, policy, staging)
-        config.update({"session_dir": directory, "launcher_pid": os.getpid(),
-                       "visible_dir": visible_paths(policy.backend, directory)[0],
-                       "announce_fd": announce_fd})
-        return cls(directory, staging, policy.session_id, config, announce_fd)
+        return cls(directory, staging, config["session_id"],
+                   dict(config, launcher_pid=os.getpid(), announce_fd=announce_fd), announce_fd)
+
+    @property
+    def config(self) -> dict:
+        """What `open` needs to make this session again (the plan cache)."""
+        return {k: v for k, v in self._config.items() if k not in ("launcher_pid", "announce_fd")}
 
     # ------------------------------------------------------------ the watcher
     def _watch(self) -> None:

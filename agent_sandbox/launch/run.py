@@ -107,20 +107,32 @@ class Prepared(NamedTuple):
     plan: object
     denied: tuple
     chaperon: object = None
+    cached: bool = False     # loaded from the compiled plan cache (plancache.py)
+
+
+# The plan cache stores plans without their command: compiled with this one
+# argument in its place, on the backends that put the command verbatim at
+# the end of their argv (firejail hands it over in a payload).
+COMMAND_SLOT = "\x01agent-sandbox: the command\x01"
+SLOT_BACKENDS = ("bwrap", "landlock")
 
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
             profile=None, keep_fds=(), chaperon=None, terminal: bool = False,
-            agent_copy=None) -> Prepared:
+            agent_copy=None, command_slot: bool = False) -> Prepared:
     """The one sequence resolve → (chaperon) → payloads → plan. `chaperon` is a
     callable (settings, policy) -> ChaperonSession | None run after the policy
     is known and before the plan is built, so the plan is built once, with
     the session directory; the caller stops the session it returns.
     `terminal`: the session runs on a relayed pseudo-terminal. `agent_copy`:
     a callable (policy) -> policy that puts a profile's configuration on its
-    guarded session copy (agentcopy.py); the caller finishes it."""
+    guarded session copy (agentcopy.py); the caller finishes it.
+    `command_slot`: plan COMMAND_SLOT in place of the command where the
+    backend allows it (the plan cache; with_command puts the command in)."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile)
+    if command_slot and selection.name in SLOT_BACKENDS and profile is None:
+        command = [COMMAND_SLOT]
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
                                                      + slurm_task_fds(environ)))))
     if terminal:
@@ -213,6 +225,75 @@ def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | 
                backend=backend, dry_run=dry_run, keep_fds=keep_fds)
 
 
+# ---------------------------------------------------------------- plan cache
+def environ_home() -> str:
+    return pwd.getpwuid(os.getuid()).pw_dir
+
+
+def _plan_cache(options: tuple, environ, profile):
+    """This launch's slot in the compiled plan cache (plancache.py), or None
+    for the launches it does not serve: agent profiles (session copies, the
+    agent resolved on PATH) and Slurm jobs and steps (task descriptors,
+    per-node inputs) are compiled every time."""
+    if profile is not None or any(name in environ for name in
+                                  ("SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_FD")):
+        return None
+    from agent_sandbox.launch.plancache import Cache
+
+    return Cache(options, environ, environ_home())
+
+
+def _from_cache(cache, keep_fds, dry_run: bool, sessions: list):
+    """The cached launch with a new session id and chaperon directory, or None."""
+    launch = cache.load(os.urandom(6).hex(), os.urandom(4).hex())
+    if launch is None:
+        return None
+    keep_fds_checked(keep_fds)     # each still open now
+    session = None
+    if launch["chaperon"] is not None and not dry_run:
+        from agent_sandbox.launch.chaperon import ChaperonSession
+
+        session = ChaperonSession.open(launch["chaperon"])
+        sessions.append(session)
+    return Prepared(None, None, launch["policy"], launch["plan"], launch["denied"], session,
+                    cached=True)
+
+
+def _compile(recorder, command, **options) -> Prepared:
+    if recorder is None:
+        return prepare(command, **options)
+    with recorder:
+        return prepare(command, **options)
+
+
+def _store(cache, recorder, prepared: Prepared) -> None:
+    session = prepared.chaperon
+    tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
+    cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
+                           "denied": prepared.denied,
+                           "chaperon": session.config if session else None},
+                prepared.policy.session_id, tag)
+
+
+def with_command(prepared: Prepared, command: list[str]) -> Prepared:
+    """The plan with `command` in its COMMAND_SLOT (its last argument, and
+    nowhere else: anything else fails closed)."""
+    plan = prepared.plan
+    if plan.argv.count(COMMAND_SLOT) != 1 or plan.argv[-1] != COMMAND_SLOT:
+        raise SandboxError("internal error: the compiled plan does not end with its command "
+                           "slot. Remove ~/.local/state/agent-sandbox/cache/plans and report "
+                           "this; the command was not run.")
+    return prepared._replace(plan=plan._replace(argv=plan.argv[:-1] + tuple(command)))
+
+
+def _cache_line(cache, prepared: Prepared) -> str:
+    if cache is None:
+        return "plan:      compiled (this kind of launch does not use the plan cache)\n"
+    if prepared.cached:
+        return "plan:      from the compiled plan cache (inputs unchanged since it was compiled)\n"
+    return "plan:      compiled now (no cached plan for these inputs)\n"
+
+
 # ---------------------------------------------------------------- running
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
         dry_run: bool = False, environ=None, profile=None, keep_fds=()) -> int:
@@ -240,26 +321,47 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         copies.append(record)
         return policy
 
+    # A native terminal only when both ends are one.
+    terminal = os.isatty(0) and os.isatty(1)
+    cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal), environ, profile)
+    recorder, slotted = None, False
+
     def start_chaperon(settings, policy):
         from agent_sandbox.launch.chaperon import ChaperonSession, wanted
 
         if dry_run or not wanted(settings, policy):
             return None
-        sessions.append(ChaperonSession.start(settings, policy))
+        if recorder is None:
+            sessions.append(ChaperonSession.start(settings, policy))
+        else:
+            with recorder.pause():   # its directories are this session's own
+                sessions.append(ChaperonSession.start(settings, policy))
         return sessions[-1]
 
     try:
         try:
-            prepared = prepare(command, project_dir=project_dir, backend=backend,
-                               environ=environ, profile=profile, keep_fds=keep_fds,
-                               chaperon=start_chaperon, agent_copy=start_copy,
-                               # A native terminal only when both ends are one.
-                               terminal=not dry_run and os.isatty(0) and os.isatty(1))
+            prepared = _from_cache(cache, keep_fds, dry_run, sessions) if cache else None
+            if prepared is None:
+                if cache is not None and not dry_run:
+                    from agent_sandbox.launch.plancache import Recorder
+
+                    recorder = Recorder(cache.ignore(environ_home()))
+                prepared = _compile(recorder, command, project_dir=project_dir,
+                                    backend=backend, environ=environ, profile=profile,
+                                    keep_fds=keep_fds, chaperon=start_chaperon,
+                                    agent_copy=start_copy, terminal=not dry_run and terminal,
+                                    command_slot=cache is not None)
+                slotted = COMMAND_SLOT in prepared.plan.argv
+                if recorder is not None and slotted:
+                    _store(cache, recorder, prepared)
+            if prepared.cached or slotted:
+                prepared = with_command(prepared, command)
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
             if dry_run:
                 from agent_sandbox.launch.report import dry_run_report
 
                 sys.stdout.write(dry_run_report(policy, plan, prepared.denied))
+                sys.stdout.write(_cache_line(cache, prepared))
                 return 0
             if not plan.argv[0].startswith("/"):
                 raise BackendUnavailable(

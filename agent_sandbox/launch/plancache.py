@@ -1,0 +1,412 @@
+"""The compiled plan cache (issue 19): a launch whose inputs are unchanged
+reuses the plan an identical earlier launch compiled, instead of resolving
+the configuration and the policy and building the plan again.
+
+Strategy — record, don't enumerate. Listing by hand every file the compile
+may look at (admin, user and conf.d configs, profiles, credential paths that
+decide masks, protected paths in the project, git control files, bound
+files scanned for secrets, the backend's probe…) would drift from the code.
+So the compile runs under `Recorder`, which wraps the os-level calls that
+observe the filesystem (stat, lstat, listdir, scandir, readlink, access,
+open) and fingerprints every path asked about *before* the call answers: its
+lstat and stat (device, inode, mode, owner, size, mtime, ctime — a config
+edit or a new entry in a listed directory changes them), or the content for
+/proc and /sys. A later launch is a hit only when its context (identity and
+groups, environment, working directory, options, host, kernel, boot,
+installed package) is equal and every recorded path still has the same
+fingerprint. A change that happens during the compile leaves the old
+fingerprint behind, so the next launch recomputes. Anything the recorder
+cannot describe (a descriptor-relative call, a process started during the
+compile) makes the compile uncacheable: when in doubt, recompute. The
+derived caches in the state directory's cache/ (config, seccomp, probe,
+bound-file verdicts) are not recorded: each checks its own inputs, which the
+compile observes.
+
+Fresh at every launch: the session id and the chaperon's directory. A plan
+is stored with the ones it was compiled with (random, 48 and 32 bits) and a
+hit substitutes new ones in every string (and the session id in payload
+bytes). The chaperon itself is started from its stored configuration.
+
+Stored with marshal (no code runs on load); NamedTuples are stored by class
+name and rebuilt only for classes of this package that are NamedTuples. A
+cache file is used only if it is a regular file owned by this user and
+writable by no one else, in a directory with the same properties, inside the
+hidden state directory; anything else — foreign, corrupt, stale — is a miss,
+never an error. The hit path imports only the standard library besides the
+classes of the stored plan.
+"""
+from __future__ import annotations
+
+import builtins
+import marshal
+import os
+import sys
+
+FORMAT = 1
+MAX_BYTES = 8 << 20
+PLANS = "plans"
+
+_OBSERVING = ("stat", "lstat", "listdir", "scandir", "readlink", "access", "open")
+_STARTING = ("posix_spawn", "posix_spawnp", "fork", "system", "execv", "execve")
+
+
+# ---------------------------------------------------------------- fingerprints
+def _stat_fields(st) -> tuple:
+    return (st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, st.st_size,
+            st.st_mtime_ns, st.st_ctime_ns)
+
+
+# How a path was observed: its metadata only (stat, lstat, access,
+# readlink), or what it holds (open, and listdir/scandir of a directory).
+META, CONTENT = 0, 1
+_PROC_KEEP = (b"NoNewPrivs", b"Seccomp", b"Uid", b"Gid", b"Groups", b"Cap")
+
+
+def fingerprint(path: str, kind: int = CONTENT, stat=os.stat):
+    """What a compile could have learnt from `path`, in a comparable form. A
+    directory only stat'ed is described without its size and times: those
+    change with every entry made or removed in it (placeholders, a session's
+    files), which a plan that never listed it does not depend on."""
+    if path.startswith(("/proc/", "/sys/")):
+        return _pseudo_fingerprint(path)
+    out = []
+    for follow in (False, True):
+        try:
+            fields = _stat_fields(stat(path, follow_symlinks=follow))
+        except OSError as exc:
+            out.append(exc.errno)
+            continue
+        except ValueError:
+            out.append("invalid")
+            continue
+        if kind == META and fields[2] & 0o170000 == 0o040000:
+            fields = fields[:5]
+        out.append(fields)
+    return tuple(out)
+
+
+def _pseudo_fingerprint(path: str):
+    try:
+        return ("link", os.readlink(path))
+    except OSError:
+        pass
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError as exc:
+        return ("error", exc.errno)
+    try:
+        data = os.read(fd, 65536)
+    except OSError as exc:
+        return ("error", exc.errno)
+    finally:
+        os.close(fd)
+    if path.startswith("/proc/") and path.endswith("/status"):
+        # Pids, memory and counters change with every process; only the
+        # confinement and identity lines can decide a plan.
+        data = b"\n".join(line for line in data.splitlines() if line.startswith(_PROC_KEEP))
+    return ("data", data)
+
+
+# ---------------------------------------------------------------- recording
+class Recorder:
+    """Fingerprints every path the code inside `with` observes. `ignore`:
+    directories whose content is fresh per launch or checked by its own
+    cache (never a configuration or a path that decides a mask)."""
+
+    def __init__(self, ignore=()):
+        self.seen: dict[tuple[str, int], object] = {}
+        self.cacheable = True
+        self.why = ""
+        self.ignore = tuple(p.rstrip("/") + "/" for p in ignore)
+        self.paused = 0
+        self._saved: list = []
+
+    def note(self, path, dir_fd=None, kind: int = CONTENT) -> None:
+        if self.paused:
+            return
+        if isinstance(path, int):
+            return          # a descriptor opened (and noted) before
+        if dir_fd is not None:
+            self.give_up("a descriptor-relative lookup")
+            return
+        try:
+            path = os.fsdecode(path)
+        except TypeError:
+            self.give_up("an unusual path argument")
+            return
+        if not path.startswith("/"):
+            path = os.path.join(os.getcwd(), path)
+        if ((path, kind) in self.seen or path.startswith(self.ignore)
+                or path + "/" in self.ignore):
+            return
+        self.paused += 1
+        try:
+            self.seen[(path, kind)] = fingerprint(path, kind, self._real["stat"])
+        finally:
+            self.paused -= 1
+
+    def give_up(self, why: str) -> None:
+        if not self.paused and self.cacheable:
+            self.cacheable, self.why = False, why
+
+    def __enter__(self):
+        import _posixsubprocess
+        import io
+
+        self._real = {name: getattr(os, name) for name in _OBSERVING}
+        note = self.note
+
+        def observing(name):
+            real = self._real[name]
+            kind = CONTENT if name in ("listdir", "scandir", "open") else META
+
+            def wrapper(*args, **kwargs):
+                note(args[0] if args else kwargs.get("path", "."), kwargs.get("dir_fd"), kind)
+                return real(*args, **kwargs)
+            return wrapper
+
+        def starting(module, name):
+            real = getattr(module, name)
+
+            def wrapper(*args, **kwargs):
+                self.give_up(f"a process started ({name})")
+                return real(*args, **kwargs)
+            return wrapper
+
+        real_open = builtins.open
+
+        def opening(file, *args, **kwargs):
+            note(file)
+            return real_open(file, *args, **kwargs)
+
+        patches = [(os, name, observing(name)) for name in _OBSERVING]
+        patches += [(os, name, starting(os, name)) for name in _STARTING if hasattr(os, name)]
+        patches.append((_posixsubprocess, "fork_exec", starting(_posixsubprocess, "fork_exec")))
+        patches += [(builtins, "open", opening), (io, "open", opening)]
+        for module, name, value in patches:
+            self._saved.append((module, name, getattr(module, name)))
+            setattr(module, name, value)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for module, name, value in reversed(self._saved):
+            setattr(module, name, value)
+        self._saved.clear()
+
+    def pause(self):
+        recorder = self
+
+        class _Paused:
+            def __enter__(self):
+                recorder.paused += 1
+
+            def __exit__(self, *exc):
+                recorder.paused -= 1
+        return _Paused()
+
+
+# ---------------------------------------------------------------- plain data
+class Uncacheable(Exception):
+    """The compiled launch holds something marshal cannot store."""
+
+
+def freeze(value):
+    """Built-in types only; every container tagged so that thaw rebuilds it."""
+    if value is None or isinstance(value, (str, bytes, bool, int, float)):
+        return value
+    if isinstance(value, tuple):
+        items = tuple(freeze(v) for v in value)
+        if hasattr(type(value), "_fields"):
+            cls = type(value)
+            if not cls.__module__.startswith("agent_sandbox."):
+                raise Uncacheable(f"{cls.__module__}.{cls.__qualname__}")
+            return (2, f"{cls.__module__}:{cls.__qualname__}", items)
+        if type(value) is not tuple:
+            raise Uncacheable(type(value).__qualname__)
+        return (0, items)
+    if type(value) is list:
+        return (1, tuple(freeze(v) for v in value))
+    if type(value) is frozenset:
+        return (3, tuple(freeze(v) for v in value))
+    if type(value) is dict:
+        return (4, tuple((freeze(k), freeze(v)) for k, v in value.items()))
+    raise Uncacheable(type(value).__qualname__)
+
+
+def _named_tuple(name: str):
+    module, _, qualname = name.partition(":")
+    if not module.startswith("agent_sandbox.") or "." in qualname or not qualname:
+        raise ValueError(name)
+    __import__(module)
+    cls = getattr(sys.modules[module], qualname)
+    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
+        raise ValueError(name)
+    return cls
+
+
+def thaw(value, swap_str, swap_bytes, classes: dict):
+    if isinstance(value, str):
+        return swap_str(value)
+    if isinstance(value, bytes):
+        return swap_bytes(value)
+    if not isinstance(value, tuple):
+        return value
+    tag = value[0]
+    if tag == 4:
+        return {thaw(k, swap_str, swap_bytes, classes): thaw(v, swap_str, swap_bytes, classes)
+                for k, v in value[1]}
+    items = [thaw(v, swap_str, swap_bytes, classes) for v in value[-1]]
+    if tag == 0:
+        return tuple(items)
+    if tag == 1:
+        return items
+    if tag == 3:
+        return frozenset(items)
+    if tag == 2:
+        cls = classes.get(value[1]) or classes.setdefault(value[1], _named_tuple(value[1]))
+        return cls._make(items)
+    raise ValueError(tag)
+
+
+# ---------------------------------------------------------------- the cache
+def _install_stamp() -> tuple:
+    """The installed package: a reinstall rewrites its files (new inodes)."""
+    from agent_sandbox import __version__
+
+    stamps = [__version__, sys.executable, sys.version]
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for name in ("__init__.py", "launch/plancache.py", "policy/resolve.py"):
+        try:
+            stamps.append(_stat_fields(os.stat(os.path.join(package, name))))
+        except OSError:
+            stamps.append(None)
+    return tuple(stamps)
+
+
+def _boot_id() -> str:
+    try:
+        with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
+            return handle.read().decode("ascii", "replace").strip()
+    except OSError:
+        return ""
+
+
+def context(options: tuple, environ, home: str) -> tuple:
+    """What decides a plan besides the files a compile observes."""
+    import pwd
+
+    entry = pwd.getpwuid(os.getuid())
+    return (FORMAT, _install_stamp(), os.getuid(), os.getgid(), tuple(os.getgroups()),
+            tuple(entry), home, os.getcwd(), options, tuple(sorted(environ.items())),
+            _boot_id(), tuple(os.uname()))
+
+
+def _trusted_dir(path: str) -> bool:
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return (st.st_mode & 0o170000 == 0o040000 and st.st_uid == os.getuid()
+            and not st.st_mode & 0o022)
+
+
+class Cache:
+    """One launch's slot in the cache, named by a checksum of its context
+    (the whole context is stored and compared: the checksum only picks
+    the file)."""
+
+    def __init__(self, options: tuple, environ, home: str):
+        import zlib
+
+        from agent_sandbox.paths import state_dir
+
+        self.state = state_dir(home)
+        self.directory = os.path.join(self.state, "cache", PLANS)
+        self.context = context(options, environ, home)
+        name = f"{zlib.crc32(repr(self.context).encode()):08x}.marshal"
+        self.path = os.path.join(self.directory, name)
+
+    def ignore(self, home: str) -> tuple:
+        """Directories a compile's recorder skips: the derived caches (each
+        checks its own inputs) and the per-session directories."""
+        from agent_sandbox.paths import run_dir, staging_root
+
+        return (os.path.join(self.state, "cache"), run_dir(home), staging_root(home))
+
+    def load(self, session_id: str, chaperon_suffix: str):
+        """The stored launch with this session's ids, or None (a miss)."""
+        if not (_trusted_dir(os.path.dirname(self.state)) and _trusted_dir(self.state)
+                and _trusted_dir(os.path.dirname(self.directory))
+                and _trusted_dir(self.directory)):
+            return None
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            if (st.st_mode & 0o170000 != 0o100000 or st.st_uid != os.getuid()
+                    or st.st_mode & 0o022 or st.st_size > MAX_BYTES):
+                return None
+            data = b""
+            while len(data) < st.st_size:
+                chunk = os.read(fd, st.st_size - len(data))
+                if not chunk:
+                    break
+                data += chunk
+        finally:
+            os.close(fd)
+        try:
+            stored_format, stored_context, seen, frozen = marshal.loads(data)
+            if stored_format != FORMAT or stored_context != self.context:
+                return None
+            for (path, kind), print_ in seen:
+                if fingerprint(path, kind) != print_:
+                    return None
+            old_session, old_chaperon = frozen["session"], frozen["chaperon_tag"]
+            new_chaperon = f"{session_id}-{chaperon_suffix}"
+            old_bytes, new_bytes = old_session.encode(), session_id.encode()
+
+            def swap_str(text: str) -> str:
+                if old_chaperon:
+                    text = text.replace(old_chaperon, new_chaperon)
+                return text.replace(old_session, session_id)
+
+            def swap_bytes(data: bytes) -> bytes:
+                return data.replace(old_bytes, new_bytes)
+
+            return thaw(frozen["launch"], swap_str, swap_bytes, {})
+        except (ValueError, TypeError, KeyError, EOFError, AttributeError, ImportError):
+            return None
+
+    def store(self, recorder: Recorder, launch: dict, session_id: str,
+              chaperon_tag: str | None) -> None:
+        """Best effort: a launch never fails because the cache cannot be
+        written; an uncacheable compile is simply not stored."""
+        if not recorder.cacheable:
+            return
+        try:
+            frozen = {"launch": freeze(launch), "session": session_id,
+                      "chaperon_tag": chaperon_tag}
+            data = marshal.dumps((FORMAT, self.context, tuple(recorder.seen.items()), frozen))
+        except (Uncacheable, ValueError):
+            return
+        if len(data) > MAX_BYTES:
+            return
+        temp = f"{self.path}.{os.getpid()}.tmp"
+        try:
+            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)
+            os.replace(temp, self.path)
+        except OSError:
+            try:
+                os.unlink(temp)
+            except OSError:
+                pass

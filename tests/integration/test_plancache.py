@@ -1,0 +1,141 @@
+"""The compiled plan cache (launch/plancache.py, issue 19): a launch after
+any input changed equals a fresh compile, a cached plan equals the one a
+fresh compile gives, and a cache file that is not the user's own (or that
+others can write) is never used."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+
+from tests.conftest import INSTALLED
+
+HIT = "plan:      from the compiled plan cache"
+MISS = "plan:      compiled now"
+# Without Slurm's proxy a dry run and a launch compile the same plan, so the
+# cached plan (stored by a launch) and a dry run's fresh compile compare.
+BASE = "CHAPERON=false\n"
+
+
+def plans(user):
+    return user.home / ".local/state/agent-sandbox/cache/plans"
+
+
+def dry_run(user, project, *options, env=None, cwd=None):
+    """(the report with session ids masked, where the plan came from)."""
+    result = user.run([INSTALLED, "run", "--dry-run", *options, "--", "true"],
+                      cwd=cwd or project, env=user.env(**(env or {})))
+    assert result.returncode == 0, result.stderr
+    text, _, source = result.stdout.rpartition("plan:      ")
+    return re.sub(r"[0-9a-f]{12}", "<id>", text), "plan:      " + source.strip()
+
+
+def launch(user, project, *options, env=None, cwd=None):
+    """A real launch: compiles and stores the plan on a miss."""
+    result = user.run([INSTALLED, "run", *options, "--", "true"], cwd=cwd or project,
+                      env=user.env(**(env or {})))
+    assert result.returncode == 0, result.stderr
+
+
+def fresh(user, project, *options, env=None, cwd=None):
+    """A compile with every stored plan removed."""
+    shutil.rmtree(plans(user), ignore_errors=True)
+    report, source = dry_run(user, project, *options, env=env, cwd=cwd)
+    assert source.startswith(MISS)
+    return report
+
+
+def test_every_input_changed_in_turn_gives_a_fresh_compile(user, project, admin):
+    other = project.parent / (project.name + "-other")
+    shutil.rmtree(other, ignore_errors=True)
+    other.mkdir()
+    os.chown(other, user.uid, user.gid)
+    sub = project / "sub"
+    sub.mkdir()
+    os.chown(sub, user.uid, user.gid)
+    token = "export GITHUB_TOKEN=ghp_" + "a" * 36 + "\n"
+    user.set_config(BASE)
+    cloud = user.home / ".aws-plancache-test"
+    # (what changes, the change, the launch's options, environment, working directory)
+    changes = [
+        ("user config", lambda: user.set_config(BASE + "SECRETS_IN_BOUND_FILES=off\n"), (), None, None),
+        ("admin config", lambda: admin("PRIVATE_TMP=false\n"), (), None, None),
+        ("environment", lambda: None, (), {"SECRETS_IN_BOUND_FILES": "skip"}, None),
+        ("project", lambda: None, ("--project-dir", str(other)), None, None),
+        ("working directory", lambda: None, (), None, sub),
+        ("a new protected path", lambda: (project / ".envrc").write_text("x\n"), (), None, None),
+        ("a bound file's secret", lambda: user.write(".bashrc", token), (), None, None),
+        ("a new hidden path configured", lambda: user.set_config(
+            BASE + f"EXTRA_BLOCKED_PATHS+=({cloud})\n"), (), None, None),
+        ("the hidden path appears", lambda: cloud.mkdir(), (), None, None),
+        ("the backend flag", lambda: None, ("--backend", "landlock"), None, None),
+    ]
+    try:
+        for name, change, options, env, cwd in changes:
+            launch(user, project)   # a launch that had to probe the backend stores
+            launch(user, project)   # nothing (it started a process): the next one does
+            assert dry_run(user, project)[1].startswith(HIT), name
+            change()
+            report, source = dry_run(user, project, *options, env=env, cwd=cwd)
+            assert source.startswith(MISS), name
+            assert report == fresh(user, project, *options, env=env, cwd=cwd), name
+            # The next launch stores the new plan, which equals a fresh compile.
+            launch(user, project, *options, env=env, cwd=cwd)
+            launch(user, project, *options, env=env, cwd=cwd)
+            cached, source = dry_run(user, project, *options, env=env, cwd=cwd)
+            assert source.startswith(HIT), name
+            assert cached == report, name
+            if name == "the hidden path appears":
+                assert str(cloud) in report, name
+    finally:
+        user.set_config("")
+        shutil.rmtree(cloud, ignore_errors=True)
+        (user.home / ".bashrc").unlink(missing_ok=True)
+        shutil.rmtree(other, ignore_errors=True)
+
+
+def test_a_cached_plan_runs_with_its_own_session(user, project):
+    """Each launch from the cache gets a new session id (marker, environment)
+    and the command it was given, not the one of the launch that compiled it."""
+    user.sandbox("true", cwd=project)
+    user.set_config("")
+    user.sandbox("true", cwd=project)
+    script = "cat /run/agent-sandbox/session 2>/dev/null || env | grep SESSION"
+    first = user.sandbox("/bin/sh", "-c", script, cwd=project)
+    second = user.sandbox("/bin/sh", "-c", "echo other; " + script, cwd=project)
+    assert first.returncode == 0 and second.returncode == 0, (first.stderr, second.stderr)
+    ids = [set(re.findall(r"[0-9a-f]{12}", r.stdout)) for r in (first, second)]
+    assert ids[0] and ids[1] and not ids[0] & ids[1]
+    assert second.stdout.startswith("other\n")
+    result = user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project)
+    assert HIT in result.stdout
+
+
+def test_a_foreign_or_writable_cache_file_is_ignored(user, project, other_user):
+    user.set_config(BASE)
+    shutil.rmtree(plans(user), ignore_errors=True)
+    launch(user, project)
+    launch(user, project)
+    assert dry_run(user, project)[1].startswith(HIT)
+    [entry] = [p for p in plans(user).iterdir() if p.suffix == ".marshal"]
+    entry.chmod(0o622)                                     # writable by others
+    assert dry_run(user, project)[1].startswith(MISS)
+    entry.chmod(0o600)
+    assert dry_run(user, project)[1].startswith(HIT)
+    os.chown(entry, other_user.pw_uid, other_user.pw_gid)   # written by another user
+    assert dry_run(user, project)[1].startswith(MISS)
+    os.chown(entry, user.uid, user.gid)
+    plans(user).chmod(0o777)                               # a directory others can write
+    assert dry_run(user, project)[1].startswith(MISS)
+    plans(user).chmod(0o700)
+    entry.write_bytes(b"\x00garbage")                       # corrupt: a miss, not an error
+    assert dry_run(user, project)[1].startswith(MISS)
+    launch(user, project)
+    assert dry_run(user, project)[1].startswith(HIT)
+
+
+def test_the_cache_is_invisible_inside_the_sandbox(user, project):
+    user.set_config("")
+    launch(user, project)
+    result = user.sandbox("/bin/sh", "-c", f"ls {plans(user)} || echo hidden", cwd=project)
+    assert result.stdout.strip().endswith("hidden"), result.stdout
