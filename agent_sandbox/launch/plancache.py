@@ -15,9 +15,12 @@ edit or a new entry in a listed directory changes them), or the content for
 groups, environment, working directory, options, host, kernel, boot,
 installed package) is equal and every recorded path still has the same
 fingerprint. A change that happens during the compile leaves the old
-fingerprint behind, so the next launch recomputes. Anything the recorder
-cannot describe (a descriptor-relative call, a process started during the
-compile) makes the compile uncacheable: when in doubt, recompute. The
+fingerprint behind, so the next launch recomputes; a file read or listed
+that changed within RACY_NS before the compile is not trusted to show its
+next change in its times (one clock tick): that compile is not stored.
+Anything the recorder cannot describe (a descriptor-relative call, a
+process started during the compile) makes the compile uncacheable: when in
+doubt, recompute. The
 derived caches in the state directory's cache/ (config, seccomp, probe,
 bound-file verdicts) are not recorded: each checks its own inputs, which the
 compile observes.
@@ -41,10 +44,12 @@ import builtins
 import marshal
 import os
 import sys
+from time import time_ns
 
 FORMAT = 1
 MAX_BYTES = 8 << 20
 PLANS = "plans"
+RACY_NS = 100_000_000    # files changed this recently are not trusted to show the next change
 
 _OBSERVING = ("stat", "lstat", "listdir", "scandir", "readlink", "access", "open")
 _STARTING = ("posix_spawn", "posix_spawnp", "fork", "system", "execv", "execve")
@@ -120,6 +125,7 @@ class Recorder:
         self.ignore = tuple(p.rstrip("/") + "/" for p in ignore)
         self.paused = 0
         self._saved: list = []
+        self.racy = time_ns() - RACY_NS
 
     def note(self, path, dir_fd=None, kind: int = CONTENT) -> None:
         if self.paused:
@@ -141,9 +147,14 @@ class Recorder:
             return
         self.paused += 1
         try:
-            self.seen[(path, kind)] = fingerprint(path, kind, self._real["stat"])
+            print_ = self.seen[(path, kind)] = fingerprint(path, kind, self._real["stat"])
         finally:
             self.paused -= 1
+        # "Racy" files (as git calls them): changed so recently that another
+        # change within the same clock tick would leave size and times alone.
+        if kind == CONTENT and any(isinstance(f, tuple) and len(f) > 7 and f[7] > self.racy
+                                   for f in print_):
+            self.give_up(f"{path} changed during the compile")
 
     def give_up(self, why: str) -> None:
         if not self.paused and self.cacheable:

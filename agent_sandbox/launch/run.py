@@ -360,8 +360,11 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             if dry_run:
                 from agent_sandbox.launch.report import dry_run_report
 
-                sys.stdout.write(dry_run_report(policy, plan, prepared.denied))
-                sys.stdout.write(_cache_line(cache, prepared))
+                lines = dry_run_report(policy, plan, prepared.denied).splitlines(True)
+                at = next((i + 1 for i, line in enumerate(lines)
+                           if line.startswith("backend:")), len(lines))
+                lines.insert(at, _cache_line(cache, prepared))   # after the backend
+                sys.stdout.write("".join(lines))
                 return 0
             if not plan.argv[0].startswith("/"):
                 raise BackendUnavailable(

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import stat
-import subprocess
 from fnmatch import fnmatchcase
 
 from agent_sandbox.paths import read_regular
@@ -100,6 +99,8 @@ def config_entries(data: bytes, git: str | None) -> list[tuple[str, str]]:
     (the caller follows them, knowing the file's directory)."""
     if not git or not data:
         return []
+    import subprocess   # here: 5 ms of imports (threading) a launch would pay for nothing
+
     try:
         result = subprocess.run(
             [git, "config", "--no-includes", "--file", "-", "--list", "--null"], input=data,

@@ -26,8 +26,9 @@ def dry_run(user, project, *options, env=None, cwd=None):
     result = user.run([INSTALLED, "run", "--dry-run", *options, "--", "true"],
                       cwd=cwd or project, env=user.env(**(env or {})))
     assert result.returncode == 0, result.stderr
-    text, _, source = result.stdout.rpartition("plan:      ")
-    return re.sub(r"[0-9a-f]{12}", "<id>", text), "plan:      " + source.strip()
+    [source] = [line for line in result.stdout.splitlines() if line.startswith("plan:      ")]
+    text = result.stdout.replace(source + "\n", "")
+    return re.sub(r"[0-9a-f]{12}", "<id>", text), source
 
 
 def launch(user, project, *options, env=None, cwd=None):
