@@ -35,7 +35,40 @@ def session_parent(home: str) -> str:
     other session's chaperon there (SPEC §9)."""
     base = run_dir(home)
     os.makedirs(base, mode=0o700, exist_ok=True)
+    _sweep(base, home)
     return base
+
+
+STALE_AFTER = 60.0   # seconds: a directory younger than this may be a session starting
+
+
+def _sweep(base: str, home: str) -> None:
+    """Remove the directories of sessions whose launcher was killed while
+    their chaperon had not started (a running chaperon removes its own when
+    its launcher dies): older than STALE_AFTER and without a live record in
+    the session registry. Costs a listdir when there are none."""
+    import time
+
+    from agent_sandbox.launch import registry
+
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("agent-sandbox-")]
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            if now - os.lstat(path).st_mtime < STALE_AFTER:
+                continue
+        except OSError:
+            continue
+        session = name[len("agent-sandbox-"):].rpartition("-")[0]
+        if registry.is_live(home, session):
+            continue
+        import shutil
+
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def staging_dir(home: str, project_dir: str) -> str:
@@ -240,10 +273,25 @@ class ChaperonSession:
         self._done.acquire()     # the watcher wakes on the pipe at once
         os.close(self._wake_read)
         os.close(self._wake_write)
-        if os.path.lexists(self.directory):
+        if os.path.lexists(self.directory) and not _remove_unused(self.directory):
             import shutil
 
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _remove_unused(directory: str) -> bool:
+    """Remove the directory of a chaperon that never ran (the FIFO and an
+    empty connection directory; bwrap has no stubs on disk) without
+    importing shutil (~2 ms); False when it holds anything else."""
+    from chaperon.wire.session import ANNOUNCE_FIFO, CONN_DIR
+
+    try:
+        os.unlink(os.path.join(directory, ANNOUNCE_FIFO))
+        os.rmdir(os.path.join(directory, CONN_DIR))
+        os.rmdir(directory)
+    except OSError:
+        return False
+    return True
 
 
 def handler_config(settings, policy, staging: str) -> dict:

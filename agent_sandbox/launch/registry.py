@@ -148,6 +148,20 @@ def unregister(path: str | None) -> None:
 
 
 # ---------------------------------------------------------------- reading (status)
+def is_live(home: str, session: str) -> bool:
+    """Whether `session` has a record whose launcher runs here now."""
+    import json
+
+    if not session or "/" in session or session.startswith("."):
+        return False
+    try:
+        with open(os.path.join(registry_dir(home), f"{session}.json"), "rb") as handle:
+            record = json.loads(handle.read())
+    except (OSError, ValueError):
+        return False
+    return judge(record, host=host_name(), boot=boot_id(), lookup=lookup_proc) == LIVE
+
+
 def judge(record, *, host: str, boot: str, lookup) -> str:
     """LIVE, STALE or FOREIGN for one record. `lookup(pid)` returns the running
     process's (uid, start ticks), or None when there is none (or it is a zombie)."""

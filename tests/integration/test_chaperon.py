@@ -3,6 +3,7 @@ the chaperon outside, the real Slurm cluster behind it."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -143,6 +144,28 @@ def test_a_command_that_never_calls_slurm_starts_no_chaperon(user, project):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_the_directory_of_a_killed_launcher_on_standby_goes_at_a_later_launch(user, project):
+    """No chaperon ran to remove it when the launcher was SIGKILLed; a later
+    launch removes it once it is older than a starting session's could be."""
+    before = set(session_dirs(user))
+    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", "touch ready; sleep 300"],
+                            user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                            cwd=project)
+    deadline = time.monotonic() + 20
+    while not (project / "ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    [own] = [d for d in session_dirs(user) if d not in before]
+    proc.kill()
+    proc.wait()
+    assert own.exists()
+    assert user.sandbox("true", cwd=project).returncode == 0
+    assert own.exists()                    # young: it could be a session starting
+    os.utime(own, (1, 1))
+    assert user.sandbox("true", cwd=project).returncode == 0
+    assert not own.exists()
 
 
 def test_slurm_calls_racing_at_the_first_instant_are_all_answered(user, project):
