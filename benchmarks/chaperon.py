@@ -141,9 +141,10 @@ def main() -> int:
         return compare(agent_sandbox, args.baseline, args.runs, project, env)
     verdicts = []
     try:
-        # idle RSS: a sandbox that sleeps while we look at its chaperon
-        sleeper = subprocess.Popen([agent_sandbox, "run", "--", "sleep", "4"], cwd=project,
-                                   env=env)
+        # idle RSS: a sandbox that sleeps while we look at its chaperon (started
+        # on demand: one Slurm call first)
+        sleeper = subprocess.Popen([agent_sandbox, "run", "--", "/bin/sh", "-c",
+                                    "sinfo -h >/dev/null; sleep 4"], cwd=project, env=env)
         time.sleep(2.5)
         rss = chaperon_rss()
         sleeper.wait()
