@@ -192,7 +192,13 @@ class Recorder:
 
         patches = [(os, name, observing(name)) for name in _OBSERVING]
         patches += [(os, name, starting(os, name)) for name in _STARTING if hasattr(os, name)]
-        patches.append((_posixsubprocess, "fork_exec", starting(_posixsubprocess, "fork_exec")))
+        fork_exec = starting(_posixsubprocess, "fork_exec")
+        patches.append((_posixsubprocess, "fork_exec", fork_exec))
+        # subprocess binds fork_exec when it is imported: patched there too
+        # (and put back below if it is imported while recording).
+        self._fork_exec = (_posixsubprocess.fork_exec, fork_exec)
+        if "subprocess" in sys.modules:
+            patches.append((sys.modules["subprocess"], "_fork_exec", fork_exec))
         patches += [(builtins, "open", opening), (io, "open", opening)]
         for module, name, value in patches:
             self._saved.append((module, name, getattr(module, name)))
@@ -203,6 +209,10 @@ class Recorder:
         for module, name, value in reversed(self._saved):
             setattr(module, name, value)
         self._saved.clear()
+        real, wrapper = self._fork_exec
+        module = sys.modules.get("subprocess")
+        if module is not None and getattr(module, "_fork_exec", None) is wrapper:
+            module._fork_exec = real
 
     def pause(self):
         recorder = self

@@ -1,0 +1,131 @@
+"""launch/plancache.py without a sandbox: plain-data round trip, fingerprints,
+what the recorder notes and when it gives up, which cache files it trusts."""
+from __future__ import annotations
+
+import os
+import subprocess
+
+from agent_sandbox.backends.base import FdRef, Payload, Plan
+from agent_sandbox.launch import plancache
+from agent_sandbox.launch.plancache import CONTENT, META, Cache, Recorder, freeze, thaw
+
+SID, NEW = "0123456789ab", "ba9876543210"
+
+
+def _thaw(value):
+    return thaw(value, lambda s: s.replace(SID, NEW), lambda b: b.replace(SID.encode(),
+                                                                           NEW.encode()), {})
+
+
+def test_a_plan_survives_the_round_trip_with_the_session_substituted():
+    plan = Plan(backend="bwrap", argv=("/usr/bin/bwrap", FdRef("marker", "--fd "), f"/x/{SID}"),
+                payloads={"marker": Payload(data=f"session={SID}\n".encode())},
+                env={"A": SID}, provides=("fs.hidden",), cannot=(("x", "y"),),
+                spawn_ruleset={"paths": [("ro", "/")]})
+    back = _thaw(freeze({"plan": plan, "set": frozenset({"a"})}))
+    assert type(back["plan"]) is Plan and type(back["plan"].argv[1]) is FdRef
+    assert back["plan"].argv[2] == f"/x/{NEW}" and back["plan"].env == {"A": NEW}
+    assert back["plan"].payloads["marker"].data == f"session={NEW}\n".encode()
+    assert back["plan"].spawn_ruleset == {"paths": [("ro", "/")]}
+    assert back["set"] == frozenset({"a"})
+
+
+def test_only_named_tuples_of_this_package_are_rebuilt():
+    import collections
+
+    Foreign = collections.namedtuple("Foreign", "a")
+    try:
+        freeze(Foreign(1))
+        raise AssertionError("a foreign class was frozen")
+    except plancache.Uncacheable:
+        pass
+    for name in ("os:stat_result", "agent_sandbox.paths:os", "agent_sandbox.launch.run:run"):
+        try:
+            _thaw((2, name, ()))
+            raise AssertionError(name)
+        except (ValueError, AttributeError, TypeError):
+            pass
+
+
+def test_a_directory_only_stated_is_fingerprinted_without_its_times(tmp_path):
+    meta, content = plancache.fingerprint(str(tmp_path), META), plancache.fingerprint(
+        str(tmp_path), CONTENT)
+    (tmp_path / "new").write_text("x")
+    assert plancache.fingerprint(str(tmp_path), META) == meta
+    assert plancache.fingerprint(str(tmp_path), CONTENT) != content
+
+
+def test_a_file_is_fingerprinted_by_size_and_times(tmp_path):
+    path = tmp_path / "f"
+    path.write_text("a")
+    before = plancache.fingerprint(str(path), META)
+    path.write_text("b")
+    os.utime(path, ns=(1, 1))
+    assert plancache.fingerprint(str(path), META) != before   # ctime moved
+    assert plancache.fingerprint(str(tmp_path / "missing"))[0] == 2   # ENOENT
+
+
+def test_the_recorder_notes_what_a_compile_observes(tmp_path):
+    (tmp_path / "f").write_text("x")
+    old = os.path.getmtime(tmp_path / "f") - 10
+    os.utime(tmp_path / "f", (old, old))
+    with Recorder() as recorder:
+        os.path.exists(tmp_path / "a")
+        with open(tmp_path / "f") as handle:
+            handle.read()
+        os.listdir(tmp_path)
+    seen = set(recorder.seen)
+    assert (str(tmp_path / "a"), META) in seen and (str(tmp_path / "f"), CONTENT) in seen
+    assert (str(tmp_path), CONTENT) in seen
+    assert os.stat is recorder._real["stat"]   # restored
+
+
+def test_the_recorder_gives_up_on_a_process_a_descriptor_lookup_or_a_racy_file(tmp_path):
+    with Recorder() as recorder:
+        subprocess.run(["true"])
+    assert not recorder.cacheable and "process" in recorder.why
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        with Recorder() as recorder:
+            os.stat("x", dir_fd=fd) if os.path.exists(tmp_path / "x") else None
+            try:
+                os.open("x", os.O_RDONLY, dir_fd=fd)
+            except OSError:
+                pass
+        assert not recorder.cacheable
+    finally:
+        os.close(fd)
+    (tmp_path / "fresh").write_text("just written")
+    with Recorder() as recorder:
+        open(tmp_path / "fresh").close()
+    assert not recorder.cacheable and "changed" in recorder.why
+
+
+def test_paused_and_ignored_paths_are_not_noted(tmp_path):
+    with Recorder(ignore=(str(tmp_path / "skip"),)) as recorder:
+        os.path.exists(tmp_path / "skip" / "x")
+        with recorder.pause():
+            os.path.exists(tmp_path / "paused")
+    assert recorder.seen == {}
+
+
+def test_a_cache_file_not_the_users_own_or_writable_by_others_is_a_miss(tmp_path, monkeypatch):
+    monkeypatch.setattr("agent_sandbox.paths.state_dir", lambda home: str(tmp_path / "state"))
+    (tmp_path / "state").mkdir(mode=0o700)
+    cache = Cache(("opts",), {"A": "1"}, str(tmp_path))
+    old = os.path.getmtime(tmp_path) - 10
+    os.utime(tmp_path, (old, old))
+    with Recorder() as recorder:
+        os.path.isdir(tmp_path)
+    cache.store(recorder, {"x": (SID, 1)}, SID, None)
+    assert cache.load(NEW, "00000000") == {"x": (NEW, 1)}
+    os.chmod(cache.path, 0o620)
+    assert cache.load(NEW, "00000000") is None
+    os.chmod(cache.path, 0o600)
+    os.chmod(cache.directory, 0o770)
+    assert cache.load(NEW, "00000000") is None
+    os.chmod(cache.directory, 0o700)
+    assert Cache(("other",), {"A": "1"}, str(tmp_path)).load(NEW, "0" * 8) is None
+    with open(cache.path, "r+b") as handle:
+        handle.write(b"\x00garbage")
+    assert cache.load(NEW, "00000000") is None
