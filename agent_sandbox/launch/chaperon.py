@@ -179,6 +179,9 @@ class ChaperonSession:
     def _watch(self) -> None:
         import select
 
+        # Signals for the launcher go to its main thread, which forwards them
+        # to the command: never woken in this one (its child unblocks them).
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             ready = select.select([self._announce, self._wake_read], [], [])[0]
             with self.lock:
@@ -213,6 +216,7 @@ class ChaperonSession:
                 os.set_inheritable(self._announce, True)
                 try:
                     self.pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0,
+                                              setsigmask=(),
                                               setsigdef=(signal.SIGINT, signal.SIGTERM,
                                                          signal.SIGPIPE))
                 finally:

@@ -304,22 +304,16 @@ def _install_stamp() -> tuple:
     return tuple(stamps)
 
 
-def _boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
-            return handle.read().decode("ascii", "replace").strip()
-    except OSError:
-        return ""
-
-
 def context(options: tuple, environ, home: str) -> tuple:
     """What decides a plan besides the files a compile observes."""
     import pwd
 
+    from agent_sandbox.launch.registry import boot_id
+
     entry = pwd.getpwuid(os.getuid())
     return (FORMAT, _install_stamp(), os.getuid(), os.getgid(), tuple(os.getgroups()),
             tuple(entry), home, os.getcwd(), options, tuple(sorted(environ.items())),
-            _boot_id(), tuple(os.uname()))
+            boot_id(), tuple(os.uname()))
 
 
 def _trusted_dir(path: str) -> bool:
@@ -384,17 +378,29 @@ class Cache:
             for (path, kind), print_ in seen:
                 if fingerprint(path, kind) != print_:
                     return None
-            old_session, old_chaperon = frozen["session"], frozen["chaperon_tag"]
-            new_chaperon = f"{session_id}-{chaperon_suffix}"
-            old_bytes, new_bytes = old_session.encode(), session_id.encode()
+            old_session, old_chaperon = frozen["session"], frozen["chaperon_tag"] or ""
+            new_chaperon = f"{session_id}-{chaperon_suffix}" if old_chaperon else ""
+            # The chaperon's directory first (it holds the session id), then
+            # the id; whatever still names the old directory afterwards (an
+            # encoding the replacement missed) makes the entry a miss.
+            old_suffix = old_chaperon.rpartition("-")[2]
 
             def swap_str(text: str) -> str:
                 if old_chaperon:
                     text = text.replace(old_chaperon, new_chaperon)
+                    if old_suffix in text:
+                        raise ValueError("a stale chaperon directory")
                 return text.replace(old_session, session_id)
 
+            swaps = [(old_chaperon.encode(), new_chaperon.encode())] if old_chaperon else []
+            swaps.append((old_session.encode(), session_id.encode()))
+
             def swap_bytes(data: bytes) -> bytes:
-                return data.replace(old_bytes, new_bytes)
+                for old, new in swaps:
+                    data = data.replace(old, new)
+                if old_suffix and old_suffix.encode() in data:
+                    raise ValueError("a stale chaperon directory")
+                return data
 
             return thaw(frozen["launch"], swap_str, swap_bytes, {})
         except (ValueError, TypeError, KeyError, EOFError, AttributeError, ImportError):

@@ -87,7 +87,6 @@ def register(home: str, *, session: str, backend: str, project: str,
              chaperon_pid: int | None, command: str) -> str | None:
     """Write this launcher's record; returns its path, None when it could not
     be written (a full or read-only home must not stop a launch)."""
-    import json
     import time
 
     directory = registry_dir(home)
@@ -96,23 +95,11 @@ def register(home: str, *, session: str, backend: str, project: str,
               "started": time.time(), "backend": backend, "project": project,
               "chaperon_pid": chaperon_pid, "command": command}
     path = os.path.join(directory, f"{session}.json")
-    temp = os.path.join(directory, f".{session}.tmp")
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        try:
-            os.write(fd, json.dumps(record).encode())
-        finally:
-            os.close(fd)
-        os.replace(temp, path)      # readers never see half a record
-    except (OSError, ValueError):
-        try:
-            os.unlink(temp)
-        except OSError:
-            pass
+    except OSError:
         return None
-    return path
+    return path if _write(path, os.path.join(directory, f".{session}.tmp"), record) else None
 
 
 def set_chaperon(path: str, pid: int) -> None:
@@ -120,11 +107,21 @@ def set_chaperon(path: str, pid: int) -> None:
     on demand (launch/chaperon.py); best effort, like `register`."""
     import json
 
-    temp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".pid.tmp")
     try:
         with open(path, "rb") as handle:
             record = json.loads(handle.read())
         record["chaperon_pid"] = pid
+    except (OSError, ValueError, TypeError):
+        return
+    _write(path, os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".pid.tmp"),
+           record)
+
+
+def _write(path: str, temp: str, record: dict) -> bool:
+    """Write `record` to `path` through `temp`: readers never see half a record."""
+    import json
+
+    try:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
         try:
@@ -137,6 +134,8 @@ def set_chaperon(path: str, pid: int) -> None:
             os.unlink(temp)
         except OSError:
             pass
+        return False
+    return True
 
 
 def unregister(path: str | None) -> None:

@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 
+import pytest
+
 from tests.conftest import INSTALLED
 
 HIT = "plan:      from the compiled plan cache"
@@ -140,3 +142,25 @@ def test_the_cache_is_invisible_inside_the_sandbox(user, project):
     launch(user, project)
     result = user.sandbox("/bin/sh", "-c", f"ls {plans(user)} || echo hidden", cwd=project)
     assert result.stdout.strip().endswith("hidden"), result.stdout
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_launch_from_the_cache_reaches_its_own_chaperon(user, project, backend):
+    """Everything naming the session's chaperon directory — the environment,
+    the stubs' place, the Landlock rules (marshalled bytes) — names the new
+    one: a Slurm call from a cached plan is answered by this session's
+    chaperon (its audit log), never by whatever else is on PATH."""
+    user.set_config("")
+    env = user.env(SANDBOX_BACKEND=backend)
+    script = "echo $AGENT_SANDBOX_SESSION; sinfo -h >/dev/null; echo rc=$?"
+    for _ in range(2):
+        assert user.sandbox("true", cwd=project, env=env).returncode == 0
+    assert HIT in user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project,
+                           env=env).stdout
+    result = user.sandbox("/bin/sh", "-c", script, cwd=project, env=env)
+    session, rc = result.stdout.split()
+    assert rc == "rc=0", result.stderr
+    logs = user.home / ".local/state/agent-sandbox/chaperon"
+    requests = [line for path in logs.glob("*.log") for line in path.read_text().splitlines()
+                if f'"session": "{session}"' in line and '"event": "request"' in line]
+    assert requests, f"no request of session {session} in the chaperon's audit log"
