@@ -13,6 +13,11 @@ SPEC is a JSON file in the chaperon's staging directory (read-only here):
 when the user gave one, "export". Both link ends may hold Slurm's filename
 patterns (%j %A %a %x %u %N …).
 
+On landlock every task is a sandbox of its own and cross-memory attach
+(process_vm_readv, Open MPI's single-copy transport) is denied by design
+(SPEC §7), so a job there gets Open MPI's shared memory without single-copy
+(LANDLOCK_JOB_ENV, a default the user may still set otherwise).
+
 The restored environment fills in, it never overrides: what is already set
 here came from Slurm (SLURM_*, PMI/PMIx) or from the sandbox itself (PATH,
 HOME, AGENT_SANDBOX*), and those describe this job and this sandbox.
@@ -69,12 +74,18 @@ def link(requested: str, staged: str, workdir: str, env) -> None:
                          f"{source} — {exc.strerror}. The output is in {source}.\n")
 
 
+LANDLOCK_JOB_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+
+
 def job_environment(spec, current) -> dict:
     """The task's environment: the staged caller environment filling in
     around what Slurm and the sandbox set here (see the module docstring)."""
     env = dict(current)
     for name, value in spec.get("env", {}).items():
         env.setdefault(name, value)
+    if current.get("SANDBOX_BACKEND") == "landlock":
+        for name, value in LANDLOCK_JOB_ENV.items():
+            env.setdefault(name, value)
     # Slurm's working directory for the job is the chaperon's stage; the
     # caller submitted from here (a step: where its job was submitted from).
     env["SLURM_SUBMIT_DIR"] = spec.get("submit_dir") or spec["workdir"]
