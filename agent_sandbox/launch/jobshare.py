@@ -301,12 +301,10 @@ def _listen(key: str, job: str, dirfd: int, ready_r: int, context: dict) -> Hold
     ready, _, _ = select.select([ready_r], [], [], READY_TIMEOUT)
     if not ready or not os.read(ready_r, 16).startswith(b"ready"):
         raise ValueError("the sandbox did not start (read its message above)")
-    from agent_sandbox.launch.spawn import _host_pid
-
-    init = _host_pid(os.getpid(), 1)
-    if init is None:
-        raise ValueError("the sandbox's init process was not found")
-    pidfd = os.pidfd_open(init)
+    target = sandbox_member(os.getpid())
+    if target is None:
+        raise ValueError("no process of the sandbox was found")
+    pidfd = os.pidfd_open(target)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         os.unlink(f"{key}.sock", dir_fd=dirfd)     # a stale one (we hold the lock)
@@ -315,6 +313,46 @@ def _listen(key: str, job: str, dirfd: int, ready_r: int, context: dict) -> Hold
     listener.bind(_address(dirfd, f"{key}.sock"))
     listener.listen(64)
     return Holder(job, context["info"], pidfd, listener)
+
+
+def sandbox_member(root: int) -> int | None:
+    """The process to join: of `root`'s descendants in a PID namespace below
+    ours and owned by us, the one with the lowest pid in there — bwrap's init
+    (pid 1), or under firejail (whose pid 1 is root's) the waiter. It lives
+    as long as the sandbox does."""
+    best = None
+    todo, seen = [root], set()
+    while todo:
+        current = todo.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        try:
+            with open(f"/proc/{current}/status", "rb") as handle:
+                fields = {}
+                for line in handle:
+                    name, _, value = line.partition(b":")
+                    fields[name] = value.split()
+            inner = [int(p) for p in fields.get(b"NSpid", [])]
+            if (current != root and len(inner) > 1 and int(fields[b"Uid"][0]) == os.getuid()
+                    and (best is None or inner[-1] < best[0]) and _readable_ns(current)):
+                best = (inner[-1], current)
+            for task in os.listdir(f"/proc/{current}/task"):
+                with open(f"/proc/{current}/task/{task}/children", "rb") as handle:
+                    todo += [int(c) for c in handle.read().split()]
+        except (OSError, ValueError, KeyError, IndexError):
+            continue
+    return best[1] if best else None
+
+
+def _readable_ns(pid: int) -> bool:
+    """Its namespaces are ours to read (not a setuid program such as
+    firejail's own pid 1, which the kernel keeps from us)."""
+    try:
+        os.stat(f"/proc/{pid}/ns/mnt")
+        return True
+    except OSError:
+        return False
 
 
 # ---------------------------------------------------------------- joiner
