@@ -186,15 +186,7 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     if policy.network_isolated:
         out.append("NETWORK_MODE=isolated: partial — Landlock denies TCP bind and connect; "
                    "UDP and other protocols are not restricted")
-    out.append(MPI_NOTE)
     return tuple(out)
-
-
-# Said by the guarantee report; the settings are jobstart's LANDLOCK_JOB_ENV.
-MPI_NOTE = ("Slurm jobs: no namespaces to share, so every task of a job is a sandbox of its "
-            "own and cross-memory attach between ranks is denied (seccomp) — Open MPI runs "
-            "without single-copy (OMPI_MCA_btl_vader_single_copy_mechanism=none), its session "
-            "directory in $TMPDIR, and ranks on one node talk over TCP (OMPI_MCA_btl=^vader)")
 
 
 def network_refusal(policy: Policy, *, landlock_abi: int) -> str | None:
