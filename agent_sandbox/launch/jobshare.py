@@ -56,6 +56,7 @@ SO_PEERPIDFD = 77                 # Linux 6.5; not named by Python 3.11
 NAMESPACES = ("user", "mnt", "ipc", "net", "uts", "pid", "cgroup")
 WAITER = ["/bin/sh", "-c", "echo ready && read -r line"]
 READY_TIMEOUT = 60
+JOIN_TIMEOUT = 60
 
 
 # ---------------------------------------------------------------- identity
@@ -93,13 +94,16 @@ def _stepd(pid: int) -> tuple[str, str] | None:
 
 
 def _cgroup_agrees(pid: int, job: str) -> bool:
-    """proctrack/cgroup puts every process of a job below `job_<id>`: when a
-    cgroup path names a job at all, it must name this one."""
     try:
         with open(f"/proc/{pid}/cgroup", encoding="ascii", errors="replace") as handle:
-            text = handle.read()
+            return cgroup_agrees(handle.read(), job)
     except OSError:
         return False
+
+
+def cgroup_agrees(text: str, job: str) -> bool:
+    """proctrack/cgroup puts every process of a job below `job_<id>`: when a
+    line of /proc/PID/cgroup names a job at all, it must name this one."""
     named = set(re.findall(r"/job_(\d+)(?=/|$)", text, flags=re.M))
     return not named or named == {job}
 
@@ -175,8 +179,10 @@ class Holder:
         import select
 
         while True:
-            ready, _, _ = select.select([self.listener, stop_fd, *self.members], [], [])
-            if stop_fd in ready:
+            # A holder nobody joins (its first launch failed) does not linger.
+            wait = None if self.joined else JOIN_TIMEOUT
+            ready, _, _ = select.select([self.listener, stop_fd, *self.members], [], [], wait)
+            if stop_fd in ready or not (ready or self.joined):
                 return
             if self.listener in ready:
                 try:
