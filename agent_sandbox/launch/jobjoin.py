@@ -13,7 +13,6 @@ command — runs through the ordinary spawn (signals, exit code, 125).
 from __future__ import annotations
 
 import os
-import socket
 
 from agent_sandbox.errors import PolicyError
 
@@ -37,8 +36,7 @@ def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, r
     keys = jobshare.key_for(*step)
     dirfd = jobshare.jobs_dir(policy.home)
     try:
-        host = socket.gethostname().split(".")[0]
-        lock = os.open(f"{host}.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+        lock = os.open(jobshare.lock_name(), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
                        0o600, dir_fd=dirfd)
         try:
             fcntl.flock(lock, fcntl.LOCK_EX)

@@ -136,13 +136,22 @@ def _address(dirfd: int, name: str) -> str:
     return f"/proc/self/fd/{dirfd}/{name}"
 
 
+def lock_name() -> str:
+    """The per-host lock (in the jobs directory) under which launches find
+    or start a holder and holders retire."""
+    return socket.gethostname().split(".")[0] + ".lock"
+
+
 # ---------------------------------------------------------------- holder
 class Holder:
-    """The socket side of a holder: answers joiners of its job and counts
-    them; `finished` is set once the last member has gone."""
+    """The socket side of a holder: answers joiners of its job, counts them,
+    and retires (removes its socket) once the last member has gone."""
 
-    def __init__(self, job: str, info: dict, target_pidfd: int, listener: socket.socket):
+    def __init__(self, job: str, info: dict, target_pidfd: int, listener: socket.socket,
+                 *, dirfd: int = -1, key: str = ""):
         self.job, self.info, self.pidfd, self.listener = job, info, target_pidfd, listener
+        self.dirfd, self.key = dirfd, key
+        self.inode = os.stat(f"{key}.sock", dir_fd=dirfd).st_ino if key else None
         self.members: list[socket.socket] = []
         self.joined = 0
 
@@ -175,14 +184,14 @@ class Holder:
         return None
 
     def serve(self, stop_fd: int) -> None:
-        """Until the last member leaves (or `stop_fd` is readable)."""
+        """Until the holder retires (or `stop_fd` is readable)."""
         import select
 
         while True:
             # A holder nobody joins (its first launch failed) does not linger.
             wait = None if self.joined else JOIN_TIMEOUT
             ready, _, _ = select.select([self.listener, stop_fd, *self.members], [], [], wait)
-            if stop_fd in ready or not (ready or self.joined):
+            if stop_fd in ready:
                 return
             if self.listener in ready:
                 try:
@@ -199,8 +208,38 @@ class Holder:
                 if not data:
                     self.members.remove(member)
                     member.close()
-            if self.joined and not self.members:
+            if not self.members and (self.joined or not ready) and self.retire():
                 return
+
+    def remove_socket(self) -> None:
+        """Remove the socket file if it is still the one this holder bound."""
+        try:
+            if os.stat(f"{self.key}.sock", dir_fd=self.dirfd).st_ino == self.inode:
+                os.unlink(f"{self.key}.sock", dir_fd=self.dirfd)
+        except OSError:
+            pass
+
+    def retire(self) -> bool:
+        """Remove the socket unless a launch is joining right now: launches
+        connect under the per-host lock, so holding it (without waiting:
+        the joiner that holds it waits for our answer) and finding no queued
+        connection means none can come after the socket is gone."""
+        import fcntl
+        import select
+
+        lock = os.open(lock_name(), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600, dir_fd=self.dirfd)
+        try:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False
+            if select.select([self.listener], [], [], 0)[0]:
+                return False
+            self.remove_socket()
+            return True
+        finally:
+            os.close(lock)
 
     def _answer(self, conn: socket.socket) -> None:
         refused = self.admit(conn)
@@ -225,6 +264,7 @@ def start_holder(key: str, job: str, dirfd: int, launch, *, close=()) -> None:
     runs the ordinary launch of a command in the holder (a callable taking
     the command and a callback that gets the chaperon session and policy).
     `close`: descriptors the holder must not keep (the lock)."""
+    sweep(dirfd, job)
     report_r, report_w = os.pipe()
     child = os.fork()
     if child == 0:
@@ -245,6 +285,29 @@ def start_holder(key: str, job: str, dirfd: int, launch, *, close=()) -> None:
         raise BackendUnavailable(f"the job's sandbox on this node could not start — "
                                  f"{answer.removeprefix('error ') or 'its holder ended'}. "
                                  "The task was not run.")
+
+
+def sweep(dirfd: int, job: str) -> None:
+    """Remove this host's sockets of other jobs that no holder listens on any
+    more (one killed with its job); run under the per-host lock. A live
+    holder of another job refuses the probe, so probing changes nothing."""
+    host = socket.gethostname().split(".")[0]
+    ours = (f"{host}-{job}.sock", f"{host}-{job}.")
+    for name in os.listdir(f"/proc/self/fd/{dirfd}"):   # an O_PATH descriptor
+        if (name.startswith(f"{host}-") and name.endswith(".sock")
+                and not name.startswith(ours)):
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.connect(_address(dirfd, name))
+            except ConnectionRefusedError:
+                try:
+                    os.unlink(name, dir_fd=dirfd)
+                except OSError:
+                    pass
+            except OSError:
+                pass
+            finally:
+                probe.close()
 
 
 def _report(fd: int, text: str) -> None:
@@ -268,22 +331,25 @@ def _hold(key: str, job: str, dirfd: int, launch, report_w: int) -> int:
         os.close(fd)
     stop_r, stop_w = os.pipe()
     context: dict = {}
+    reported: list = []
+
+    def report(text: str) -> None:      # once: the descriptor is closed after
+        if not reported:
+            reported.append(text)
+            _report(report_w, text)
 
     def serve():
         try:
             holder = _listen(key, job, dirfd, ready_r, context)
         except (OSError, ValueError) as exc:
-            _report(report_w, f"error {exc}")
+            report(f"error {exc}")
             os.close(stay_w)
             return
-        _report(report_w, "ok")
+        report("ok")
         try:
             holder.serve(stop_r)
         finally:
-            try:
-                os.unlink(f"{key}.sock", dir_fd=dirfd)
-            except OSError:
-                pass
+            holder.remove_socket()         # ended otherwise (scancel): if still ours
             holder.listener.close()
             os.close(stay_w)           # the waiter reads EOF: the sandbox ends
 
@@ -297,7 +363,7 @@ def _hold(key: str, job: str, dirfd: int, launch, report_w: int) -> int:
     code = launch(WAITER, started)
     os.write(stop_w, b"x")
     thread.join(5)
-    _report(report_w, f"error the holder's sandbox ended (exit {code})")
+    report(f"error the holder's sandbox ended (exit {code})")
     return code
 
 
@@ -318,7 +384,7 @@ def _listen(key: str, job: str, dirfd: int, ready_r: int, context: dict) -> Hold
         pass
     listener.bind(_address(dirfd, f"{key}.sock"))
     listener.listen(64)
-    return Holder(job, context["info"], pidfd, listener)
+    return Holder(job, context["info"], pidfd, listener, dirfd=dirfd, key=key)
 
 
 def sandbox_member(root: int) -> int | None:
@@ -390,6 +456,9 @@ def connect(dirfd: int, key: str) -> Joined | None:
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    if not data and not fds:        # it retired as we came: as if there were none
+        conn.close()
+        return None
     try:
         info = json.loads(data.decode("utf-8"))
     except ValueError:

@@ -55,7 +55,8 @@ def holder(tmp_path):
     listener.bind(jobshare._address(dirfd, "n1-42.sock"))
     listener.listen(4)
     pidfd = os.pidfd_open(os.getpid())
-    made = jobshare.Holder("42", {"project": "/p", "backend": "bwrap"}, pidfd, listener)
+    made = jobshare.Holder("42", {"project": "/p", "backend": "bwrap"}, pidfd, listener,
+                           dirfd=dirfd, key="n1-42")
     yield made, dirfd
     listener.close()
     os.close(pidfd)
@@ -122,3 +123,40 @@ def test_the_joiner_refuses_a_holder_that_refused(holder, monkeypatch):
 def test_no_holder_is_no_answer(holder):
     _, dirfd = holder
     assert jobshare.connect(dirfd, "n1-43") is None
+
+
+def test_a_holder_retires_only_when_no_launch_is_joining(holder, tmp_path):
+    """Launches connect under the per-host lock: while one holds it, the
+    holder keeps its socket; a queued connection keeps it too."""
+    import fcntl
+
+    made, dirfd = holder
+    lock = os.open(tmp_path / jobshare.lock_name(), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    assert not made.retire() and (tmp_path / "n1-42.sock").exists()
+    os.close(lock)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(jobshare._address(dirfd, "n1-42.sock"))
+    assert not made.retire() and (tmp_path / "n1-42.sock").exists()
+    made.listener.accept()[0].close()
+    client.close()
+    assert made.retire() and not (tmp_path / "n1-42.sock").exists()
+
+
+def test_sockets_nobody_listens_on_are_swept_but_not_this_jobs(tmp_path, monkeypatch):
+    monkeypatch.setattr(socket, "gethostname", lambda: "n1")
+    dirfd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for name in ("n1-7.sock", "n1-42.sock", "n1-42.3.sock", "n2-7.sock"):
+            dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            dead.bind(str(tmp_path / name))
+            dead.close()                       # bound, never listening: stale
+        live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        live.bind(str(tmp_path / "n1-8.sock"))
+        live.listen(1)
+        jobshare.sweep(dirfd, "42")
+        assert sorted(os.listdir(tmp_path)) == ["n1-42.3.sock", "n1-42.sock", "n1-8.sock",
+                                                "n2-7.sock"]
+        live.close()
+    finally:
+        os.close(dirfd)
