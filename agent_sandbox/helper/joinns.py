@@ -62,6 +62,17 @@ def _prctl(*args) -> int:
     return prctl(*(c_long(a) for a in args))
 
 
+def prepare() -> None:
+    """Load now what the steps after setns use (the C modules, the libc
+    functions): after it, nothing is imported from the sandbox's view of
+    the filesystem while this process still holds capabilities there."""
+    import _struct
+
+    _struct.calcsize("=Ii")
+    for name in ("setns", "prctl", "capset"):
+        _function(name)
+
+
 def parse_spec(text: str) -> dict:
     """'user:4026532195,mnt:…' → {kind: inode}; only known kinds."""
     spec = {}

@@ -107,10 +107,15 @@ def join(opts: dict) -> int:
     try:
         spec = joinns.parse_spec(opts["join_ns"])
         report = os.getpid()
+        joinns.prepare()
         if opts["join"] is not None:
             joinns.enter(opts["join"], spec)
             child = os.fork()
             if child:
+                try:      # hardening only: no process of the sandbox can see it
+                    joinns.drop_capabilities()
+                except (joinns.JoinError, OSError):
+                    pass
                 relay(child)
             joinns._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         joinns.verify(spec)

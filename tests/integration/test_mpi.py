@@ -74,3 +74,29 @@ def test_an_mpi_ring_runs_on_one_node_and_on_two_nodes(slurm_multinode, user, pr
     assert all(len(ipcs) == 1 for ipcs in by_node.values()), by_node
     assert by_node[batch.group(1)] == {batch.group(2)}, (by_node, batch.groups())
     assert len({ipc for ipcs in by_node.values() for ipc in ipcs}) == 2
+
+
+CONFINEMENT = """\
+for f in CapEff CapPrm CapBnd CapAmb NoNewPrivs Seccomp; do
+    printf '%s ' "$(grep "^$f:" /proc/self/status | tr -d ' \\t')"
+done
+test -e "$HOME/.ssh" && ssh=seen || ssh=hidden
+echo "fds=$(ls /proc/self/fd | wc -l) ssh=$ssh"
+"""
+
+
+def test_a_joined_task_is_confined_like_the_batch_script(slurm_multinode, user, project):
+    """A task that joined the batch script's sandbox holds no capability (it
+    held all of them in the sandbox's user namespace after setns), has
+    no_new_privs, the seccomp filter, only stdin/stdout/stderr, and the
+    sandbox's view (hidden paths absent)."""
+    user.write(str((project / "confine.sh").relative_to(user.home)), CONFINEMENT)
+    result = sandboxed_sbatch(slurm_multinode, user, project, "-N1", "-n2", "-o", "job.out",
+                              "--wrap", "srun -N1 -n2 sh confine.sh > tasks.txt; sh confine.sh")
+    assert result.returncode == 0, result.stdout + result.stderr
+    batch = read_output(project / "job.out").strip()
+    tasks = read_output(project / "tasks.txt").strip().splitlines()
+    expected = ("CapEff:0000000000000000 CapPrm:0000000000000000 CapBnd:0000000000000000 "
+                "CapAmb:0000000000000000 NoNewPrivs:1 Seccomp:2 fds=4 ssh=hidden")
+    assert batch == expected, batch
+    assert tasks == [expected, expected], tasks
