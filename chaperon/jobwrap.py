@@ -176,9 +176,11 @@ sys.exit(main())
 
 def launch_argv(config: dict, project_dir: str, jobstart_path: str, spec_path: str) -> list[str]:
     """The compute-side launch of a job or task: the submitting session's
-    backend pinned unless the admin allows a weaker one for jobs."""
+    backend pinned unless the admin allows a weaker one for jobs, in the
+    job's one sandbox on the node (--job-shared)."""
     backend = config.get("job_backend")
-    return (list(config["launcher"]) + ["run"] + (["--backend", backend] if backend else [])
+    return (list(config["launcher"]) + ["run", "--job-shared"]
+            + (["--backend", backend] if backend else [])
             + ["--project-dir", project_dir, "--", "/usr/bin/python3", "-IS", jobstart_path,
                spec_path])
 

@@ -17,17 +17,31 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
-packages=(bubblewrap firejail libseccomp2 util-linux passwd python3 python3-venv)
-missing=()
-for package in "${packages[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
-        || missing+=("$package")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-    echo "install.sh: installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
+# install_missing [APT OPTIONS --] PACKAGE...: the Debian packages not installed yet.
+install_missing() {
+    local options=() missing=() package
+    if [[ " $* " == *" -- "* ]]; then
+        while [ "$1" != "--" ]; do options+=("$1"); shift; done
+        shift
+    fi
+    for package in "$@"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+            || missing+=("$package")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        echo "install.sh: installing ${missing[*]}"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${options[@]}" "${missing[@]}" \
+            >/dev/null
+    fi
+}
+install_missing bubblewrap firejail libseccomp2 util-linux passwd python3 python3-venv
+# The test extras also run MPI jobs (tests/integration/test_mpi.py): Open MPI with
+# mpi4py, and libpmix-dev, whose libpmix.so Slurm's mpi/pmix plugin loads (slurmd
+# loads it when it starts: start the clusters after this). Never in a production install.
+case ",$extras," in
+    *,test,*) install_missing --no-install-recommends -- openmpi-bin python3-mpi4py libpmix-dev ;;
+esac
 
 umask 022
 if [ ! -x "$prefix/venv/bin/python" ]; then

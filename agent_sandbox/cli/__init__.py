@@ -41,6 +41,8 @@ def _fast_run(args: list[str]) -> dict | None:
                 options[name[2:].replace("-", "_")] = value
         elif arg == "--dry-run":
             options["dry_run"] = True
+        elif arg == "--job-shared":            # the chaperon's job launches
+            options["job_shared"] = True
         else:
             return None
         i += 1
@@ -70,7 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         # `agent-sandbox [LAUNCHER OPTIONS] NAME [ARGS]`: an agent profile, or a
         # usage error suggesting the closest command or profile.
         parsed = _fast_run(args)
-        if parsed is not None and parsed["command"][0] not in _NOT_PROFILES:
+        if (parsed is not None and parsed["command"][0] not in _NOT_PROFILES
+                and "job_shared" not in parsed):
             from agent_sandbox.launch.run import run_profile
 
             command = parsed.pop("command")

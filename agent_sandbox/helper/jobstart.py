@@ -13,6 +13,18 @@ SPEC is a JSON file in the chaperon's staging directory (read-only here):
 when the user gave one, "export". Both link ends may hold Slurm's filename
 patterns (%j %A %a %x %u %N …).
 
+MPI defaults (each one a default the user may still set otherwise): PMIx
+clients keep their job data in their own memory (JOB_ENV: slurmstepd's
+shared-memory store lies in a directory no sandbox shows, so every rank
+would print an error before falling back). On landlock every task is a
+sandbox of its own (LANDLOCK_JOB_ENV): cross-memory attach is denied by
+design (SPEC §7), so no single-copy; Open MPI's session directory goes
+into the task's private $TMPDIR (the one PMIx names, in the node's /tmp, is
+not writable there; set for each task, a step's tasks inherit the batch
+script's environment); and two tasks share no writable directory for a
+shared-memory segment, so ranks on one node talk over TCP (btl ^vader)
+instead of failing to attach each other's segments.
+
 The restored environment fills in, it never overrides: what is already set
 here came from Slurm (SLURM_*, PMI/PMIx) or from the sandbox itself (PATH,
 HOME, AGENT_SANDBOX*), and those describe this job and this sandbox.
@@ -69,11 +81,22 @@ def link(requested: str, staged: str, workdir: str, env) -> None:
                          f"{source} — {exc.strerror}. The output is in {source}.\n")
 
 
+JOB_ENV = {"PMIX_MCA_gds": "hash"}
+LANDLOCK_JOB_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_btl": "^vader"}
+
+
 def job_environment(spec, current) -> dict:
     """The task's environment: the staged caller environment filling in
     around what Slurm and the sandbox set here (see the module docstring)."""
     env = dict(current)
     for name, value in spec.get("env", {}).items():
+        env.setdefault(name, value)
+    defaults = dict(JOB_ENV)
+    if current.get("SANDBOX_BACKEND") == "landlock":
+        defaults.update(LANDLOCK_JOB_ENV)
+        if current.get("TMPDIR"):   # this task's own: a step inherits its job's
+            env["OMPI_MCA_orte_top_session_dir"] = current["TMPDIR"] + "/ompi"
+    for name, value in defaults.items():
         env.setdefault(name, value)
     # Slurm's working directory for the job is the chaperon's stage; the
     # caller submitted from here (a step: where its job was submitted from).

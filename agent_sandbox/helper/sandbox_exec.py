@@ -55,12 +55,21 @@ Options (descriptors are inherited file descriptor numbers):
                     (default: refuse, exit 125, because the plan's guarantee
                     report promised it)
   --probe           apply a trivial ruleset and exit 0 (the backend probe)
+  --join-ns SPEC    join a running sandbox (the job's sandbox on this node,
+                    launch/jobshare.py): SPEC lists its namespaces as
+                    kind:inode,…; the process verifies it is in every one of
+                    them, drops every capability and sets no_new_privs
+                    before the steps above (joinns.py)
+  --join FD         with --join-ns: a pidfd of the sandbox's init to setns
+                    into (bwrap), then fork into its PID namespace; without
+                    it the backend joined already (firejail --join)
 """
 import _signal as signal   # the builtin core: `signal` would import enum (~4 ms)
 import marshal
 import os
 import sys
 
+PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 # Signals the launcher forwards to the command's process group; the lifeline
@@ -80,6 +89,59 @@ def _landlock():
     import landlock
 
     return landlock
+
+
+def _joinns():
+    _landlock()                      # puts this directory on sys.path
+    import joinns
+
+    return joinns
+
+
+def join(opts: dict) -> int:
+    """Enter the job's sandbox (--join-ns, --join): returns, in the joined
+    process, the host pid the launcher signals (this helper's own: with a
+    fork, the parent's, which leads the process group both are in). The
+    parent of a fork only relays the child's end."""
+    joinns = _joinns()
+    try:
+        spec = joinns.parse_spec(opts["join_ns"])
+        report = os.getpid()
+        joinns.prepare()
+        if opts["join"] is not None:
+            joinns.enter(opts["join"], spec)
+            child = os.fork()
+            if child:
+                try:      # hardening only: no process of the sandbox can see it
+                    joinns.drop_capabilities()
+                except (joinns.JoinError, OSError):
+                    pass
+                relay(child)
+            joinns._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        joinns.verify(spec)
+        joinns.drop_capabilities()
+    except (joinns.JoinError, OSError) as exc:
+        raise SetupError(str(exc)) from None
+    return report
+
+
+def relay(child: int) -> None:
+    """The fork's parent (outside the PID namespace): wait for the joined
+    process and end as it ended. Forwarded signals reach the whole process
+    group, the child included, so they are ignored here."""
+    for name in FORWARDED:
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    close_inherited(())
+    while True:
+        try:
+            _, status = os.waitpid(child, 0)
+            break
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        os.kill(os.getpid(), os.WTERMSIG(status))
+    os._exit(os.waitstatus_to_exitcode(status))
 
 
 def _read_fd(fd: int) -> bytes:
@@ -102,7 +164,7 @@ def parse(argv: list[str]) -> dict:
             "new_session": False, "controlling_tty": False, "lifeline": None, "status": None,
             "max_abi": None,
             "degrade": False, "probe": False, "pid_namespace": False, "argv": None,
-            "cleanup": None, "keep_fds": [], "command": []}
+            "cleanup": None, "keep_fds": [], "command": [], "join": None, "join_ns": None}
     i = 0
     try:
         while i < len(argv):
@@ -110,14 +172,15 @@ def parse(argv: list[str]) -> dict:
             if arg == "--":
                 opts["command"] = argv[i + 1:]
                 break
-            if arg in ("--env", "--landlock", "--seccomp", "--lifeline", "--status", "--argv"):
+            if arg in ("--env", "--landlock", "--seccomp", "--lifeline", "--status", "--argv",
+                       "--join"):
                 opts[arg[2:]] = int(argv[i + 1])
                 i += 2
             elif arg == "--seed":
                 opts["seeds"].append((int(argv[i + 1]), argv[i + 2]))
                 i += 3
-            elif arg in ("--chdir", "--cleanup"):
-                opts[arg[2:]] = argv[i + 1]
+            elif arg in ("--chdir", "--cleanup", "--join-ns"):
+                opts[arg[2:].replace("-", "_")] = argv[i + 1]
                 i += 2
             elif arg == "--keep-fd":
                 opts["keep_fds"].append(int(argv[i + 1]))
@@ -371,6 +434,9 @@ def main(argv: list[str]) -> int:
         bpf = _read_fd(opts["seccomp"]) if opts["seccomp"] is not None else None
         for fd, path in opts["seeds"]:
             write_seed(_read_fd(fd), path)
+        report = os.getpid()
+        if opts["join_ns"] is not None:
+            report = join(opts)
         if opts["chdir"]:
             try:
                 os.chdir(opts["chdir"])
@@ -386,14 +452,14 @@ def main(argv: list[str]) -> int:
         if opts["lifeline"] is not None:
             start_watcher(opts["lifeline"], whole_namespace=opts["pid_namespace"],
                           whole_session=opts["controlling_tty"], cleanup=opts["cleanup"])
-        if spec is not None or bpf is not None:
+        if spec is not None or bpf is not None or opts["join_ns"] is not None:
             _landlock().no_new_privs()
         if spec is not None:
             apply_landlock(spec, max_abi=opts["max_abi"], degrade=opts["degrade"])
         if bpf is not None:
             load_seccomp(bpf)
         if opts["status"] is not None:
-            os.write(opts["status"], b'{"helper-exec": %d}\n' % os.getpid())
+            os.write(opts["status"], b'{"helper-exec": %d}\n' % report)
             os.close(opts["status"])
         close_inherited(opts["keep_fds"])
     except (SetupError, OSError) as exc:

@@ -47,6 +47,18 @@ def guarantee_lines(plan) -> list[str]:
     return lines
 
 
+# How a Slurm job runs on each backend (launch/jobshare.py; on landlock the
+# settings are helper/jobstart.py's LANDLOCK_JOB_ENV).
+JOB_LINES = {
+    "landlock": "every task is a sandbox of its own (no namespaces to share) and "
+                "cross-memory attach between ranks is denied — Open MPI runs without "
+                "single-copy (OMPI_MCA_btl_vader_single_copy_mechanism=none), its session "
+                "directory in $TMPDIR, ranks on one node over TCP (OMPI_MCA_btl=^vader)",
+}
+JOB_SHARED = ("the batch script and every task on a node share one sandbox (MPI shared "
+              "memory and CMA work); a joined task gets no Landlock domain of its own")
+
+
 def _action(finding, report, backend: str) -> str:
     if finding.action == "blanked":
         return "blanked inside the sandbox"
@@ -121,6 +133,7 @@ def dry_run_report(policy, plan, denied) -> str:
                    "sockets and signals, applied to the thread that starts the backend")
     if policy.seccomp:
         out.append("           (personality except the query value; ioctl TIOCSTI/TIOCLINUX)")
+    out.append(f"jobs:      {JOB_LINES.get(plan.backend, JOB_SHARED)}")
     if plan.notes:
         out.append(f"how {plan.backend} differs from the policy:")
         out += [f"  {n}" for n in plan.notes]

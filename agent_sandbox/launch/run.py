@@ -296,13 +296,27 @@ def _cache_line(cache, prepared: Prepared) -> str:
 
 # ---------------------------------------------------------------- running
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
-        dry_run: bool = False, environ=None, profile=None, keep_fds=()) -> int:
+        dry_run: bool = False, environ=None, profile=None, keep_fds=(),
+        job_shared: bool = False, on_prepared=None) -> int:
+    """`job_shared`: a job's launch, run in the job's sandbox on this node
+    (launch/jobjoin.py). `on_prepared(chaperon, policy)` is called once the
+    plan is built (the job sandbox's holder)."""
     environ = os.environ if environ is None else environ
     if not command:
         say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
         return USAGE
     if inside_sandbox(environ) and not dry_run:
         return exec_nested(command, environ)
+    if job_shared and not dry_run:
+        from agent_sandbox.launch.jobjoin import run_shared
+
+        try:
+            code = run_shared(command, project_dir=project_dir, backend=backend,
+                              environ=environ, keep_fds=keep_fds, resolve=resolve, launch=run)
+        except SandboxError as exc:
+            return fail(exc)
+        if code is not None:
+            return code
     sessions: list = []
     copies: list = []
 
@@ -357,6 +371,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             if prepared.cached or slotted:
                 prepared = with_command(prepared, command)
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
+            if on_prepared is not None:
+                on_prepared(session, policy)
             if dry_run:
                 from agent_sandbox.launch.report import dry_run_report
 

@@ -15,10 +15,10 @@ from tests.conftest import INSTALLED
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
 
 
-def sandboxed_sbatch(cluster, user, project: Path, *args: str, env=None):
-    """`sbatch --wait ARGS` from inside a sandbox on the cluster's login side: its
-    exit code is the job's."""
-    return cluster.run_as(user, [INSTALLED, "run", "--", "sbatch", "--wait", *args],
+def sandboxed_sbatch(cluster, user, project: Path, *args: str, env=None, options=()):
+    """`sbatch --wait ARGS` from inside a sandbox (`run OPTIONS`) on the cluster's
+    login side: its exit code is the job's."""
+    return cluster.run_as(user, [INSTALLED, "run", *options, "--", "sbatch", "--wait", *args],
                           cwd=project, env=env)
 
 

@@ -10,9 +10,11 @@ import pytest
 from agent_sandbox import cli
 
 
-def expected(command, project_dir=None, backend=None, dry_run=False, keep_fds=()) -> dict:
+def expected(command, project_dir=None, backend=None, dry_run=False, keep_fds=(),
+             job_shared=False) -> dict:
     return {"project_dir": project_dir, "backend": backend, "dry_run": dry_run,
-            "keep_fds": keep_fds, "command": list(command)}
+            "keep_fds": keep_fds, "command": list(command),
+            **({"job_shared": True} if job_shared else {})}
 
 
 ACCEPTED = [
@@ -24,6 +26,8 @@ ACCEPTED = [
     (["--backend", "bwrap", "x"], expected(["x"], backend="bwrap")),
     (["--backend=landlock", "x"], expected(["x"], backend="landlock")),
     (["--dry-run", "true"], expected(["true"], dry_run=True)),
+    (["--job-shared", "--backend", "bwrap", "x"], expected(["x"], backend="bwrap",
+                                                            job_shared=True)),
     (["--", "true"], expected(["true"])),
     (["--dry-run", "--backend", "auto", "--project-dir", "/p", "--", "sh", "-c", "exit 3"],
      expected(["sh", "-c", "exit 3"], project_dir="/p", backend="auto", dry_run=True)),
@@ -93,9 +97,10 @@ def launches(monkeypatch):
     calls: list[dict] = []
 
     def fake_run(command, *, project_dir=None, backend=None, dry_run=False, environ=None,
-                 keep_fds=()):
+                 keep_fds=(), job_shared=False):
         calls.append({"command": list(command), "project_dir": project_dir,
-                      "backend": backend, "dry_run": dry_run, "keep_fds": tuple(keep_fds)})
+                      "backend": backend, "dry_run": dry_run, "keep_fds": tuple(keep_fds),
+                      **({"job_shared": True} if job_shared else {})})
         return 42
 
     monkeypatch.setattr(launcher, "run", fake_run)

@@ -1,0 +1,128 @@
+"""A job launch (`run --job-shared`) on a compute node: find or start the
+job's sandbox on this node and run the command inside it (the design and
+its threat analysis are in launch/jobshare.py and docs/design.md, "Jobs: one
+sandbox per node").
+
+The sequence: resolve the policy as any launch does; outside a Slurm step,
+or on landlock (nothing to join), the ordinary launch runs instead (None).
+Under the per-host lock: join the holder of the job's key, or fork one and
+join it. Then the join plan — the helper with the pidfd, the namespaces it
+must end up in, the session's seccomp filter, the task's environment and
+command — runs through the ordinary spawn (signals, exit code, 125).
+"""
+from __future__ import annotations
+
+import os
+
+from agent_sandbox.errors import PolicyError
+
+
+def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, resolve,
+               launch) -> int | None:
+    """The command's exit code, or None when this launch shares nothing.
+    `resolve` and `launch` are run.resolve and run.run (passed in: run.py
+    imports this module)."""
+    import fcntl
+
+    from agent_sandbox.launch import jobshare
+
+    step = jobshare.slurm_step()
+    if step is None:
+        return None
+    settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
+                                          environ=environ)
+    if selection.name not in jobshare.SHARED_BACKENDS:
+        return None
+    keys = jobshare.key_for(*step)
+    dirfd = jobshare.jobs_dir(policy.home)
+    try:
+        lock = os.open(jobshare.lock_name(), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       0o600, dir_fd=dirfd)
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            joined = _find(jobshare, dirfd, keys)
+            if joined is None:
+                holder_env = {k: v for k, v in environ.items() if k != "PMI_FD"}
+
+                def hold(waiter, started):
+                    return launch(waiter, project_dir=project_dir, backend=backend,
+                                  environ=holder_env, on_prepared=started)
+
+                jobshare.start_holder(keys[-1], step[0], dirfd, hold, close=(lock,))
+                joined = jobshare.connect(dirfd, keys[-1])
+            if joined is None:
+                raise PolicyError("the job's sandbox on this node started but does not "
+                                  "answer — the task was not run.", reason="job_join_refused")
+        finally:
+            os.close(lock)
+    finally:
+        os.close(dirfd)
+    try:
+        return _run_joined(joined, command, selection, policy, environ, keep_fds)
+    finally:
+        joined.close()
+
+
+def _find(jobshare, dirfd: int, keys: list[str]):
+    for key in keys:
+        joined = jobshare.connect(dirfd, key)
+        if joined is not None:
+            return joined
+    return None
+
+
+def _run_joined(joined, command, selection, policy, environ, keep_fds) -> int:
+    from agent_sandbox.launch import jobshare
+    from agent_sandbox.launch.spawn import keep_fds_checked, run_plan, slurm_task_fds
+    from agent_sandbox.policy.resolve import with_chaperon
+
+    info = joined.info
+    if info.get("project") != policy.project_dir or info.get("backend") != selection.name:
+        raise PolicyError(
+            f"the job's sandbox on this node is for {info.get('project')} on "
+            f"{info.get('backend')}, this task for {policy.project_dir} on {selection.name} — "
+            "a task joins only its own job's sandbox. The task was not run.",
+            reason="job_join_refused")
+    if info.get("chaperon"):
+        policy = with_chaperon(policy, info["chaperon"], info["staging"])
+    policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
+                                                     + slurm_task_fds(environ)))))
+    spec = jobshare.namespaces_of(joined.pidfd)
+    needed = {"mnt", "pid"} | ({"user"} if selection.name == "bwrap" else set())
+    if not needed <= spec.keys():
+        raise PolicyError(f"the process handed over as the job's sandbox shares this "
+                          f"process's {' and '.join(sorted(needed - spec.keys()))} namespace — "
+                          "it is not a sandbox. The task was not run.",
+                          reason="job_join_refused")
+    plan = join_plan(policy, command, selection, spec, pid=jobshare._pid_of(joined.pidfd),
+                     pidfd=joined.pidfd)
+    return run_plan(plan, policy.keep_fds + (joined.pidfd,))
+
+
+def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pidfd: int):
+    """The Plan of a joining task (pure): the helper, started by bwrap's
+    joiner directly (it setns through `pidfd`) or by `firejail --join=PID`,
+    with the namespaces it must end up in, the seccomp filter, the
+    environment and the command on descriptors. No Landlock domain (see
+    jobshare), so the guarantees are those of the backend without scoping."""
+    from agent_sandbox.backends import BACKENDS
+    from agent_sandbox.backends.base import Plan, argv_payload, env_payload, helper_argv
+    from agent_sandbox.launch.payloads import seccomp_payload
+    from agent_sandbox.launch.select import helper_python
+
+    helper = helper_argv(python=helper_python(), env=True, seccomp=policy.seccomp, status=True,
+                         argv_fd=True, chdir=policy.workdir, keep_fds=policy.keep_fds)
+    join = ["--join-ns", ",".join(f"{kind}:{inode}" for kind, inode in spec.items())]
+    if selection.name == "bwrap":
+        join += ["--join", str(pidfd)]
+        argv = helper[:-1] + join + ["--"]
+    else:
+        argv = ([selection.path, "--quiet", "--keep-fd=all", f"--join={pid}", "--"]
+                + helper[:-1] + join + ["--"])
+    payloads = {"env": env_payload(policy.env), "argv": argv_payload(command)}
+    if policy.seccomp:
+        payloads["seccomp"] = seccomp_payload(policy, policy.home)[0]
+    provides, partial, cannot = BACKENDS[selection.name].guarantees(policy, landlock_abi=0)
+    return Plan(backend=selection.name, argv=tuple(argv), payloads=payloads,
+                env=dict(policy.env), provides=provides, cannot=cannot, partial=partial,
+                status_fd="status", started='"helper-exec"')

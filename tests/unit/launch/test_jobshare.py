@@ -1,0 +1,162 @@
+"""One sandbox per node per job, the parts that need no Slurm: the keys, the
+slurmstepd title and cgroup checks, and the holder's answer over a real Unix
+socket (launch/jobshare.py; the real thing: tests/integration/test_mpi.py and
+tests/adversarial/test_job_sandbox_join.py)."""
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+
+from agent_sandbox.errors import PolicyError
+from agent_sandbox.launch import jobshare
+
+
+def test_the_batch_step_has_the_jobs_key_and_a_step_looks_there_first(monkeypatch):
+    monkeypatch.setattr(socket, "gethostname", lambda: "n7.cluster.example")
+    assert jobshare.key_for("42", "batch") == ["n7-42"]
+    assert jobshare.key_for("42", "3") == ["n7-42", "n7-42.3"]
+
+
+@pytest.mark.parametrize("title,expected", [
+    (b"slurmstepd: [700058.batch]\0\0", ("700058", "batch")),
+    (b"slurmstepd: [12.0]", ("12", "0")),
+    (b"slurmstepd: [12.extern]", ("12", "extern")),
+])
+def test_the_step_is_read_from_slurmstepds_title(title, expected):
+    match = jobshare.STEPD_TITLE.match(title)
+    assert match and (match.group(1).decode(), match.group(2).decode()) == expected
+
+
+@pytest.mark.parametrize("title", [b"slurmstepd: [x.0]", b"python3 slurmstepd: [1.0]", b""])
+def test_other_titles_name_no_step(title):
+    assert jobshare.STEPD_TITLE.match(title) is None
+
+
+def test_a_cgroup_that_names_a_job_must_name_this_one():
+    assert jobshare.cgroup_agrees("0::/\n4:memory:/process_api/3c9c\n", "42")   # linuxproc
+    assert jobshare.cgroup_agrees("0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_0\n",
+                                  "42")
+    assert not jobshare.cgroup_agrees("0::/system.slice/slurmstepd.scope/job_43/step_0\n", "42")
+    assert not jobshare.cgroup_agrees("4:memory:/slurm/uid_1/job_42/step_0\n"
+                                      "5:cpuset:/slurm/uid_1/job_43/step_0\n", "42")
+    assert not jobshare.cgroup_agrees("0::/job_420/step_0\n", "42")
+
+
+def test_this_process_is_in_no_slurm_step():
+    assert jobshare.slurm_step() is None
+
+
+@pytest.fixture
+def holder(tmp_path):
+    dirfd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(jobshare._address(dirfd, "n1-42.sock"))
+    listener.listen(4)
+    pidfd = os.pidfd_open(os.getpid())
+    made = jobshare.Holder("42", {"project": "/p", "backend": "bwrap"}, pidfd, listener,
+                           dirfd=dirfd, key="n1-42")
+    yield made, dirfd
+    listener.close()
+    os.close(pidfd)
+    os.close(dirfd)
+
+
+def answered(made, dirfd, key="n1-42"):
+    """connect() against the holder, which answers once (no thread: the
+    kernel queues the connection until accept)."""
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(jobshare._address(dirfd, f"{key}.sock"))
+    conn, _ = made.listener.accept()
+    made._answer(conn)
+    return client
+
+
+def test_a_peer_outside_the_job_is_refused_and_gets_no_descriptor(holder):
+    made, dirfd = holder
+    client = answered(made, dirfd)
+    data, ancillary, _, _ = client.recvmsg(4096, socket.CMSG_SPACE(4))
+    assert ancillary == [] and made.members == []
+    assert f"(pid {os.getpid()}) is not a process of job 42" in data.decode()
+    client.close()
+
+
+def test_a_peer_of_the_job_gets_the_sandbox_and_counts_as_a_member(holder, monkeypatch):
+    made, dirfd = holder
+    monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "0"))
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(jobshare._address(dirfd, "n1-42.sock"))
+    conn, _ = made.listener.accept()
+    made._answer(conn)
+    import array
+
+    fds = array.array("i")
+    data, ancillary, _, _ = client.recvmsg(4096, socket.CMSG_SPACE(4))
+    for _, _, payload in ancillary:
+        fds.frombytes(payload)
+    assert data == b'{"project": "/p", "backend": "bwrap"}' and len(fds) == 1
+    assert jobshare._pid_of(fds[0]) == os.getpid() and made.joined == 1
+    # Our own namespaces: nothing differs, so nothing here is a sandbox.
+    assert jobshare.namespaces_of(fds[0]) == {}
+    os.close(fds[0])
+    client.close()
+
+
+def test_the_joiner_refuses_a_holder_that_refused(holder, monkeypatch):
+    made, dirfd = holder
+    monkeypatch.setattr(jobshare, "_check_server", lambda conn: None)
+    client_side = {}
+
+    def fake_connect(conn, address, original=socket.socket.connect):
+        original(conn, address)
+        accepted, _ = made.listener.accept()
+        made._answer(accepted)
+        client_side["done"] = True
+
+    monkeypatch.setattr(socket.socket, "connect", fake_connect)
+    with pytest.raises(PolicyError, match="refused this task — the peer"):
+        jobshare.connect(dirfd, "n1-42")
+    assert client_side
+
+
+def test_no_holder_is_no_answer(holder):
+    _, dirfd = holder
+    assert jobshare.connect(dirfd, "n1-43") is None
+
+
+def test_a_holder_retires_only_when_no_launch_is_joining(holder, tmp_path):
+    """Launches connect under the per-host lock: while one holds it, the
+    holder keeps its socket; a queued connection keeps it too."""
+    import fcntl
+
+    made, dirfd = holder
+    lock = os.open(tmp_path / jobshare.lock_name(), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    assert not made.retire() and (tmp_path / "n1-42.sock").exists()
+    os.close(lock)
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(jobshare._address(dirfd, "n1-42.sock"))
+    assert not made.retire() and (tmp_path / "n1-42.sock").exists()
+    made.listener.accept()[0].close()
+    client.close()
+    assert made.retire() and not (tmp_path / "n1-42.sock").exists()
+
+
+def test_sockets_nobody_listens_on_are_swept_but_not_this_jobs(tmp_path, monkeypatch):
+    monkeypatch.setattr(socket, "gethostname", lambda: "n1")
+    dirfd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    try:
+        for name in ("n1-7.sock", "n1-42.sock", "n1-42.3.sock", "n2-7.sock"):
+            dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            dead.bind(str(tmp_path / name))
+            dead.close()                       # bound, never listening: stale
+        live = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        live.bind(str(tmp_path / "n1-8.sock"))
+        live.listen(1)
+        jobshare.sweep(dirfd, "42")
+        assert sorted(os.listdir(tmp_path)) == ["n1-42.3.sock", "n1-42.sock", "n1-8.sock",
+                                                "n2-7.sock"]
+        live.close()
+    finally:
+        os.close(dirfd)
