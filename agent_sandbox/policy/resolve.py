@@ -110,6 +110,8 @@ class Policy(NamedTuple):
     # The launcher relays a pseudo-terminal (launch/terminal.py): the command
     # takes it as controlling terminal. A launch fact, set like keep_fds.
     terminal: bool = False
+    # The site's slurm.conf the chaperon uses (slurm_conf_path), None: Slurm's default.
+    slurm_conf: str | None = None
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -250,11 +252,29 @@ def _devices(settings) -> tuple[str, ...]:
                  if not any(fnmatch(p, b) for b in settings.DEVICES_BLACKLIST))
 
 
-def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def slurm_conf_path(settings, environ) -> str | None:
+    """The site's Slurm configuration for the chaperon: the SLURM_CONF of the
+    environment agent-sandbox was started from (outside any sandbox: a user's
+    second cluster, or a site's profile.d), else the admin's SLURM_CONF_PATH,
+    else None (Slurm's default). Never a value from inside a sandbox: the
+    chaperon gets it from the launcher, and jobs from slurmd."""
+    given = environ.get("SLURM_CONF", "")
+    if given.startswith("/"):
+        return os.path.normpath(given)
+    return settings.SLURM_CONF_PATH or None
+
+
+def _slurm_boundary(system: tuple[str, ...], environ,
+                    site_conf: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     def visible(path: str) -> bool:
         return any(_is_within(path, root) for root in system)
 
-    masks = tuple(p for p in SLURM_CONFIG_DIRS if os.path.isdir(p) and visible(p))
+    # The site's config directory is masked like /etc/slurm, unless it is a
+    # top-level tree (a slurm.conf directly in /etc stays readable: the
+    # boundary is the munge socket, which /run never shows).
+    site_dir = os.path.dirname(site_conf) if site_conf else None
+    dirs = SLURM_CONFIG_DIRS + ((site_dir,) if site_dir and site_dir.count("/") >= 2 else ())
+    masks = tuple(dict.fromkeys(p for p in dirs if os.path.isdir(p) and visible(p)))
     dirs = SLURM_BIN_DIRS + tuple(environ.get("PATH", "").split(":"))
     binaries = set()
     for directory in dict.fromkeys(d for d in dirs if d.startswith("/")):
@@ -330,7 +350,8 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         Protected(r, os.path.isdir(r), True) for r in denied if os.path.exists(r))
     protected, pinned = _git_protected(protected, project, home, ctx.environ)
     system = _existing(settings.READONLY_MOUNTS)
-    slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ)
+    site_conf = slurm_conf_path(settings, ctx.environ)
+    slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ, site_conf)
     for item in _protected(settings, project, home):
         if item.exists and os.path.islink(item.path):
             warnings.append(f"PROTECTED_PATHS: {item.path} is a symlink and cannot be kept "
@@ -351,7 +372,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
         quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings), pinned=pinned,
-        prompt=settings.SANDBOX_PROMPT)
+        prompt=settings.SANDBOX_PROMPT, slurm_conf=site_conf)
     return with_chaperon(policy, *chaperon) if chaperon else policy
 
 

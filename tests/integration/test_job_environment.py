@@ -1,0 +1,125 @@
+"""The job's environment is the one the real Slurm gives (SPEC §9 "The job's
+environment is Slurm's"): the same submission made outside any sandbox and
+from inside one, on the two-node cluster, compared variable by variable.
+The only differences allowed are the policy's: credentials removed, the
+sandbox's own variables, the stubs first on PATH, a private per-job TMPDIR,
+SLURM_CONF (the real configuration is unreachable inside) and what differs
+between any two jobs (their ids)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import INSTALLED, SECRET_ENV
+
+pytestmark = pytest.mark.usefixtures("slurm_multinode")
+
+# An exported shell function is set by `env` right before the submission (the
+# cluster's login side runs through /bin/sh, which drops such names).
+FUNCTION = 'BASH_FUNC_module%%=() {  echo "module-ran $*"\n}'
+SUBMITTED = {
+    "PATH": "/opt/hpc2tool/bin:/usr/local/bin:/usr/bin:/bin",
+    "LD_LIBRARY_PATH": "/opt/hpc2tool/lib", "TMPDIR": "/var/tmp",
+    "MODULEPATH": "/apps/modules", "LOADEDMODULES": "tool/1.0", "_LMFILES_": "/apps/modules/t",
+    "CONDA_PREFIX": "/opt/conda/envs/x", "CONDA_DEFAULT_ENV": "x", "MY_SETTING": "42",
+}
+JOB_SPECIFIC = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_TASK_PID", "_"}
+SANDBOX_OWN = {"AGENT_SANDBOX", "AGENT_SANDBOX_CHAPERON", "AGENT_SANDBOX_SESSION",
+               "SANDBOX_BACKEND", "SANDBOX_PROJECT_DIR", "SANDBOX_QUIET"}
+# The job script: its environment, NUL-separated (values may hold newlines),
+# and proof that the exported shell function is a function in the job.
+SCRIPT = "#!/bin/bash\nenv -0 > $1.env\nmodule load x > $1.module 2>&1\nexit 0\n"
+
+
+STATE = "/var/spool/slurm-multinode/slurmctld"    # scripts/slurm-multinode.sh
+
+
+def write(user, path: Path, text: str, mode: int = 0o644) -> None:
+    path.write_text(text)
+    path.chmod(mode)
+    os.chown(path, user.uid, user.gid)
+
+
+def read_env(path: Path) -> dict[str, str]:
+    assert path.exists(), f"{path} was not written"
+    return dict(item.split("=", 1) for item in path.read_text().split("\0") if "=" in item)
+
+
+def submit_both(cluster, user, project: Path, *options: str) -> tuple[dict, dict]:
+    """The same submission outside and from inside a sandbox: (outside, inside)."""
+    env = user.env(**SUBMITTED)
+    write(user, project / "job.sh", SCRIPT, 0o755)
+    outside = cluster.run_as(user, ["env", FUNCTION, "sbatch", "--wait", "-o", "outside.out", *options,
+                                    "job.sh", "outside"], cwd=project, env=env)
+    assert outside.returncode == 0, outside.stdout + outside.stderr
+    inside = cluster.run_as(user, ["env", FUNCTION, INSTALLED, "run", "--", "sbatch", "--wait", "-o",
+                                   "inside.out", *options, "job.sh", "inside"], cwd=project, env=env)
+    assert inside.returncode == 0, inside.stdout + inside.stderr
+    return read_env(project / "outside.env"), read_env(project / "inside.env")
+
+
+def assert_slurms_environment(outside: dict, inside: dict) -> None:
+    removed = {name for name in outside if name in SECRET_ENV and name != "ANTHROPIC_API_KEY"}
+    removed.add("SLURM_CONF")
+    assert inside["PATH"] == "/run/agent-sandbox/bin:" + outside["PATH"]
+    assert inside["TMPDIR"] == f"/tmp/agent-sandbox-job-{inside['SLURM_JOB_ID']}"
+    assert set(inside) - set(outside) == SANDBOX_OWN - set(outside)
+    assert set(outside) - set(inside) == removed
+    for name, value in outside.items():
+        if name in removed | JOB_SPECIFIC | {"PATH", "TMPDIR"}:
+            continue
+        assert inside[name] == value, name
+
+
+def test_the_job_environment_is_the_one_slurm_gives(slurm_multinode, user, project):
+    outside, inside = submit_both(slurm_multinode, user, project)
+    assert_slurms_environment(outside, inside)
+    for name in SUBMITTED:
+        if name not in ("PATH", "TMPDIR"):
+            assert inside[name] == SUBMITTED[name], name
+    assert inside["BASH_FUNC_module%%"] == outside["BASH_FUNC_module%%"]
+    assert (project / "outside.module").read_text() == "module-ran load x\n"
+    assert (project / "inside.module").read_text() == "module-ran load x\n"
+
+
+@pytest.mark.parametrize("export", ["NONE", "MY_SETTING,LD_LIBRARY_PATH"])
+def test_export_none_and_a_list_give_what_slurm_gives(slurm_multinode, user, project, export):
+    """The real sbatch then also loads the login environment (--get-user-env):
+    the job gets it too, made inside its sandbox."""
+    outside, inside = submit_both(slurm_multinode, user, project, f"--export={export}")
+    assert outside["SLURM_GET_USER_ENV"] == "1" and "MODULEPATH" not in outside
+    assert_slurms_environment(outside, inside)
+    assert ("MY_SETTING" in inside) == (export != "NONE")
+
+
+def test_loader_variables_reach_only_the_sandboxed_job(slurm_multinode, user, project):
+    """LD_PRELOAD, PYTHONPATH, BASH_ENV set inside the sandbox are set in the
+    job inside its sandbox only: the environment Slurm stores for the job
+    (what slurmstepd, a TaskProlog and the wrapper get) has none of them."""
+    write(user, project / "hook.sh", 'echo "BASH_ENV-RAN AGENT_SANDBOX=$AGENT_SANDBOX"\n')
+    write(user, project / "job.sh", "#!/bin/bash\nenv > job.env\n", 0o755)
+    env = user.env(BASH_ENV=f"{project}/hook.sh", PYTHONPATH=str(project),
+                   LD_PRELOAD="/nonexistent/hook.so")
+    result = slurm_multinode.run_as(
+        user, [INSTALLED, "run", "--", "sbatch", "--parsable", "--hold", "job.sh"],
+        cwd=project, env=env)
+    job = result.stdout.strip().split("\n")[-1]
+    assert result.returncode == 0 and job.isdigit(), result.stdout + result.stderr
+    try:
+        stored = Path(f"{STATE}/hash.{int(job) % 10}/job.{job}/environment").read_bytes()
+        names = {item.split(b"=", 1)[0].decode() for item in stored.split(b"\0") if item}
+        assert "SLURM_JOB_NAME" in names or "PATH" in names, names   # the file is the job's
+        assert not names & {"BASH_ENV", "PYTHONPATH", "LD_PRELOAD"}, names
+    finally:
+        slurm_multinode.run_as(user, ["scancel", job], cwd=project)
+    result = slurm_multinode.run_as(
+        user, [INSTALLED, "run", "--", "sbatch", "--wait", "-o", "hook.out", "job.sh"],
+        cwd=project, env=env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    job_env = (project / "job.env").read_text()
+    assert f"BASH_ENV={project}/hook.sh" in job_env and "LD_PRELOAD=/nonexistent" in job_env
+    ran = [line for line in (project / "hook.out").read_text().split("\n")
+           if "BASH_ENV-RAN" in line]
+    assert ran and all(line.endswith("AGENT_SANDBOX=1") for line in ran), ran
