@@ -123,3 +123,28 @@ def test_loader_variables_reach_only_the_sandboxed_job(slurm_multinode, user, pr
     ran = [line for line in (project / "hook.out").read_text().split("\n")
            if "BASH_ENV-RAN" in line]
     assert ran and all(line.endswith("AGENT_SANDBOX=1") for line in ran), ran
+
+
+def test_an_srun_task_gets_the_environment_slurm_gives(slurm_multinode, user, project):
+    """srun from a login shell and from a login-side sandbox: the task's
+    environment, variable by variable (Slurm's own task variables aside,
+    which name the step and its ports)."""
+    env = user.env(**SUBMITTED)
+    tasks = {}
+    for name, prefix in (("outside", []), ("inside", [INSTALLED, "run", "--"])):
+        result = slurm_multinode.run_as(user, ["env", FUNCTION, *prefix, "srun", "-N1",
+                                               "/usr/bin/env", "-0"], cwd=project, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        tasks[name] = {k: v for k, v in (item.split("=", 1) for item in
+                                         result.stdout.split("\0") if "=" in item)
+                       if not k.startswith("SLURM_")}
+    outside, inside = tasks["outside"], tasks["inside"]
+    removed = {name for name in outside if name in SECRET_ENV and name != "ANTHROPIC_API_KEY"}
+    assert inside["PATH"] == "/run/agent-sandbox/bin:" + outside["PATH"]
+    assert inside["TMPDIR"].startswith("/tmp/agent-sandbox-job-")
+    assert set(inside) - set(outside) == SANDBOX_OWN - set(outside)
+    assert set(outside) - set(inside) == removed
+    for name, value in outside.items():
+        if name not in removed | {"PATH", "TMPDIR", "_"}:
+            assert inside[name] == value, name
+    assert inside["BASH_FUNC_module%%"] == outside["BASH_FUNC_module%%"]
