@@ -241,13 +241,18 @@ def _git_protected(protected: tuple[Protected, ...], project: str, home: str,
     return protected, ((dotgit,) if os.path.isdir(dotgit) or creates else ())
 
 
-def _devices(settings) -> tuple[str, ...]:
-    if not settings.DEVICES:
+def _devices(settings, environ=None, site_conf: str | None = None) -> tuple[str, ...]:
+    """DEVICES (globs) and, in a Slurm job or task, the devices of its
+    allocated GPUs (policy/gres.py), minus DEVICES_BLACKLIST."""
+    from agent_sandbox.policy import gres
+
+    allocated = gres.devices(environ or {}, site_conf)
+    if not settings.DEVICES and not allocated:
         return ()
     import glob
     from fnmatch import fnmatch
 
-    found = sorted({p for g in settings.DEVICES for p in glob.glob(g)})
+    found = sorted({p for g in settings.DEVICES for p in glob.glob(g)} | set(allocated))
     return tuple(p for p in found
                  if not any(fnmatch(p, b) for b in settings.DEVICES_BLACKLIST))
 
@@ -349,7 +354,9 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     protected = _protected(settings, project, home) + tuple(
         Protected(r, os.path.isdir(r), True) for r in denied if os.path.exists(r))
     protected, pinned = _git_protected(protected, project, home, ctx.environ)
-    system = _existing(settings.READONLY_MOUNTS)
+    # /sys read-only in every sandbox (SPEC §5: NVML, hwloc, UCX and libibverbs
+    # read it); a hidden path under it is carved out like anywhere else.
+    system = _existing(dict.fromkeys(tuple(settings.READONLY_MOUNTS) + ("/sys",)))
     site_conf = slurm_conf_path(settings, ctx.environ)
     slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ, site_conf)
     for item in _protected(settings, project, home):
@@ -365,7 +372,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         extra_writable=extra_writable, hidden=hidden,
         protected=protected, readonly_overlays=overlays,
         run_binds=_existing(run_binds), slurm_masks=slurm_masks,
-        slurm_binaries=slurm_binaries, devices=_devices(settings),
+        slurm_binaries=slurm_binaries, devices=_devices(settings, ctx.environ, site_conf),
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,
         filter_passwd=settings.FILTER_PASSWD,
         network_isolated=settings.NETWORK_MODE == "isolated",
