@@ -219,7 +219,7 @@ def test_job_is_tagged_and_recorded_in_the_ledger(user, project):
                                  text=True).stdout.strip()
         assert comment.startswith("chaperon:sid=") and comment.endswith(",user=my%20note:END")
         ledger = user.home / ".local/state/agent-sandbox/ledger"
-        assert any(f'"job":"{job}"' in p.read_text() for p in ledger.glob("*.jsonl"))
+        assert any(f'"job":"{job}"' in p.read_text() for p in ledger.rglob("*.jsonl"))
     finally:
         subprocess.run(["scancel", job])
 
