@@ -169,15 +169,25 @@ class Ledger:
         with self._lock:
             self._own.setdefault(str(job_id), Record(record))
 
-    def forget(self, ids) -> None:
+    def forget(self, ids) -> threading.Thread | None:
         """Ids of this project Slurm has forgotten: written down, so the next
-        session neither lists nor prunes them again (best effort)."""
+        session neither lists nor prunes them again (best effort), and
+        removed from the project's compacted file in a thread of its own (so
+        the next session does not even read them)."""
         ids = sorted(set(ids))
-        if ids:
-            try:
-                self._append({"gone": ids, "project": self.project, "time": time.time()})
-            except LedgerError:
-                pass   # pruning is an optimisation; the next session prunes again
+        if not ids:
+            return None
+        try:
+            self._append({"gone": ids, "project": self.project, "time": time.time()})
+        except LedgerError:
+            return None   # pruning is an optimisation; the next session prunes again
+        thread = threading.Thread(target=self._drop, args=(set(ids),), daemon=True)
+        thread.start()
+        return thread
+
+    def _drop(self, ids: set[str]) -> None:
+        if os.path.exists(os.path.join(self.compacted, f"{self.project}.jsonl")):
+            self._locked(lambda: self._rewrite(self.project, [], ids))
 
     # ------------------------------------------------------------------ reading
     def _read(self, path: str) -> _FileState | None:
@@ -280,18 +290,22 @@ class Ledger:
         """Fold every session file but this session's own into the compacted
         per-project files (see the module docstring); the number of files
         folded, 0 when another compactor holds the lock or nothing failed."""
+        return self._locked(self._fold) or 0
+
+    def _locked(self, work):
+        """`work()` under the compaction lock; None when another holds it."""
         try:
             os.makedirs(self.compacted, mode=0o700, exist_ok=True)
             lock = os.open(os.path.join(self.compacted, ".lock"),
                            os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         except OSError:
-            return 0
+            return None
         try:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
-                return 0
-            return self._fold()
+                return None
+            return work()
         finally:
             os.close(lock)
 
@@ -351,6 +365,7 @@ class Ledger:
         kept: dict[str, Record] = {}
         for record in old.records + new:
             if record.job not in forgotten:
+                record.pop("token", None)     # the submission's own business, not scope's
                 kept.setdefault(record.job, record)
         temporary = f"{path}.{os.getpid()}.tmp"
         with open(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC,

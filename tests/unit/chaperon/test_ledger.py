@@ -60,7 +60,11 @@ def test_forgotten_ids_are_written_down_once(tmp_path):
     second.compact()
     text = (tmp_path / "ledger" / COMPACT_DIR_NAME / f"{second.project}.jsonl").read_text()
     assert [json.loads(line)["job"] for line in text.splitlines()] == ids[10:]
-    assert Ledger(str(tmp_path), "third", str(tmp_path / "p")).jobs("project") == ids[10:]
+    third = Ledger(str(tmp_path), "third", str(tmp_path / "p"))
+    assert third.jobs("project") == ids[10:]
+    third.forget(ids[10:11]).join()      # also out of the compacted file, at once
+    text = (tmp_path / "ledger" / COMPACT_DIR_NAME / f"{third.project}.jsonl").read_text()
+    assert [json.loads(line)["job"] for line in text.splitlines()] == ids[11:]
 
 
 def test_a_compaction_that_crashed_loses_nothing(tmp_path, monkeypatch):
