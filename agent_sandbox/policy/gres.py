@@ -140,4 +140,5 @@ def devices(environ, slurm_conf: str | None) -> tuple[str, ...]:
         match = _NVIDIA.fullmatch(path)
         if match:
             out += list(NVIDIA_CONTROL) + _nvidia_dri(int(match.group(1)))
-    return tuple(p for p in dict.fromkeys(out) if os.path.exists(p))
+    # Device files only: a File= outside /dev is a site mistake, never bound.
+    return tuple(p for p in dict.fromkeys(out) if p.startswith("/dev/") and os.path.exists(p))

@@ -33,9 +33,6 @@ SANDBOX_OWN = {"AGENT_SANDBOX", "AGENT_SANDBOX_CHAPERON", "AGENT_SANDBOX_SESSION
 SCRIPT = "#!/bin/bash\nenv -0 > $1.env\nmodule load x > $1.module 2>&1\nexit 0\n"
 
 
-STATE = "/var/spool/slurm-multinode/slurmctld"    # scripts/slurm-multinode.sh
-
-
 def write(user, path: Path, text: str, mode: int = 0o644) -> None:
     path.write_text(text)
     path.chmod(mode)
@@ -92,37 +89,6 @@ def test_export_none_and_a_list_give_what_slurm_gives(slurm_multinode, user, pro
     assert outside["SLURM_GET_USER_ENV"] == "1" and "MODULEPATH" not in outside
     assert_slurms_environment(outside, inside)
     assert ("MY_SETTING" in inside) == (export != "NONE")
-
-
-def test_loader_variables_reach_only_the_sandboxed_job(slurm_multinode, user, project):
-    """LD_PRELOAD, PYTHONPATH, BASH_ENV set inside the sandbox are set in the
-    job inside its sandbox only: the environment Slurm stores for the job
-    (what slurmstepd, a TaskProlog and the wrapper get) has none of them."""
-    write(user, project / "hook.sh", 'echo "BASH_ENV-RAN AGENT_SANDBOX=$AGENT_SANDBOX"\n')
-    write(user, project / "job.sh", "#!/bin/bash\nenv > job.env\n", 0o755)
-    env = user.env(BASH_ENV=f"{project}/hook.sh", PYTHONPATH=str(project),
-                   LD_PRELOAD="/nonexistent/hook.so")
-    result = slurm_multinode.run_as(
-        user, [INSTALLED, "run", "--", "sbatch", "--parsable", "--hold", "job.sh"],
-        cwd=project, env=env)
-    job = result.stdout.strip().split("\n")[-1]
-    assert result.returncode == 0 and job.isdigit(), result.stdout + result.stderr
-    try:
-        stored = Path(f"{STATE}/hash.{int(job) % 10}/job.{job}/environment").read_bytes()
-        names = {item.split(b"=", 1)[0].decode() for item in stored.split(b"\0") if item}
-        assert "SLURM_JOB_NAME" in names or "PATH" in names, names   # the file is the job's
-        assert not names & {"BASH_ENV", "PYTHONPATH", "LD_PRELOAD"}, names
-    finally:
-        slurm_multinode.run_as(user, ["scancel", job], cwd=project)
-    result = slurm_multinode.run_as(
-        user, [INSTALLED, "run", "--", "sbatch", "--wait", "-o", "hook.out", "job.sh"],
-        cwd=project, env=env)
-    assert result.returncode == 0, result.stdout + result.stderr
-    job_env = (project / "job.env").read_text()
-    assert f"BASH_ENV={project}/hook.sh" in job_env and "LD_PRELOAD=/nonexistent" in job_env
-    ran = [line for line in (project / "hook.out").read_text().split("\n")
-           if "BASH_ENV-RAN" in line]
-    assert ran and all(line.endswith("AGENT_SANDBOX=1") for line in ran), ran
 
 
 def test_an_srun_task_gets_the_environment_slurm_gives(slurm_multinode, user, project):

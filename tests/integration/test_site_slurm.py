@@ -35,13 +35,6 @@ def test_the_site_config_is_unreachable_inside(user, project):
     assert result.stdout == "SLURM_CONF=unset\n"
 
 
-def test_a_config_named_inside_is_ignored(user, project):
-    """The agent names the second cluster's config inside: the chaperon keeps
-    the site's (here Slurm's default, the single-node cluster)."""
-    line = sandboxed_job(user, project, inner=("env", f"SLURM_CONF={SECOND}"))
-    assert line.startswith("cluster=agentsandbox ") and line.endswith(" sandbox=1"), line
-
-
 def test_the_admin_file_names_the_site_config(user, project, admin):
     admin(f"SLURM_CONF_PATH={SECOND}\n")
     assert sandboxed_job(user, project) == "cluster=asmultinode node=n1 sandbox=1"
