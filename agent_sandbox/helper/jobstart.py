@@ -89,15 +89,20 @@ def stub_dirs(current) -> list:
 
 def private_tmpdir(current) -> str:
     """A directory of this job on this node that only this user can use:
-    /tmp/agent-sandbox-job-<id>, made 0700 (or taken when this user made it
-    earlier: the tasks of a job share it); anything else there — another
-    user's, a symlink — is never used, a fresh directory is made instead."""
+    agent-sandbox-job-<id> in the sandbox's temporary directory (/tmp, or the
+    session's own $TMPDIR on landlock, which cannot make /tmp private), made
+    0700 (or taken when this user made it earlier: the tasks of a job share
+    it); anything else there — another user's, a symlink — is never used, a
+    fresh directory is made instead. The sandbox's $TMPDIR when none can be
+    made."""
     import stat
     import tempfile
 
+    base = current.get("TMPDIR") or "/tmp"
+    base = base if base.startswith("/") and os.path.isdir(base) else "/tmp"
     job = current.get("SLURM_JOB_ID", "")
     if job.isdigit():
-        path = f"/tmp/agent-sandbox-job-{job}"
+        path = f"{base.rstrip('/') or ''}/agent-sandbox-job-{job}"
         try:
             os.mkdir(path, 0o700)
             return path
@@ -108,7 +113,10 @@ def private_tmpdir(current) -> str:
                 return path
         except OSError:
             pass
-    return tempfile.mkdtemp(prefix=f"agent-sandbox-job-{job or 'x'}.", dir="/tmp")
+    try:
+        return tempfile.mkdtemp(prefix=f"agent-sandbox-job-{job or 'x'}.", dir=base)
+    except OSError:
+        return current.get("TMPDIR") or "/tmp"
 
 
 # What the chaperon's real sbatch carried for its own use (chaperon/environment.py

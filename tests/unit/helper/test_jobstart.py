@@ -60,3 +60,14 @@ def test_a_tmpdir_another_user_or_a_symlink_holds_is_never_used(tmp_path):
         os.rmdir(env["TMPDIR"])
     finally:
         os.unlink(planted)
+
+
+def test_the_job_directory_lies_in_the_sandboxs_own_tmpdir(tmp_path):
+    """landlock cannot make /tmp private: the session's $TMPDIR is the place."""
+    env = jobstart.job_environment({"env": {}, "workdir": "/p"},
+                                   dict(HERE, SLURM_JOB_ID="4246", TMPDIR=str(tmp_path)))
+    assert env["TMPDIR"] == f"{tmp_path}/agent-sandbox-job-4246"
+    env = jobstart.job_environment({"env": {}, "workdir": "/p"},
+                                   dict(HERE, SLURM_JOB_ID="4247", TMPDIR="/nonexistent/t"))
+    assert env["TMPDIR"] == "/tmp/agent-sandbox-job-4247"
+    os.rmdir(env["TMPDIR"])
