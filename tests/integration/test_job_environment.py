@@ -44,14 +44,16 @@ def read_env(path: Path) -> dict[str, str]:
     return dict(item.split("=", 1) for item in path.read_text().split("\0") if "=" in item)
 
 
-def submit_both(cluster, user, project: Path, *options: str) -> tuple[dict, dict]:
+def submit_both(cluster, user, project: Path, *options: str, backend: str = "bwrap",
+                ) -> tuple[dict, dict]:
     """The same submission outside and from inside a sandbox: (outside, inside)."""
     env = user.env(**SUBMITTED)
     write(user, project / "job.sh", SCRIPT, 0o755)
     outside = cluster.run_as(user, ["env", FUNCTION, "sbatch", "--wait", "-o", "outside.out", *options,
                                     "job.sh", "outside"], cwd=project, env=env)
     assert outside.returncode == 0, outside.stdout + outside.stderr
-    inside = cluster.run_as(user, ["env", FUNCTION, INSTALLED, "run", "--", "sbatch", "--wait", "-o",
+    inside = cluster.run_as(user, ["env", FUNCTION, INSTALLED, "run", "--backend", backend,
+                                   "--", "sbatch", "--wait", "-o",
                                    "inside.out", *options, "job.sh", "inside"], cwd=project, env=env)
     assert inside.returncode == 0, inside.stdout + inside.stderr
     return read_env(project / "outside.env"), read_env(project / "inside.env")
@@ -60,8 +62,10 @@ def submit_both(cluster, user, project: Path, *options: str) -> tuple[dict, dict
 def assert_slurms_environment(outside: dict, inside: dict) -> None:
     removed = {name for name in outside if name in SECRET_ENV and name != "ANTHROPIC_API_KEY"}
     removed.add("SLURM_CONF")
-    assert inside["PATH"] == "/run/agent-sandbox/bin:" + outside["PATH"]
-    assert inside["TMPDIR"] == f"/tmp/agent-sandbox-job-{inside['SLURM_JOB_ID']}"
+    stubs = ("/run/agent-sandbox/bin" if inside["SANDBOX_BACKEND"] == "bwrap" else
+             inside["AGENT_SANDBOX_CHAPERON"] + "/bin")
+    assert inside["PATH"] == f"{stubs}:{outside['PATH']}"
+    assert inside["TMPDIR"].endswith(f"/agent-sandbox-job-{inside['SLURM_JOB_ID']}")
     assert set(inside) - set(outside) == SANDBOX_OWN - set(outside)
     assert set(outside) - set(inside) == removed
     for name, value in outside.items():
@@ -70,8 +74,10 @@ def assert_slurms_environment(outside: dict, inside: dict) -> None:
         assert inside[name] == value, name
 
 
-def test_the_job_environment_is_the_one_slurm_gives(slurm_multinode, user, project):
-    outside, inside = submit_both(slurm_multinode, user, project)
+@pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
+def test_the_job_environment_is_the_one_slurm_gives(slurm_multinode, user, project, backend):
+    outside, inside = submit_both(slurm_multinode, user, project, backend=backend)
+    assert inside["SANDBOX_BACKEND"] == backend
     assert_slurms_environment(outside, inside)
     for name in SUBMITTED:
         if name not in ("PATH", "TMPDIR"):
