@@ -120,3 +120,22 @@ def test_an_srun_task_gets_the_environment_slurm_gives(slurm_multinode, user, pr
         if name not in removed | {"PATH", "TMPDIR", "_"}:
             assert inside[name] == value, name
     assert inside["BASH_FUNC_module%%"] == outside["BASH_FUNC_module%%"]
+
+
+def test_a_step_inside_the_job_gets_the_jobs_environment(slurm_multinode, user, project):
+    """srun inside a sandboxed batch job: its task sees the batch script's
+    environment (Slurm's step variables aside), as with the real srun."""
+    write(user, project / "steps.sh", "#!/bin/bash\nenv -0 > batch.env\n"
+          "srun -n1 /usr/bin/env -0 > step.env\n", 0o755)
+    result = slurm_multinode.run_as(user, ["env", FUNCTION, INSTALLED, "run", "--", "sbatch",
+                                           "--wait", "-o", "steps.out", "steps.sh"],
+                                    cwd=project, env=user.env(**SUBMITTED))
+    assert result.returncode == 0, result.stdout + result.stderr
+    batch, step = (read_env(project / f"{name}.env") for name in ("batch", "step"))
+    own, slurm = {"_", "SHLVL"}, ("SLURM_", "SRUN_")    # the shell's, Slurm's
+    assert {k for k in step if not k.startswith(slurm)} - own == \
+        {k for k in batch if not k.startswith(slurm)} - own
+    for name, value in batch.items():
+        if not name.startswith(slurm) and name not in own | {"AGENT_SANDBOX_SESSION"}:
+            assert step[name] == value, name
+    assert step["LD_LIBRARY_PATH"] == SUBMITTED["LD_LIBRARY_PATH"]
