@@ -62,3 +62,18 @@ def test_a_job_says_which_writable_path_its_node_lacks(slurm_multinode, user, pr
     assert lines[-2:] == ["ran", ""], lines
     assert any("EXTRA_WRITABLE_PATHS: dropped /nonexistent-hpc2/scratch — it does not exist"
                in line for line in lines[:-2]), lines
+
+
+@pytest.mark.parametrize("backend,hidden", [("bwrap", "No such file or directory"),
+                                            ("firejail", "Permission denied"),
+                                            ("landlock", "Permission denied")])
+def test_sys_is_read_only_inside_with_hidden_parts_masked(user, project, backend, hidden):
+    """SPEC §5: /sys read-only (NVML, hwloc, UCX read it), a hidden part of
+    it masked as each backend hides (ENOENT on bwrap, EACCES elsewhere)."""
+    user.set_config("EXTRA_BLOCKED_PATHS=(/sys/firmware)\n")
+    result = user.sandbox("/bin/sh", "-c", "ls /sys/class >/dev/null && echo shown; "
+                          "ls /sys/firmware 2>&1; touch /sys/kernel/x 2>/dev/null || echo ro",
+                          options=("--backend", backend), cwd=project)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.split("\n")
+    assert lines[0] == "shown" and hidden in lines[1] and lines[2] == "ro", result.stdout
