@@ -65,3 +65,18 @@ def test_a_slurm_config_named_inside_is_never_used(user, project):
                           timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (project / "job.out").read_text() == "cluster=agentsandbox\n"
+
+
+def test_gpus_named_inside_bind_no_device(slurm_multinode, user, project):
+    """The agent names GPU indices itself (the variables slurmstepd sets for
+    an allocation with GPUs) and submits without asking for one: its job and
+    task get no GPU device — only Slurm's own values count, and the chaperon
+    never hands the caller's to Slurm."""
+    gpu = "/dev/agent-sandbox-gpu0"
+    forged = user.env(SLURM_JOB_GPUS="0", SLURM_STEP_GPUS="0", CUDA_VISIBLE_DEVICES="0")
+    probe = f"test -e {gpu} && echo gpu=bound || echo gpu=absent"
+    result = slurm_multinode.run_as(
+        user, [INSTALLED, "run", "--", "sbatch", "--wait", "-o", "job.out", "--wrap",
+               f"{probe}; srun sh -c '{probe}'"], cwd=project, env=forged)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (project / "job.out").read_text().split() == ["gpu=absent", "gpu=absent"]

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import pytest
 
+from tests.conftest import INSTALLED
+
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
 
 SECOND = "/etc/agent-sandbox-slurm-multinode/slurm.conf"
@@ -49,3 +51,13 @@ def test_only_the_admin_sets_the_config_path(user, project):
     lines = sandboxed_job(user, project).split("\n")
     assert lines[-1].startswith("cluster=agentsandbox "), lines
     assert all("ignored" in line for line in lines[:-1]), lines
+
+
+def test_a_submission_from_a_normal_shell_uses_the_site_config(user, project, admin):
+    """`agent-sandbox sbatch` outside any sandbox runs the handlers in-process:
+    the same site configuration."""
+    admin(f"SLURM_CONF_PATH={SECOND}\n")
+    result = user.run([INSTALLED, "sbatch",
+                       "--wait", "-o", "job.out", "--wrap", JOB], cwd=project, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (project / "job.out").read_text().strip() == "cluster=asmultinode node=n1 sandbox=1"
