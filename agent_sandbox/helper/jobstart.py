@@ -101,20 +101,21 @@ def private_tmpdir(current) -> str:
     base = current.get("TMPDIR") or "/tmp"
     base = base if base.startswith("/") and os.path.isdir(base) else "/tmp"
     job = current.get("SLURM_JOB_ID", "")
-    if job.isdigit():
-        path = f"{base.rstrip('/') or ''}/agent-sandbox-job-{job}"
-        try:
-            os.mkdir(path, 0o700)
-            return path
-        except FileExistsError:
-            info = os.lstat(path)
-            if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-                    and stat.S_IMODE(info.st_mode) == 0o700):
-                return path
-        except OSError:
-            pass
+    if not job.isdigit():
+        return current.get("TMPDIR") or "/tmp"   # not a Slurm job: the sandbox's own
+    path = f"{base.rstrip('/')}/agent-sandbox-job-{job}"
     try:
-        return tempfile.mkdtemp(prefix=f"agent-sandbox-job-{job or 'x'}.", dir=base)
+        os.mkdir(path, 0o700)
+        return path
+    except FileExistsError:
+        info = os.lstat(path)
+        if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+                and stat.S_IMODE(info.st_mode) == 0o700):
+            return path
+    except OSError:
+        pass
+    try:
+        return tempfile.mkdtemp(prefix=f"agent-sandbox-job-{job}.", dir=base)
     except OSError:
         return current.get("TMPDIR") or "/tmp"
 

@@ -71,3 +71,9 @@ def test_the_job_directory_lies_in_the_sandboxs_own_tmpdir(tmp_path):
                                    dict(HERE, SLURM_JOB_ID="4247", TMPDIR="/nonexistent/t"))
     assert env["TMPDIR"] == "/tmp/agent-sandbox-job-4247"
     os.rmdir(env["TMPDIR"])
+
+
+def test_outside_a_slurm_job_the_sandboxs_tmpdir_stays():
+    env = jobstart.job_environment({"env": {}, "workdir": "/p"},
+                                   {k: v for k, v in HERE.items() if k != "SLURM_JOB_ID"})
+    assert env["TMPDIR"] == "/tmp"
