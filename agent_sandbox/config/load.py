@@ -131,6 +131,11 @@ class Merged:
             self.warnings.append(f"{key}={value} from {origin} ignored — only the site admin "
                                  f"can turn it on (in {ADMIN_CONFIG})")
             return
+        if key in locks.ADMIN_VALUES and kind not in ("default", "profile", "admin"):
+            self.warnings.append(f"{key}={value} from {origin} ignored — only the site admin "
+                                 f"sets it (in {ADMIN_CONFIG}); export SLURM_CONF outside the "
+                                 "sandbox to use another cluster")
+            return
         if kind == "admin":
             self.admin[key] = value
             if key in locks.LOCKABLE or key == "BLOCKED_ENV_VARS":

@@ -39,6 +39,10 @@ AT_LEAST = ("CHAPERON_LOG_RETAIN_DAYS",)
 # Switches only the admin file (or the shipped files) may turn on; any other
 # layer may only turn them off. The choice is the site's.
 ADMIN_ONLY = ("SLURM_ALLOW_MAIL", "JOB_ALLOW_WEAKER_BACKEND")
+# Values only the admin file (or the shipped files) may set at all: which Slurm
+# the chaperon talks to is the site's (a user picks another cluster through the
+# SLURM_CONF of their own shell, outside any sandbox).
+ADMIN_VALUES = ("SLURM_CONF_PATH",)
 LOCKABLE = tuple(ORDER) + BOOL_TRUE + BOOL_FALSE + KEEP + NARROW + LIMIT + AT_LEAST
 
 _TRUE = {"true", "1", "yes", "on"}

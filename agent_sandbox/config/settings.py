@@ -66,6 +66,7 @@ class Settings(NamedTuple):
     SLURM_MAX_JOBS: int = 0
     SLURM_ALLOW_MAIL: bool = False
     JOB_ALLOW_WEAKER_BACKEND: bool = False
+    SLURM_CONF_PATH: str = ""       # admin only: the site's slurm.conf ("" = Slurm's default)
 
     ENABLED_AGENTS: tuple[str, ...] = ()
     SANDBOX_QUIET: bool = False

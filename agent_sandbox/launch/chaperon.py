@@ -103,6 +103,8 @@ class ChaperonSession:
         os.set_inheritable(read_fd, True)
         env = {k: v for k, v in os.environ.items()
                if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "USER", "LOGNAME")}
+        if policy.slurm_conf:   # the site's Slurm, for every real command it runs
+            env["SLURM_CONF"] = policy.slurm_conf
         argv = [sys.executable, "-I", "-m", "chaperon.server", "--config-fd", str(read_fd)]
         try:
             pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0,

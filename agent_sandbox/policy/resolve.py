@@ -113,6 +113,8 @@ class Policy(NamedTuple):
     # Protected project files an agent edits on a session copy (agentcopy.py):
     # (copy, path) — bwrap binds the copy there writable instead of read-only.
     session_files: tuple = ()
+    # The site's slurm.conf the chaperon uses (slurm_conf_path), None: Slurm's default.
+    slurm_conf: str | None = None
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -242,22 +244,45 @@ def _git_protected(protected: tuple[Protected, ...], project: str, home: str,
     return protected, ((dotgit,) if os.path.isdir(dotgit) or creates else ())
 
 
-def _devices(settings) -> tuple[str, ...]:
-    if not settings.DEVICES:
+def _devices(settings, environ=None, site_conf: str | None = None) -> tuple[str, ...]:
+    """DEVICES (globs) and, in a Slurm job or task, the devices of its
+    allocated GPUs (policy/gres.py), minus DEVICES_BLACKLIST."""
+    from agent_sandbox.policy import gres
+
+    allocated = gres.devices(environ or {}, site_conf)
+    if not settings.DEVICES and not allocated:
         return ()
     import glob
     from fnmatch import fnmatch
 
-    found = sorted({p for g in settings.DEVICES for p in glob.glob(g)})
+    found = sorted({p for g in settings.DEVICES for p in glob.glob(g)} | set(allocated))
     return tuple(p for p in found
                  if not any(fnmatch(p, b) for b in settings.DEVICES_BLACKLIST))
 
 
-def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def slurm_conf_path(settings, environ) -> str | None:
+    """The site's Slurm configuration for the chaperon: the SLURM_CONF of the
+    environment agent-sandbox was started from (outside any sandbox: a user's
+    second cluster, or a site's profile.d), else the admin's SLURM_CONF_PATH,
+    else None (Slurm's default). Never a value from inside a sandbox: the
+    chaperon gets it from the launcher, and jobs from slurmd."""
+    given = environ.get("SLURM_CONF", "")
+    if given.startswith("/"):
+        return os.path.normpath(given)
+    return settings.SLURM_CONF_PATH or None
+
+
+def _slurm_boundary(system: tuple[str, ...], environ,
+                    site_conf: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     def visible(path: str) -> bool:
         return any(_is_within(path, root) for root in system)
 
-    masks = tuple(p for p in SLURM_CONFIG_DIRS if os.path.isdir(p) and visible(p))
+    # The site's config directory is masked like /etc/slurm, unless it is a
+    # top-level tree (a slurm.conf directly in /etc stays readable: the
+    # boundary is the munge socket, which /run never shows).
+    site_dir = os.path.dirname(site_conf) if site_conf else None
+    dirs = SLURM_CONFIG_DIRS + ((site_dir,) if site_dir and site_dir.count("/") >= 2 else ())
+    masks = tuple(dict.fromkeys(p for p in dirs if os.path.isdir(p) and visible(p)))
     dirs = SLURM_BIN_DIRS + tuple(environ.get("PATH", "").split(":"))
     binaries = set()
     for directory in dict.fromkeys(d for d in dirs if d.startswith("/")):
@@ -332,8 +357,11 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     protected = _protected(settings, project, home) + tuple(
         Protected(r, os.path.isdir(r), True) for r in denied if os.path.exists(r))
     protected, pinned = _git_protected(protected, project, home, ctx.environ)
-    system = _existing(settings.READONLY_MOUNTS)
-    slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ)
+    # /sys read-only in every sandbox (SPEC §5: NVML, hwloc, UCX and libibverbs
+    # read it); a hidden path under it is carved out like anywhere else.
+    system = _existing(dict.fromkeys(tuple(settings.READONLY_MOUNTS) + ("/sys",)))
+    site_conf = slurm_conf_path(settings, ctx.environ)
+    slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ, site_conf)
     for item in _protected(settings, project, home):
         if item.exists and os.path.islink(item.path):
             warnings.append(f"PROTECTED_PATHS: {item.path} is a symlink and cannot be kept "
@@ -347,14 +375,14 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         extra_writable=extra_writable, hidden=hidden,
         protected=protected, readonly_overlays=overlays,
         run_binds=_existing(run_binds), slurm_masks=slurm_masks,
-        slurm_binaries=slurm_binaries, devices=_devices(settings),
+        slurm_binaries=slurm_binaries, devices=_devices(settings, ctx.environ, site_conf),
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,
         filter_passwd=settings.FILTER_PASSWD,
         network_isolated=settings.NETWORK_MODE == "isolated",
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
         quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings), pinned=pinned,
-        prompt=settings.SANDBOX_PROMPT)
+        prompt=settings.SANDBOX_PROMPT, slurm_conf=site_conf)
     return with_chaperon(policy, *chaperon) if chaperon else policy
 
 
