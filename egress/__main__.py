@@ -18,6 +18,7 @@ import sys
 import threading
 
 PR_SET_PDEATHSIG = 1
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _die_with_parent() -> None:
@@ -42,8 +43,10 @@ def _bind(path: str) -> socket.socket:
 async def _run(proxy, listener) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    for name in ("SIGTERM", "SIGINT", "SIGHUP"):
-        loop.add_signal_handler(getattr(signal, name), stop.set)
+    for number in STOP_SIGNALS:
+        loop.add_signal_handler(number, stop.set)
+    # Held since before `ready`: one that came meanwhile is delivered now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
     def watch_stdin():      # a thread: stdin may be any kind of file
         try:
@@ -72,6 +75,9 @@ def main(argv: list[str]) -> int:
     except SpecError as exc:
         print(f"agent-sandbox: egress proxy: {exc}", file=sys.stderr)
         return 125
+    # A stop signal (the parent's death among them) that comes before the
+    # loop handles them must still remove the socket: held until then.
+    signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     _die_with_parent()
     try:
         audit_fd = os.open(spec.audit, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
