@@ -4,7 +4,8 @@ Inside the sandbox the agent's key variable holds a placeholder and its base
 URL is `http://127.0.0.1:<relay port>/broker/<name>`. Such a request reaches
 the proxy in origin form (protocol.BrokerRequest). `upstream_head` (pure)
 rewrites it for the broker's upstream: the path below the upstream's own
-path, `Host` the upstream's, `Connection: close`, the proxy's hop headers
+path, `Host` the upstream's, `Connection: close` (or the WebSocket upgrade
+the client asked for: Codex may use one), the proxy's hop headers
 dropped, and the named header — which must carry exactly the placeholder
 (with its scheme, e.g. `Bearer `) — set to the real key. Nothing else is
 changed, and a request on this route can go nowhere but that upstream: an
@@ -35,9 +36,11 @@ def upstream_head(broker: Broker, request: BrokerRequest) -> bytes:
         authority = f"[{broker.host}]" if broker.port == 443 else f"[{broker.host}]:{broker.port}"
     kept = [(n, v) for n, v in request.headers
             if n.lower() not in HOP_HEADERS and n.lower() not in ("host", broker.header)]
+    connection = ["Upgrade: websocket", "Connection: Upgrade"] if request.upgrade \
+        else ["Connection: close"]
     lines = [f"{request.method} {broker.base_path}{request.target} {request.version}",
              f"Host: {authority}", *(f"{n}: {v}" for n, v in kept),
-             f"{broker.header}: {broker.scheme}{broker.key}", "Connection: close", "", ""]
+             f"{broker.header}: {broker.scheme}{broker.key}", *connection, "", ""]
     return "\r\n".join(lines).encode("latin-1")
 
 

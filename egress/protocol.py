@@ -12,7 +12,11 @@ the sockets. One connection carries one of:
   proxy's own headers removed, and whose body is bounded (Content-Length) so
   nothing after the first request reaches the upstream;
 - a request in origin form under `/broker/<name>/` → `BrokerRequest`
-  (egress/broker.py), anything else in origin form is refused;
+  (egress/broker.py), anything else in origin form is refused; the same
+  path asked in absolute form of the relay's own address
+  (`http://127.0.0.1:<port>/broker/...`, from a client that sends its base
+  URL through HTTP_PROXY) is the same BrokerRequest; a WebSocket upgrade is
+  kept on that route;
 - SOCKS5 (first byte 0x05): a greeting offering "no authentication", then a
   CONNECT for a domain name, an IPv4 or an IPv6 address → `SocksConnect`.
 
@@ -34,6 +38,7 @@ _TOKEN = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HOST_CHARS = re.compile(r"[A-Za-z0-9._\-]+\.?|\[[0-9A-Fa-f:.]+\]")
 _BROKER_NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,63}")
 # Headers that belong to the hop between client and proxy, never forwarded.
+RELAY_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 HOP_HEADERS = frozenset({"connection", "proxy-connection", "keep-alive", "proxy-authorization",
                          "proxy-authenticate", "te", "trailer", "upgrade"})
 
@@ -67,6 +72,7 @@ class BrokerRequest(NamedTuple):
     version: str
     headers: list[tuple[str, str]]
     body_length: int | None
+    upgrade: str | None = None  # "websocket" when the client asks to upgrade
 
 
 class SocksConnect(NamedTuple):
@@ -190,12 +196,7 @@ def parse_http(buffer: bytes):
         return Connect(host, port), consumed
     body = _body_length(headers)
     if target.startswith("/broker/"):
-        name, _, rest = target[len("/broker/"):].partition("/")
-        if not _BROKER_NAME.fullmatch(name):
-            raise ProtocolError(f"no broker named {name[:64]!r}", 404)
-        rest = "/" + rest
-        _check_path(rest)
-        return BrokerRequest(name, method, rest, version, headers, body), consumed
+        return _broker(method, target, version, headers, body), consumed
     scheme, sep, rest = target.partition("://")
     if not sep or scheme.lower() != "http":
         if target.startswith("/"):
@@ -213,10 +214,31 @@ def parse_http(buffer: bytes):
         raise ProtocolError("a fragment in the request target")
     host, port = parse_authority(authority, 80)
     _same_host(host_header, host, port, 80)
+    if host in RELAY_HOSTS and path.startswith("/broker/"):
+        # The relay's own address, asked through the proxy: a client that
+        # ignores NO_PROXY for its base URL (Gemini CLI) reaches the broker so.
+        return _broker(method, path, version, headers, body), consumed
     kept = [(n, v) for n, v in headers if n.lower() not in HOP_HEADERS and n.lower() != "host"]
     out = [f"{method} {path} {version}", f"Host: {authority}",
            *(f"{n}: {v}" for n, v in kept), "Connection: close", "", ""]
     return Forward(host, port, "\r\n".join(out).encode("ascii"), body), consumed
+
+
+def _broker(method, target, version, headers, body) -> BrokerRequest:
+    name, _, rest = target[len("/broker/"):].partition("/")
+    if not _BROKER_NAME.fullmatch(name):
+        raise ProtocolError(f"no broker named {name[:64]!r}", 404)
+    rest = "/" + rest
+    _check_path(rest)
+    upgrade = _one(headers, "upgrade")
+    connection = (_one(headers, "connection") or "").lower()
+    if upgrade is not None and "upgrade" in connection.replace(" ", "").split(","):
+        if upgrade.lower() != "websocket":
+            raise ProtocolError(f"Upgrade {upgrade[:40]!r} is not supported", 501)
+        body = None     # a WebSocket: both directions until either ends
+    else:
+        upgrade = None
+    return BrokerRequest(name, method, rest, version, headers, body, upgrade)
 
 
 def _check_path(path: str) -> None:

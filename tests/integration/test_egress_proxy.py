@@ -297,6 +297,19 @@ def test_brokering_puts_the_real_key_in_only_on_the_broker_route(world):
     assert w.https.seen[0]["headers"]["x-api-key"] == PLACEHOLDER
 
 
+def test_the_broker_route_through_the_proxy_itself(world):
+    # A client that sends its base URL through HTTP_PROXY (Gemini CLI ignores
+    # NO_PROXY) asks the proxy for http://127.0.0.1:<relay port>/broker/...
+    w = world
+    w.https.seen.clear()
+    result = _broker_call(w, "/broker/anthropic/v1/models", PLACEHOLDER,
+                          ["--proxy", f"http://127.0.0.1:{w.port}", "--noproxy", ""])
+    body, _, code = result.stdout.rpartition("\n")
+    assert code == "200", result
+    assert json.loads(body)["key_ok"] is True
+    assert w.https.seen[0]["headers"]["x-api-key"] == REAL_KEY
+
+
 @pytest.mark.parametrize("path,key,code", [
     ("/broker/unknown/v1/messages", PLACEHOLDER, "404"),
     ("/broker/anthropic/v1/messages", "sk-ant-api03-some-other-key", "403"),

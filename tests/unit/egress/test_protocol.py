@@ -109,6 +109,37 @@ def test_the_broker_route():
         "anthropic", "POST", "/v1/messages?beta=true", 2)
 
 
+@pytest.mark.parametrize("authority", ["127.0.0.1:3128", "localhost:3128", "[::1]:3128"])
+def test_the_broker_route_asked_through_the_proxy(authority):
+    # Gemini CLI sends its base URL through HTTPS_PROXY whatever NO_PROXY says.
+    data = (f"POST http://{authority}/broker/gemini/v1beta/models HTTP/1.1\r\n"
+            f"Host: {authority}\r\nx-goog-api-key: P\r\nContent-Length: 0\r\n\r\n").encode()
+    event, _ = parse_http(data)
+    assert isinstance(event, BrokerRequest)
+    assert (event.name, event.target, event.upgrade) == ("gemini", "/v1beta/models", None)
+
+
+def test_elsewhere_the_broker_path_is_an_ordinary_url():
+    event, _ = parse_http(b"GET http://pypi.org/broker/anthropic/x HTTP/1.1\r\n\r\n")
+    assert isinstance(event, Forward) and event.host == "pypi.org"
+
+
+def test_a_websocket_upgrade_on_the_broker_route():
+    data = (b"GET /broker/openai/responses HTTP/1.1\r\nHost: 127.0.0.1:3128\r\n"
+            b"Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n"
+            b"Sec-WebSocket-Key: abc\r\nAuthorization: Bearer sk-PLACE\r\n\r\n")
+    event, _ = parse_http(data)
+    assert (event.upgrade, event.body_length) == ("websocket", None)
+    broker = BROKER._replace(name="openai", header="authorization", scheme="Bearer ",
+                             placeholder="sk-PLACE")
+    head = upstream_head(broker, event)
+    assert head == (b"GET /v1/responses HTTP/1.1\r\nHost: api.test\r\nSec-WebSocket-Key: abc"
+                    b"\r\nauthorization: Bearer REAL\r\nUpgrade: websocket\r\n"
+                    b"Connection: Upgrade\r\n\r\n")
+    with pytest.raises(ProtocolError):
+        parse_http(data.replace(b"Upgrade: websocket", b"Upgrade: h2c"))
+
+
 def test_replies():
     response = protocol.http_response(403, protocol.denial("x:443 is not in ALLOWED_HOSTS"))
     head, _, body = response.partition(b"\r\n\r\n")
