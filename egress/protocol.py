@@ -215,8 +215,8 @@ def parse_http(buffer: bytes):
     host, port = parse_authority(authority, 80)
     _same_host(host_header, host, port, 80)
     if host in RELAY_HOSTS and path.startswith("/broker/"):
-        # The relay's own address, asked through the proxy: a client that
-        # ignores NO_PROXY for its base URL (Gemini CLI) reaches the broker so.
+        # The relay's own address, asked through the proxy: a client whose
+        # proxy agent ignores NO_PROXY still reaches the broker.
         return _broker(method, path, version, headers, body), consumed
     kept = [(n, v) for n, v in headers if n.lower() not in HOP_HEADERS and n.lower() != "host"]
     out = [f"{method} {path} {version}", f"Host: {authority}",

@@ -298,8 +298,8 @@ def test_brokering_puts_the_real_key_in_only_on_the_broker_route(world):
 
 
 def test_the_broker_route_through_the_proxy_itself(world):
-    # A client that sends its base URL through HTTP_PROXY (Gemini CLI ignores
-    # NO_PROXY) asks the proxy for http://127.0.0.1:<relay port>/broker/...
+    # A client that sends even its base URL through HTTP_PROXY (a proxy agent
+    # that ignores NO_PROXY) asks the proxy for http://127.0.0.1:<port>/broker/...
     w = world
     w.https.seen.clear()
     result = _broker_call(w, "/broker/anthropic/v1/models", PLACEHOLDER,

@@ -111,7 +111,7 @@ def test_the_broker_route():
 
 @pytest.mark.parametrize("authority", ["127.0.0.1:3128", "localhost:3128", "[::1]:3128"])
 def test_the_broker_route_asked_through_the_proxy(authority):
-    # Gemini CLI sends its base URL through HTTPS_PROXY whatever NO_PROXY says.
+    # A client whose proxy agent ignores NO_PROXY asks the proxy for the relay.
     data = (f"POST http://{authority}/broker/gemini/v1beta/models HTTP/1.1\r\n"
             f"Host: {authority}\r\nx-goog-api-key: P\r\nContent-Length: 0\r\n\r\n").encode()
     event, _ = parse_http(data)
