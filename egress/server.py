@@ -37,6 +37,7 @@ from egress.protocol import BrokerRequest, Connect, ProtocolError
 from egress.spec import Hook, Spec
 
 HEAD_TIMEOUT = 30.0
+MAX_RELAYED = 1024     # connections moving bytes at once (two threads each)
 RESOLVE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 10.0
 READ_SIZE = 65536
@@ -56,6 +57,7 @@ class Proxy:
         self.audit_fd = audit_fd
         self.relay = _relay()
         self.tasks: set[asyncio.Task] = set()
+        self.relayed = 0
         self._tls = None
 
     # ---------------------------------------------------------------- audit
@@ -85,6 +87,8 @@ class Proxy:
             await self._handle(client, record)
         except (OSError, asyncio.TimeoutError) as exc:
             record["reason"] = record["reason"] or f"connection failed: {exc}"
+        except Exception as exc:     # noqa: BLE001 - a bug closes this connection only
+            record["reason"] = f"internal error: {exc!r}"
         finally:
             client.close()
             if record["client"] is not None:
@@ -181,6 +185,10 @@ class Proxy:
         (record["decision"] says which, record["reason"] why)."""
         rules = self.spec.rules if rules is None else rules
         record["host"], record["port"] = host, port
+        if self.relayed >= MAX_RELAYED:
+            record["reason"] = f"{host}:{port} refused: {MAX_RELAYED} connections are open " \
+                "already; close some"
+            return None
         first = match(rules, host, port)
         if not first.allowed:
             record.update(rule=first.rule, reason=first.reason)
@@ -239,6 +247,8 @@ class Proxy:
         client.setblocking(True)
         upstream.setblocking(True)
         done = loop.create_future()
+        self.relayed += 1
+        done.add_done_callback(lambda _: setattr(self, "relayed", self.relayed - 1))
 
         def run():
             try:
