@@ -7,7 +7,9 @@ replaced by one the attacker controls:
 - DNS exfiltration: a name no entry allows must never be looked up (the
   query itself would carry the data out);
 - request smuggling to another virtual host: a second request pipelined
-  behind a plain HTTP request's body must never reach the server.
+  behind a plain HTTP request's body must never reach the server;
+- exhaustion: connections without end must not make the proxy (outside the
+  sandbox) start threads without end.
 Each fails on a proxy that resolves again at connect time, resolves before
 matching, or forwards the rest of the client's bytes."""
 from __future__ import annotations
@@ -166,3 +168,36 @@ def test_a_request_pipelined_behind_the_body_never_reaches_the_server(proxy):
     (data,) = received
     assert data.endswith(b"\r\n\r\nabc"), data
     assert b"/admin" not in data and b"internal.test" not in data
+
+
+def test_connections_beyond_the_cap_are_refused_not_served(proxy, monkeypatch):
+    import egress.server
+
+    monkeypatch.setattr(egress.server, "MAX_RELAYED", 2)
+    good = serve("127.0.0.2", "good")
+    port = good.server_address[1]
+    path = proxy([f"127.0.0.2/32:{port}"], Resolver("0.0.0.0", "0.0.0.0"))
+    held = []
+    try:
+        for _ in range(2):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(10)
+            sock.connect(path)
+            sock.sendall(f"CONNECT 127.0.0.2:{port} HTTP/1.1\r\n\r\n".encode())
+            assert sock.recv(100).startswith(b"HTTP/1.1 200 ")
+            held.append(sock)
+        answer = exchange(path, f"CONNECT 127.0.0.2:{port} HTTP/1.1\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 403 ") and b"2 connections are open" in answer
+        held.pop().close()              # one ends: the next is served again
+        for _ in range(100):
+            answer = exchange(path, f"CONNECT 127.0.0.2:{port} HTTP/1.1\r\n\r\n".encode(),
+                              b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            if answer.startswith(b"HTTP/1.1 200 "):
+                break
+            threading.Event().wait(0.02)      # the closed tunnel's threads are ending
+        assert answer.startswith(b"HTTP/1.1 200 ") and b'"server": "good"' in answer
+    finally:
+        for sock in held:
+            sock.close()
+        good.shutdown()
+        good.server_close()

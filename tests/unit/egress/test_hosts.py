@@ -140,6 +140,7 @@ def test_an_internal_address_passes_inside_a_listed_range():
     ("169.254.169.254", 80, False), ("8.8.8.8", 443, False), ("fd00:1::1", 443, True),
     ("127.1", 443, False), ("2130706433", 443, False), ("0x7f.1", 443, False),
     ("0x7f000001", 443, False), ("", 443, False), ("a b", 443, False),
+    ("0.0.0.0", 443, False), ("[::]", 443, False), ("::", 80, False),
 ])
 def test_numeric_hosts_need_a_range_entry(host, port, allowed):
     assert decide(RULES, host, port, []).allowed is allowed
