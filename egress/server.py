@@ -30,7 +30,6 @@ import socket
 import threading
 import time
 
-from egress import broker as brokering
 from egress import protocol
 from egress.hosts import Rule, address, decide, host_name, match
 from egress.protocol import BrokerRequest, Connect, ProtocolError
@@ -263,6 +262,8 @@ class Proxy:
 
     # --------------------------------------------------------------- broker
     async def _broker(self, client, request: BrokerRequest, early, record) -> None:
+        from egress import broker as brokering     # ssl: only when a key is brokered
+
         loop = asyncio.get_running_loop()
         broker = self.spec.brokers.get(request.name)
         if broker is None:
