@@ -75,11 +75,20 @@ def _splice(source: socket.socket, target: socket.socket, limit: int | None) -> 
     return moved
 
 
+def _drain(source: socket.socket) -> None:
+    """Read and drop what the source still sends, until it ends: a socket
+    closed with unread bytes resets the connection, and a reset can destroy
+    the answer the peer has not read yet."""
+    buffer = bytearray(CHUNK)
+    while source.recv_into(buffer):
+        pass
+
+
 def pump(source: socket.socket, target: socket.socket, limit: int | None = None) -> int:
     """Copy source → target until end of stream, then half close target; or
-    stop after `limit` bytes and leave target open (an HTTP request whose body
-    is complete: the answer still comes). Returns the bytes moved. An error
-    shuts both sockets."""
+    stop after `limit` bytes, leave target open (an HTTP request whose body
+    is complete: the answer still comes) and drop the rest of the source.
+    Returns the bytes moved. An error shuts both sockets."""
     moved = 0
     try:
         try:
@@ -90,6 +99,8 @@ def pump(source: socket.socket, target: socket.socket, limit: int | None = None)
             moved = _copy(source, target, limit)
         if limit is None or moved < limit:
             target.shutdown(socket.SHUT_WR)
+        else:
+            _drain(source)
     except OSError:
         for sock in (source, target):
             try:
