@@ -40,6 +40,7 @@ MAX_RELAYED = 1024     # connections moving bytes at once (two threads each)
 RESOLVE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 10.0
 READ_SIZE = 65536
+LINGER = 10.0          # seconds a refused client may go on sending before the close
 
 
 def _relay():
@@ -83,16 +84,34 @@ class Proxy:
                   "decision": "refused", "rule": None, "reason": "",
                   "bytes_out": 0, "bytes_in": 0}
         try:
-            await self._handle(client, record)
-        except (OSError, asyncio.TimeoutError) as exc:
-            record["reason"] = record["reason"] or f"connection failed: {exc}"
-        except Exception as exc:     # noqa: BLE001 - a bug closes this connection only
-            record["reason"] = f"internal error: {exc!r}"
-        finally:
-            client.close()
+            try:
+                await self._handle(client, record)
+            except (OSError, asyncio.TimeoutError) as exc:
+                record["reason"] = record["reason"] or f"connection failed: {exc}"
+            except Exception as exc:     # noqa: BLE001 - a bug closes this connection only
+                record["reason"] = f"internal error: {exc!r}"
             if record["client"] is not None:
                 record["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
                 self.audit(record)
+            if client.fileno() >= 0 and not client.getblocking():
+                await self._linger(client)      # still ours: not handed to the pump
+        finally:
+            client.close()
+
+    async def _linger(self, client: socket.socket) -> None:
+        """Half close, then read and drop what the client still sends (the
+        body of a refused request, say) until it closes, for LINGER seconds
+        at most: closing with unread bytes would reset the connection, and
+        the reset can destroy the answer before the client has read it."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LINGER
+        try:
+            client.shutdown(socket.SHUT_WR)
+            while await asyncio.wait_for(loop.sock_recv(client, READ_SIZE),
+                                         max(0.0, deadline - loop.time())):
+                pass
+        except (OSError, asyncio.TimeoutError):
+            pass
 
     async def _handle(self, client, record) -> None:
         loop = asyncio.get_running_loop()

@@ -225,6 +225,21 @@ def test_curl_plain_http_refusal_shows_the_denial(world, url):
     assert w.loopback.seen == []
 
 
+def test_a_refused_request_with_a_large_body_still_gets_the_denial(world):
+    # The proxy answers before reading the body: closing the connection with
+    # the body unread would reset it, and the client would lose the answer.
+    w = world
+    body = w.dir / "large-body"
+    body.write_bytes(b"x" * (4 << 20))
+    os.chown(body, w.user.uid, w.user.gid)
+    for _ in range(3):
+        result = curl(w, "--proxy", f"http://127.0.0.1:{w.port}", "--data-binary", f"@{body}",
+                      "-H", "Expect:", "-w", "\n%{http_code}", f"http://not-listed.test:{w.hp}/")
+        text, _, code = result.stdout.rpartition("\n")
+        assert code == "403", result
+        assert text.startswith("agent-sandbox: network: not-listed.test:")
+
+
 @pytest.mark.parametrize("url", ["https://not-listed.test:{hs}/", "https://127.0.0.1:{lp}/",
                                  "https://internal.test:{hs}/"])
 def test_curl_connect_and_socks_refusals_fail_the_client(world, url):
