@@ -86,7 +86,10 @@ class Proxy:
         try:
             try:
                 await self._handle(client, record)
-            except (OSError, asyncio.TimeoutError) as exc:
+            except asyncio.TimeoutError:
+                record["reason"] = record["reason"] or \
+                    f"the request did not arrive within {HEAD_TIMEOUT:.0f} s"
+            except OSError as exc:
                 record["reason"] = record["reason"] or f"connection failed: {exc}"
             except Exception as exc:     # noqa: BLE001 - a bug closes this connection only
                 record["reason"] = f"internal error: {exc!r}"
