@@ -13,7 +13,8 @@ Pure. Strategy: a host passes in two steps, and both must say yes.
    ULA), link-local (169.254.169.254), CGNAT, multicast, unspecified and
    reserved addresses are refused otherwise, so neither DNS rebinding nor a
    numeric IP reaches the cluster's internal services. An address range entry
-   only permits addresses; a name still needs its own entry.
+   only permits addresses (on its ports: `10.5.0.0/16:443` admits a name
+   resolving there on 443 only); a name still needs its own entry.
 
 Numeric hosts are canonical or refused: `127.1`, `2130706433`, `0x7f.1` (what
 inet_aton would turn into an address) are not names and not canonical
@@ -261,12 +262,36 @@ def decide(rules, host: str, port: int, addresses: list[str]) -> Decision:
         kind = address_kind(value)
         if kind is None:
             continue
-        if any(r.kind == "range" and value.version == r.network.version
-               and value in r.network for r in rules):
+        ranges = [r for r in rules if r.kind == "range"
+                  and value.version == r.network.version and value in r.network]
+        if any(port in r.ports for r in ranges):    # the range's port counts too
             continue
+        if ranges:
+            return Decision(False, first.rule,
+                            f"{where} resolves to {value}, a {kind} address, and "
+                            f"{ranges[0].label} lists it for port "
+                            f"{', '.join(map(str, sorted(ranges[0].ports)))} only. Add "
+                            f"{value}/{value.max_prefixlen}:{port} (or its range) to "
+                            "ALLOWED_HOSTS in ~/.config/agent-sandbox/sandbox.conf")
         return Decision(False, first.rule,
                         f"{where} resolves to {value}, a {kind} address — names that "
                         "resolve to internal addresses pass only when the address range "
                         f"is listed too. Add {value}/{value.max_prefixlen} (or its range) "
                         "to ALLOWED_HOSTS in ~/.config/agent-sandbox/sandbox.conf")
     return first
+
+
+def etc_hosts(text: str, name: str) -> list[str]:
+    """The canonical addresses /etc/hosts (`text`) gives the canonical `name`,
+    in file order. The proxy resolves names as absolute names, which glibc
+    does not look up in /etc/hosts, so it reads the file itself."""
+    found = []
+    for line in text.splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) < 2 or address(fields[0]) is None:
+            continue
+        if any(host_name(alias) == name for alias in fields[1:]):
+            value = str(address(fields[0]))
+            if value not in found:
+                found.append(value)
+    return found

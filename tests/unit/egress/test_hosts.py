@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from egress.hosts import (DEFAULT_PORTS, address, address_kind, decide, host_name, match,
-                          parse_entry)
+from egress.hosts import (DEFAULT_PORTS, address, address_kind, decide, etc_hosts, host_name,
+                          match, parse_entry)
 
 RULES = [parse_entry(e, f"test.conf:{i}") for i, e in enumerate(
     ["pypi.org", "*.githubusercontent.com", "mirror.site:8443", "127.0.0.2/32",
@@ -241,3 +241,28 @@ def test_fuzz_internal_ipv4_is_never_public_in_any_spelling(value):
             assert address_kind(form) is not None, form
     if internal:
         assert not decide(RULES[:3], "pypi.org", 443, [f"::ffff:{value}"]).allowed
+
+
+def test_a_range_entry_admits_a_name_on_its_own_ports_only():
+    """`10.5.0.0/16:443` lists the internal range for 443: a name resolving
+    into it must not pass on port 80 because the name's entry has default ports."""
+    rules = [parse_entry("*.corp.example", "a:1"), parse_entry("10.5.0.0/16:443", "a:2")]
+    refused = decide(rules, "git.corp.example", 80, ["10.5.0.7"])
+    assert not refused.allowed
+    assert "lists it for port 443 only" in refused.reason and "10.5.0.7/32:80" in refused.reason
+    assert decide(rules, "git.corp.example", 443, ["10.5.0.7"]).allowed
+    rules.append(parse_entry("10.5.0.0/24", "a:3"))         # default ports 80, 443
+    assert decide(rules, "git.corp.example", 80, ["10.5.0.7"]).allowed
+
+
+def test_etc_hosts_lookup():
+    text = ("127.0.0.1 localhost\n# 10.0.0.9 commented.test\n10.0.0.1 Git.Corp.Example git "
+            "# tail\n::1 localhost ip6-localhost\n10.0.0.1 git.corp.example\n"
+            "bogus line\n127.1 short.test\n::ffff:10.0.0.2 mapped.test\n")
+    assert etc_hosts(text, "git.corp.example") == ["10.0.0.1"]
+    assert etc_hosts(text, "git") == ["10.0.0.1"]
+    assert etc_hosts(text, "localhost") == ["127.0.0.1", "::1"]
+    assert etc_hosts(text, "commented.test") == []
+    assert etc_hosts(text, "short.test") == []          # not a canonical address
+    assert etc_hosts(text, "mapped.test") == ["10.0.0.2"]
+    assert etc_hosts(text, "line") == []
