@@ -55,20 +55,33 @@ def _copy(source: socket.socket, target: socket.socket, limit: int | None) -> in
     return moved
 
 
+_NO_SPLICE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
+
+
 def _splice(source: socket.socket, target: socket.socket, limit: int | None) -> int:
-    """Bytes moved source → target through a pipe, never through user space."""
+    """Bytes moved source → target through a pipe, never through user space;
+    where splice is refused (even after some bytes went), the rest by _copy,
+    within what is left of the limit."""
     read_end, write_end = _pipe()
-    moved = 0
+    moved = left = 0
     try:
         while limit is None or moved < limit:
             size = CHUNK if limit is None else min(CHUNK, limit - moved)
             count = os.splice(source.fileno(), write_end, size)
             if not count:
                 break
+            moved += count
             left = count
             while left:
                 left -= os.splice(read_end, target.fileno(), left)
-            moved += count
+    except OSError as exc:
+        if exc.errno not in _NO_SPLICE:
+            raise
+        while left:                     # already read into the pipe: still delivered
+            data = os.read(read_end, left)
+            target.sendall(data)
+            left -= len(data)
+        moved += _copy(source, target, None if limit is None else limit - moved)
     finally:
         os.close(read_end)
         os.close(write_end)
@@ -91,12 +104,7 @@ def pump(source: socket.socket, target: socket.socket, limit: int | None = None)
     Returns the bytes moved. An error shuts both sockets."""
     moved = 0
     try:
-        try:
-            moved = _splice(source, target, limit)
-        except OSError as exc:
-            if exc.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP) or moved:
-                raise
-            moved = _copy(source, target, limit)
+        moved = _splice(source, target, limit)
         if limit is None or moved < limit:
             target.shutdown(socket.SHUT_WR)
         else:

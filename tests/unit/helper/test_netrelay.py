@@ -112,3 +112,53 @@ def test_main_refuses_bad_arguments(capsys):
     assert netrelay.main(["x", "/s"]) == 2
     assert netrelay.main(["70000", "/s"]) == 2
     assert "usage" in capsys.readouterr().err
+
+
+def test_a_splice_refused_midway_falls_back_within_what_is_left_of_the_limit(monkeypatch):
+    """Some bytes went by splice, then splice is refused (EINVAL): the
+    recv/send fallback may move only the rest of the limit — the bytes
+    behind a request's body (a pipelined second request) stay behind."""
+    import errno
+
+    source_peer, source = socket.socketpair()
+    target, target_peer = socket.socketpair()
+    source_peer.sendall(b"0123456789NEXT REQUEST")
+    source_peer.shutdown(socket.SHUT_WR)
+    real, calls = os.splice, []
+
+    def splice(src, dst, count, *args, **kwargs):
+        calls.append(count)
+        if len(calls) == 1:
+            return real(src, dst, 4)            # 4 bytes into the pipe
+        if len(calls) == 2:
+            return real(src, dst, count)        # and out to the target
+        raise OSError(errno.EINVAL, "splice refused from now on")
+
+    monkeypatch.setattr(netrelay.os, "splice", splice)
+    assert netrelay.pump(source, target, limit=10) == 10
+    target.shutdown(socket.SHUT_WR)
+    assert _read_all(target_peer) == b"0123456789"
+    for sock in (source_peer, source, target, target_peer):
+        sock.close()
+
+
+def test_bytes_already_in_the_pipe_are_delivered_when_splice_out_is_refused(monkeypatch):
+    import errno
+
+    source_peer, source = socket.socketpair()
+    target, target_peer = socket.socketpair()
+    source_peer.sendall(b"abcdef")
+    source_peer.shutdown(socket.SHUT_WR)
+    real, calls = os.splice, []
+
+    def splice(src, dst, count, *args, **kwargs):
+        calls.append(count)
+        if len(calls) == 1:
+            return real(src, dst, 3)            # "abc" into the pipe, never spliced out
+        raise OSError(errno.EINVAL, "splice refused from now on")
+
+    monkeypatch.setattr(netrelay.os, "splice", splice)
+    assert netrelay.pump(source, target) == 6
+    assert _read_all(target_peer) == b"abcdef"
+    for sock in (source_peer, source, target, target_peer):
+        sock.close()
