@@ -6,6 +6,7 @@ exit 125 and one `agent-sandbox:` line on stderr), opens the audit log,
 binds the Unix socket (0600), prints `ready`, and serves until stdin reaches
 end of file, SIGTERM/SIGINT/SIGHUP, or the death of its parent
 (PR_SET_PDEATHSIG sends SIGTERM): the proxy never outlives the launcher.
+It holds the real API keys: it makes itself undumpable (PR_SET_DUMPABLE 0).
 It removes its socket on the way out.
 """
 from __future__ import annotations
@@ -18,13 +19,32 @@ import sys
 import threading
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def _die_with_parent() -> None:
+def _harden() -> None:
+    """Die with the parent (SIGTERM), and be undumpable: the proxy holds the
+    real API keys, so no core file, no ptrace and no /proc/<pid>/mem or
+    environ for other processes of the same user (the agent's among them)."""
     import ctypes
 
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _more_descriptors() -> None:
+    """Soft NOFILE limit up to the hard one: each relayed connection holds
+    six descriptors (two sockets, two pipes)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (OSError, ValueError):
+            pass    # the soft limit still works; accept() backs off when it is reached
 
 
 def _bind(path: str) -> socket.socket:
@@ -78,7 +98,8 @@ def main(argv: list[str]) -> int:
     # A stop signal (the parent's death among them) that comes before the
     # loop handles them must still remove the socket: held until then.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    _die_with_parent()
+    _harden()
+    _more_descriptors()
     try:
         audit_fd = os.open(spec.audit, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
                            0o600)

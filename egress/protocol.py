@@ -10,13 +10,20 @@ the sockets. One connection carries one of:
 - a plain HTTP request in absolute form (`GET http://host/path`) → `Forward`,
   whose head is rewritten to origin form with `Connection: close` and the
   proxy's own headers removed, and whose body is bounded (Content-Length) so
-  nothing after the first request reaches the upstream;
+  nothing after the first request reaches the upstream; a chunked body is
+  refused (411: its end is known only by parsing the chunks, and forwarding
+  "until EOF" would carry whatever the client pipelines behind it);
 - a request in origin form under `/broker/<name>/` → `BrokerRequest`
   (egress/broker.py), anything else in origin form is refused; the same
   path asked in absolute form of the relay's own address
   (`http://127.0.0.1:<port>/broker/...`, from a client that sends its base
-  URL through HTTP_PROXY) is the same BrokerRequest; a WebSocket upgrade is
-  kept on that route;
+  URL through HTTP_PROXY) is the same BrokerRequest. That route carries
+  the real key, so it is narrower still: only the methods an API client
+  uses (GET POST PUT PATCH DELETE HEAD OPTIONS; TRACE would echo the key
+  back), no chunked body (411), a path without encoded slashes,
+  backslashes, `%25`, `;` or dot segments however spelled, and a WebSocket
+  upgrade whose head and Content-Length body alone are forwarded until the
+  upstream answers 101 (egress/broker.py);
 - SOCKS5 (first byte 0x05): a greeting offering "no authentication", then a
   CONNECT for a domain name, an IPv4 or an IPv6 address → `SocksConnect`.
 
@@ -62,7 +69,7 @@ class Forward(NamedTuple):
     host: str
     port: int
     head: bytes                 # rewritten: origin form, Connection: close
-    body_length: int | None     # bytes of body to forward; None: chunked, until EOF
+    body_length: int            # bytes of body to forward (chunked bodies are refused)
 
 
 class BrokerRequest(NamedTuple):
@@ -71,7 +78,7 @@ class BrokerRequest(NamedTuple):
     target: str                 # the path after /broker/<name>, with its query
     version: str
     headers: list[tuple[str, str]]
-    body_length: int | None
+    body_length: int            # bytes of body (the request's own, also for an upgrade)
     upgrade: str | None = None  # "websocket" when the client asks to upgrade
 
 
@@ -218,13 +225,29 @@ def parse_http(buffer: bytes):
         # The relay's own address, asked through the proxy: a client whose
         # proxy agent ignores NO_PROXY still reaches the broker.
         return _broker(method, path, version, headers, body), consumed
+    if body is None:
+        raise ProtocolError("a chunked request body is not forwarded: send it with "
+                            "Content-Length", 411)
     kept = [(n, v) for n, v in headers if n.lower() not in HOP_HEADERS and n.lower() != "host"]
     out = [f"{method} {path} {version}", f"Host: {authority}",
            *(f"{n}: {v}" for n, v in kept), "Connection: close", "", ""]
     return Forward(host, port, "\r\n".join(out).encode("ascii"), body), consumed
 
 
+BROKER_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"})
+# In a broker path (before '?'): '%2f' and '%5c' (encoded '/' and '\'), '%25' (double
+# encoding), ';' path parameters (Tomcat and Spring read '..;' as '..') and
+# backslashes — each a way some server behind the upstream reads a dot segment.
+_BAD_IN_PATH = ("%2f", "%5c", "%25", "%3b", ";", "\\")
+
+
 def _broker(method, target, version, headers, body) -> BrokerRequest:
+    if method not in BROKER_METHODS:
+        raise ProtocolError(f"the method {method[:20]!r} is not carried on the broker route "
+                            f"(only {' '.join(sorted(BROKER_METHODS))})", 405)
+    if body is None:
+        raise ProtocolError("a chunked request body is not carried on the broker route: "
+                            "send it with Content-Length", 411)
     name, _, rest = target[len("/broker/"):].partition("/")
     if not _BROKER_NAME.fullmatch(name):
         raise ProtocolError(f"no broker named {name[:64]!r}", 404)
@@ -232,18 +255,21 @@ def _broker(method, target, version, headers, body) -> BrokerRequest:
     _check_path(rest)
     upgrade = _one(headers, "upgrade")
     connection = (_one(headers, "connection") or "").lower()
-    if upgrade is not None and "upgrade" in connection.replace(" ", "").split(","):
-        if upgrade.lower() != "websocket":
-            raise ProtocolError(f"Upgrade {upgrade[:40]!r} is not supported", 501)
-        body = None     # a WebSocket: both directions until either ends
-    else:
+    if upgrade is None or "upgrade" not in connection.replace(" ", "").split(","):
         upgrade = None
+    elif upgrade.lower() != "websocket":
+        raise ProtocolError(f"Upgrade {upgrade[:40]!r} is not supported", 501)
+    # A WebSocket goes raw both ways only once the upstream answers 101 (broker.py).
     return BrokerRequest(name, method, rest, version, headers, body, upgrade)
 
 
 def _check_path(path: str) -> None:
-    for segment in path.split("?", 1)[0].split("/"):
-        if unquote(segment) in (".", "..") or "\\" in unquote(segment):
+    raw = path.split("?", 1)[0]
+    if any(bad in raw.lower() for bad in _BAD_IN_PATH):
+        raise ProtocolError("encoded slashes, '%25', ';' and backslashes are not accepted "
+                            "in a path on the broker route")
+    for segment in raw.split("/"):
+        if unquote(segment) in (".", ".."):
             raise ProtocolError("dot segments are not accepted on the broker route")
     if "#" in path:
         raise ProtocolError("a fragment in the request target")
@@ -252,7 +278,7 @@ def _check_path(path: str) -> None:
 def http_response(status: int, text: str) -> bytes:
     """A complete HTTP/1.1 response with a text/plain body; the connection closes."""
     reasons = {400: "Bad Request", 403: "Forbidden", 404: "Not Found",
-               431: "Request Header Fields Too Large", 501: "Not Implemented",
+               405: "Method Not Allowed", 411: "Length Required", 431: "Request Header Fields Too Large", 501: "Not Implemented",
                502: "Bad Gateway", 504: "Gateway Timeout"}
     body = (text.rstrip("\n") + "\n").encode("utf-8", "replace")
     return (f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\n"

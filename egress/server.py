@@ -5,9 +5,11 @@ the sandbox connects there once per TCP connection) and, per connection,
 reads until egress/protocol.py has a whole request, then:
 1. asks egress/hosts.match whether an entry names the host and port — a name
    nothing allows is never resolved (a lookup would leak it through DNS);
-2. resolves the name ITSELF (the test/site hook first, then getaddrinfo;
-   an address given by the client is used only as a numeric host, checked
-   like any other), and asks egress/hosts.decide about every address;
+2. resolves the name ITSELF (the test/site hook first, then /etc/hosts,
+   then getaddrinfo of the absolute name `name.`, so no resolv.conf search
+   domain applies; an address given by the client is used only as a numeric
+   host, checked like any other), and asks egress/hosts.decide about every
+   address;
 3. connects to exactly the addresses it checked, in order (no second
    lookup, so DNS rebinding between check and connect is impossible);
 4. answers (200 / SOCKS success, or 403 / SOCKS "not allowed" with the
@@ -15,6 +17,13 @@ reads until egress/protocol.py has a whole request, then:
    with splice(2) (netrelay.join: the relay inside uses the same code);
 5. writes one audit record when the connection ends.
 Requests on the broker route go to egress/broker.py instead of step 4.
+
+Resources, since an agent may open connections without end: at most
+MAX_RELAYED connections admitted at once (counted from the decision on, so
+requests still resolving and broker requests count), at most MAX_PENDING
+held otherwise (waiting for their head, or refused and lingering; beyond,
+new ones are closed at once), and a failed accept()
+(EMFILE...) only pauses the accept loop.
 
 Audit records go to the session's network log, one JSON object per line,
 one write(2) per line on an O_APPEND descriptor, in the conventions of
@@ -31,15 +40,18 @@ import threading
 import time
 
 from egress import protocol
-from egress.hosts import Rule, address, decide, host_name, match
+from egress.hosts import Rule, address, decide, etc_hosts, host_name, match
 from egress.protocol import BrokerRequest, Connect, ProtocolError
 from egress.spec import Hook, Spec
 
 HEAD_TIMEOUT = 30.0
-MAX_RELAYED = 1024     # connections moving bytes at once (two threads each)
+MAX_RELAYED = 1024     # connections admitted at once (resolving, connecting, moving bytes)
+MAX_PENDING = 512      # held, not admitted: no head yet, or refused and lingering
+ACCEPT_BACKOFF = 0.05  # seconds to wait after a failed accept() (EMFILE, ENFILE, ENOBUFS)
 RESOLVE_TIMEOUT = 10.0
 CONNECT_TIMEOUT = 10.0
 READ_SIZE = 65536
+HOSTS_FILE = "/etc/hosts"
 LINGER = 10.0          # seconds a refused client may go on sending before the close
 
 
@@ -50,6 +62,14 @@ def _relay():
     return helper_module("netrelay")
 
 
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(1 << 20)
+    except OSError:
+        return ""
+
+
 class Proxy:
     def __init__(self, spec: Spec, hook: Hook | None, audit_fd: int):
         self.spec = spec
@@ -57,13 +77,16 @@ class Proxy:
         self.audit_fd = audit_fd
         self.relay = _relay()
         self.tasks: set[asyncio.Task] = set()
-        self.relayed = 0
+        self.relayed = 0        # admitted by _open, released when the connection ends
+        self.pending = 0        # accepted, not admitted (see MAX_PENDING)
         self._tls = None
+        self.hosts_file = HOSTS_FILE
 
     # ---------------------------------------------------------------- audit
     def audit(self, record: dict) -> None:
+        kept = {k: v for k, v in record.items() if not k.startswith("_")}
         line = json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "event": "network",
-                           "session": self.spec.session, **record}, ensure_ascii=False)
+                           "session": self.spec.session, **kept}, ensure_ascii=False)
         try:
             os.write(self.audit_fd, (line + "\n").encode("utf-8", "surrogateescape"))
         except OSError:
@@ -73,7 +96,15 @@ class Proxy:
     async def serve(self, listener: socket.socket) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            client, _ = await loop.sock_accept(listener)
+            try:
+                client, _ = await loop.sock_accept(listener)
+            except OSError:     # out of descriptors or buffers: wait, never stop accepting
+                await asyncio.sleep(ACCEPT_BACKOFF)
+                continue
+            if self.pending >= MAX_PENDING:
+                client.close()  # a flood of silent connections: refused before a byte
+                continue
+            self.pending += 1   # here, not in the task: a burst is accepted before it runs
             task = asyncio.ensure_future(self.handle(client))
             self.tasks.add(task)
             task.add_done_callback(self.tasks.discard)
@@ -83,6 +114,7 @@ class Proxy:
         record = {"client": None, "host": None, "port": None, "addresses": [],
                   "decision": "refused", "rule": None, "reason": "",
                   "bytes_out": 0, "bytes_in": 0}
+        record["_pending"] = True       # counted by serve()
         try:
             try:
                 await self._handle(client, record)
@@ -92,13 +124,16 @@ class Proxy:
             except OSError as exc:
                 record["reason"] = record["reason"] or f"connection failed: {exc}"
             except Exception as exc:     # noqa: BLE001 - a bug closes this connection only
-                record["reason"] = f"internal error: {exc!r}"
+                # The type alone: an exception's text may quote the head (a key).
+                record["reason"] = f"internal error: {type(exc).__name__}"
+            self._release(record)
             if record["client"] is not None:
                 record["duration_ms"] = round((time.monotonic() - started) * 1000, 3)
                 self.audit(record)
             if client.fileno() >= 0 and not client.getblocking():
                 await self._linger(client)      # still ours: not handed to the pump
         finally:
+            self._settle(record)
             client.close()
 
     async def _linger(self, client: socket.socket) -> None:
@@ -115,6 +150,18 @@ class Proxy:
                 pass
         except (OSError, asyncio.TimeoutError):
             pass
+
+    # Per-connection counters ride in the record under "_" keys (not audited).
+    def _settle(self, record) -> None:
+        """Admitted, or closed: no longer pending (a refused connection
+        stays pending while it lingers: it still holds a descriptor)."""
+        if record.pop("_pending", False):
+            self.pending -= 1
+
+    def _release(self, record) -> None:
+        """The connection admitted by _open has ended."""
+        if record.pop("_admitted", False):
+            self.relayed -= 1
 
     async def _handle(self, client, record) -> None:
         loop = asyncio.get_running_loop()
@@ -165,10 +212,9 @@ class Proxy:
         limit, head = None, b""
         if isinstance(event, Connect):
             await loop.sock_sendall(client, protocol.CONNECT_OK)
-        else:
-            if event.body_length is not None:
-                early = early[:event.body_length]
-                limit = event.body_length - len(early)
+        else:   # one request: its Content-Length body, nothing behind it
+            early = early[:event.body_length]
+            limit = event.body_length - len(early)
             head = event.head
         await self._splice(client, upstream, head + early, limit, record)
 
@@ -206,10 +252,15 @@ class Proxy:
         (record["decision"] says which, record["reason"] why)."""
         rules = self.spec.rules if rules is None else rules
         record["host"], record["port"] = host, port
+        self._settle(record)
+        # A hard cap, counted at admission (before resolving: a flood of
+        # requests still waiting for DNS counts too), broker requests included.
         if self.relayed >= MAX_RELAYED:
             record["reason"] = f"{host}:{port} refused: {MAX_RELAYED} connections are open " \
                 "already; close some"
             return None
+        self.relayed += 1
+        record["_admitted"] = True
         first = match(rules, host, port)
         if not first.allowed:
             record.update(rule=first.rule, reason=first.reason)
@@ -228,9 +279,17 @@ class Proxy:
         if self.hook is not None and name in self.hook.hosts:
             return list(self.hook.hosts[name])
         loop = asyncio.get_running_loop()
+        if self.hosts_file:
+            found = etc_hosts(_read(self.hosts_file), name)
+            if found:
+                return found
         try:
+            # Absolute ("name."): resolv.conf `search` domains never apply, so
+            # an allowed name that does not exist is not retried inside a
+            # cluster's internal zone. glibc skips /etc/hosts for an absolute
+            # name: read above.
             infos = await asyncio.wait_for(loop.getaddrinfo(
-                name, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
+                name + ".", port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP),
                 RESOLVE_TIMEOUT)
         except (OSError, asyncio.TimeoutError):
             return []
@@ -268,8 +327,6 @@ class Proxy:
         client.setblocking(True)
         upstream.setblocking(True)
         done = loop.create_future()
-        self.relayed += 1
-        done.add_done_callback(lambda _: setattr(self, "relayed", self.relayed - 1))
 
         def run():
             try:
@@ -313,9 +370,10 @@ class Proxy:
             return
         try:
             if self._tls is None:
-                self._tls = brokering.tls_context(self.hook.ca_file if self.hook else None)
+                self._tls = brokering.tls_context(self.hook.ca_data if self.hook else None)
             record["bytes_out"], record["bytes_in"] = await brokering.forward(
-                loop, client, upstream, broker, head, early, request.body_length, self._tls)
+                loop, client, upstream, broker, head, early, request.body_length, self._tls,
+                upgrade=request.upgrade is not None)
         except OSError as exc:      # ssl.SSLError is an OSError
             record["reason"] += f"; but TLS to the upstream failed ({exc})"
             upstream.close()

@@ -12,6 +12,12 @@ without DNS and may add a CA file for TLS to the broker upstreams:
 It is read only when it is a regular file owned by root and writable by
 nobody else; the admin directory is fixed at install time (agent_sandbox/
 paths.py), so no setting a user controls can point the proxy at another one.
+The CA file it names passes the same checks (a CA someone else can write
+would let them sign a certificate for a broker upstream, which receives the
+real key): opened once at start without following a symlink, checked on its
+descriptor, and its bytes kept — it is never opened again by name. A CA file
+that fails them is ignored (the hosts still apply: TLS to the upstream then
+fails verification, closed).
 """
 from __future__ import annotations
 
@@ -56,7 +62,7 @@ class Spec(NamedTuple):
 
 class Hook(NamedTuple):
     hosts: dict[str, list[str]]
-    ca_file: str | None
+    ca_data: str | None     # the CA file's PEM text, read once at start
 
 
 def load(path: str) -> Spec:
@@ -111,9 +117,10 @@ def _broker(name, value) -> Broker:
                   value["scheme"], value["placeholder"], value["key"])
 
 
-def load_hook(admin_dir: str) -> Hook | None:
-    """The test/site resolution hook, or None when it is absent or not root's."""
-    path = os.path.join(admin_dir, HOOK_NAME)
+def _read_roots(path: str, limit: int) -> bytes | None:
+    """The bytes of `path` if it is a regular file (not a symlink) owned by
+    root and writable by nobody else; None otherwise. One open, checks on
+    the descriptor: nothing can be swapped between check and read."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError:
@@ -122,11 +129,22 @@ def load_hook(admin_dir: str) -> Hook | None:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode) or info.st_uid != 0 or info.st_mode & 0o022:
             return None
-        data = json.loads(os.read(fd, 1 << 20))
-    except (OSError, ValueError):
+        return os.read(fd, limit)
+    except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def load_hook(admin_dir: str) -> Hook | None:
+    """The test/site resolution hook, or None when it is absent or not root's."""
+    raw = _read_roots(os.path.join(admin_dir, HOOK_NAME), 1 << 20)
+    if raw is None:
+        return None
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        return None
     if not isinstance(data, dict):
         return None
     hosts = {}
@@ -134,5 +152,8 @@ def load_hook(admin_dir: str) -> Hook | None:
         canonical = host_name(str(name))
         if canonical and isinstance(addresses, list):
             hosts[canonical] = [str(a) for a in addresses if address(str(a)) is not None]
-    ca_file = data.get("ca_file")
-    return Hook(hosts, ca_file if isinstance(ca_file, str) else None)
+    ca_file, ca_data = data.get("ca_file"), None
+    if isinstance(ca_file, str) and os.path.isabs(ca_file):
+        raw = _read_roots(ca_file, 1 << 20)
+        ca_data = raw.decode("ascii", "replace") if raw else None
+    return Hook(hosts, ca_data)

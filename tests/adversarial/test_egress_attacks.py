@@ -9,7 +9,14 @@ replaced by one the attacker controls:
 - request smuggling to another virtual host: a second request pipelined
   behind a plain HTTP request's body must never reach the server;
 - exhaustion: connections without end must not make the proxy (outside the
-  sandbox) start threads without end.
+  sandbox) start threads without end, connections still waiting for DNS
+  count, silent connections are capped, and running out of descriptors
+  once does not end the accept loop;
+- a name is looked up as an absolute name (resolv.conf `search` domains
+  would retry an allowed name that does not exist inside the cluster's
+  internal zone), /etc/hosts still read by the proxy itself;
+- an internal error's text (which may quote the head, a key) never
+  reaches the audit log.
 Each fails on a proxy that resolves again at connect time, resolves before
 matching, or forwards the rest of the client's bytes."""
 from __future__ import annotations
@@ -18,6 +25,7 @@ import asyncio
 import os
 import socket
 import threading
+import time
 from http.server import ThreadingHTTPServer
 
 import pytest
@@ -58,6 +66,7 @@ def proxy(tmp_path):
         loop = asyncio.new_event_loop()
         loop.getaddrinfo = resolver
         server = Proxy(spec, hook, fd)
+        start.server, start.loop = server, loop
         ready = threading.Event()
 
         def run():
@@ -114,7 +123,7 @@ def test_dns_rebinding_cannot_move_the_connection_to_loopback(proxy):
         assert answer.startswith(b"HTTP/1.1 200 "), answer
         assert b'"server": "good"' in answer
         assert evil.seen == [] and len(good.seen) == 1
-        assert resolver.asked == ["rebind.test"]        # one lookup, the one checked
+        assert resolver.asked == ["rebind.test."]       # one lookup, the one checked
     finally:
         for server in (good, evil):
             server.shutdown()
@@ -201,3 +210,141 @@ def test_connections_beyond_the_cap_are_refused_not_served(proxy, monkeypatch):
             sock.close()
         good.shutdown()
         good.server_close()
+
+
+def _wait(condition, what: str, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}")
+        time.sleep(0.005)
+
+
+def test_a_name_is_resolved_as_an_absolute_name(proxy):
+    resolver = Resolver("10.0.0.1", "10.0.0.1")     # refused after the lookup: no connect
+    path = proxy(["*.example.org"], resolver)
+    proxy.server.hosts_file = "/nonexistent"
+    answer = exchange(path, b"CONNECT nx.example.org:443 HTTP/1.1\r\n\r\n")
+    assert resolver.asked == ["nx.example.org."], resolver.asked    # no search domain
+    assert answer.startswith(b"HTTP/1.1 403 ") and b"resolves to 10.0.0.1" in answer
+
+
+def test_etc_hosts_still_names_hosts(proxy, tmp_path):
+    """glibc skips /etc/hosts for an absolute name: the proxy reads it."""
+    good = serve("127.0.0.2", "good")
+    port = good.server_address[1]
+    try:
+        resolver = Resolver("0.0.0.0", "0.0.0.0")
+        path = proxy([f"files.test:{port}", f"127.0.0.2/32:{port}"], resolver)
+        (tmp_path / "hosts").write_text("127.0.0.2 files.test\n")
+        proxy.server.hosts_file = str(tmp_path / "hosts")
+        answer = exchange(path, f"CONNECT files.test:{port} HTTP/1.1\r\n\r\n".encode(),
+                          b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 ") and b'"server": "good"' in answer
+        assert resolver.asked == []
+    finally:
+        good.shutdown()
+        good.server_close()
+
+
+def test_one_failed_accept_does_not_end_the_accept_loop(proxy):
+    """EMFILE from accept() (an agent opening connections until the proxy's
+    descriptors run out) ended Proxy.serve for good: the proxy stayed up and
+    never answered again."""
+    import errno
+
+    path = proxy(["pypi.org"], Resolver("0.0.0.0", "0.0.0.0"))
+    loop = proxy.loop
+    real_accept = loop.sock_accept
+    failures = [OSError(errno.EMFILE, "Too many open files")]
+
+    async def flaky_accept(sock):
+        if failures:
+            raise failures.pop()
+        return await real_accept(sock)
+
+    loop.sock_accept = flaky_accept
+    # serve() is already waiting inside the real accept: the first connection
+    # is accepted by it; the next accept is the failing one.
+    for _ in range(3):
+        answer = exchange(path, b"CONNECT 10.0.0.1:443 HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 403 "), answer
+    assert failures == []
+
+
+def test_connections_waiting_for_dns_count_against_the_cap(proxy, monkeypatch):
+    """The cap is counted at admission: a flood of requests for names that
+    resolve slowly must not get past it while none is relaying yet."""
+    import egress.server
+
+    monkeypatch.setattr(egress.server, "MAX_RELAYED", 1)
+    good = serve("127.0.0.2", "good")
+    port = good.server_address[1]
+    gate = threading.Event()
+
+    class Slow(Resolver):
+        async def __call__(self, host, port, **kwargs):
+            self.asked.append(host)
+            while not gate.is_set():
+                await asyncio.sleep(0.005)
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.2", port))]
+
+    resolver = Slow("", "")
+    path = proxy([f"slow.test:{port}", f"127.0.0.2/32:{port}"], resolver)
+    slow = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        slow.settimeout(20)
+        slow.connect(path)
+        slow.sendall(f"CONNECT slow.test:{port} HTTP/1.1\r\n\r\n".encode())
+        _wait(lambda: resolver.asked, "the first request is being resolved")
+        answer = exchange(path, f"CONNECT 127.0.0.2:{port} HTTP/1.1\r\n\r\n".encode())
+        assert answer.startswith(b"HTTP/1.1 403 ") and b"1 connections are open" in answer
+        gate.set()
+        assert slow.recv(100).startswith(b"HTTP/1.1 200 ")
+    finally:
+        gate.set()
+        slow.close()
+        good.shutdown()
+        good.server_close()
+
+
+def test_silent_connections_are_capped(proxy, monkeypatch):
+    """Connections that never send their request hold a descriptor for the
+    head timeout each: beyond MAX_PENDING, new ones are closed at once."""
+    import egress.server
+
+    monkeypatch.setattr(egress.server, "MAX_PENDING", 2)
+    path = proxy(["pypi.org"], Resolver("0.0.0.0", "0.0.0.0"))
+    silent = []
+    try:
+        for _ in range(2):
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.connect(path)
+            silent.append(sock)
+        _wait(lambda: proxy.server.pending == 2, "both silent connections are pending")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as third:
+            third.settimeout(10)
+            third.connect(path)
+            assert third.recv(100) == b""            # closed at once, not left waiting
+        silent.pop().close()
+        _wait(lambda: proxy.server.pending == 1, "the closed one is no longer pending")
+        answer = exchange(path, b"CONNECT 10.0.0.1:443 HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 403 ")
+    finally:
+        for sock in silent:
+            sock.close()
+
+
+def test_an_internal_error_does_not_write_the_head_into_the_audit_log(proxy, monkeypatch,
+                                                                      tmp_path):
+    from egress import protocol
+
+    def broken(buffer):
+        raise ValueError(f"cannot parse {bytes(buffer)!r}")     # quotes the head
+
+    monkeypatch.setattr(protocol, "parse_http", broken)
+    path = proxy(["pypi.org"], Resolver("0.0.0.0", "0.0.0.0"))
+    exchange(path, b"GET /broker/anthropic/v1 HTTP/1.1\r\nx-api-key: sk-SECRET\r\n\r\n")
+    _wait(lambda: (tmp_path / "network.log").read_text(), "the record is written")
+    log = (tmp_path / "network.log").read_text()
+    assert "internal error: ValueError" in log and "sk-SECRET" not in log

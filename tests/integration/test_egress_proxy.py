@@ -43,6 +43,7 @@ def world(user):
     w.ca, cert, key = make_ca(w.dir)
     for path in w.dir.iterdir():
         os.chown(path, user.uid, user.gid)
+    os.chown(w.ca, 0, 0)        # the proxy trusts a hook's CA only when it is root's
     w.https = serve("127.0.0.2", "https", tls=(cert, key), expected_key=REAL_KEY)
     w.http = serve("127.0.0.2", "http")
     w.loopback = serve("127.0.0.1", "loopback")      # must never be reached
@@ -395,6 +396,18 @@ def test_the_proxy_exits_when_stdin_closes_and_removes_its_socket(user, session_
     assert proxy.poll() is None
     assert stop_proxy(proxy) == 0
     assert not os.path.exists(spec["socket"])
+
+
+def test_the_proxy_holding_the_keys_is_not_dumpable(world):
+    # PR_SET_DUMPABLE 0: /proc/<pid> becomes root's, so the user's other
+    # processes (the agent's) cannot ptrace it nor read its memory or environ.
+    w = world
+    assert os.stat(f"/proc/{w.proxy.pid}/environ").st_uid == 0
+    for name in ("environ", "mem"):
+        result = w.user.run(["cat", f"/proc/{w.proxy.pid}/{name}"], cwd=w.user.home)
+        assert result.returncode != 0 and "Permission denied" in result.stderr
+    # The same user's ordinary process, for comparison: readable.
+    assert w.user.run(["cat", f"/proc/{w.relay.pid}/environ"], cwd=w.user.home).returncode == 0
 
 
 def test_the_proxy_dies_with_its_parent(user, session_dir):

@@ -95,9 +95,52 @@ def test_an_empty_path_is_slash(target, path):
     assert event.body_length == 0
 
 
-def test_chunked_bodies_are_forwarded_until_the_end():
-    event, _ = parse_http(b"POST http://a.org/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
-    assert event.body_length is None
+@pytest.mark.parametrize("target", ["http://a.org/", "/broker/anthropic/v1/messages",
+                                    "http://127.0.0.1:3128/broker/anthropic/v1/messages"])
+def test_chunked_bodies_are_refused_411(target):
+    """Forwarding a chunked body "until EOF" carries whatever the client
+    pipelines behind it: a second request to the upstream (on the broker
+    route: on the connection that holds the real key). Content-Length only."""
+    with pytest.raises(ProtocolError) as info:
+        parse_http(f"POST {target} HTTP/1.1\r\nx-api-key: P\r\n"
+                   "Transfer-Encoding: chunked\r\n\r\n".encode())
+    assert info.value.status == 411
+
+
+@pytest.mark.parametrize("method", ["TRACE", "TRACK", "CONNECTX", "PROPFIND", "DEBUG", "get"])
+@pytest.mark.parametrize("target", ["/broker/anthropic/v1/messages",
+                                    "http://127.0.0.1:3128/broker/anthropic/v1/messages"])
+def test_the_broker_route_carries_api_methods_only(method, target):
+    """TRACE gets the real key added and an echoing upstream reflects it."""
+    with pytest.raises(ProtocolError) as info:
+        parse_http(f"{method} {target} HTTP/1.1\r\nHost: 127.0.0.1:3128\r\n"
+                   "x-api-key: P\r\n\r\n".encode())
+    assert info.value.status == 405
+
+
+@pytest.mark.parametrize("method", sorted(protocol.BROKER_METHODS))
+def test_the_broker_route_api_methods(method):
+    event, _ = parse_http(f"{method} /broker/anthropic/v1/x HTTP/1.1\r\n\r\n".encode())
+    assert isinstance(event, BrokerRequest) and event.method == method
+
+
+@pytest.mark.parametrize("path", ["/..%2f..%2fadmin", "/..%2F", "/..;/admin", "/.%2e;x/a",
+                                  "/%252e%252e/admin", "/%2e%2e%2fadmin", "/a/..%5c..%5cb",
+                                  "/a%2Fb", "/a%5Cb", "/a;b", "/a%3Bb", "/a\\b", "/%2E%2E/x",
+                                  "/./x", "/.", "/x/..", "/%2e/x", "/.%2E/x"])
+def test_the_broker_route_refuses_every_spelling_of_a_dot_segment(path):
+    """nginx decodes %2F before resolving '..', Tomcat and Spring read '..;'
+    as '..', a proxy in front decodes once more: the key must only reach
+    paths below the broker's base path."""
+    for target in (f"/broker/anthropic{path}", f"http://127.0.0.1:1/broker/anthropic{path}"):
+        with pytest.raises(ProtocolError) as info:
+            parse_http(f"GET {target} HTTP/1.1\r\nx-api-key: P\r\n\r\n".encode())
+        assert info.value.status == 400
+
+
+def test_the_broker_route_query_may_hold_what_the_path_may_not():
+    event, _ = parse_http(b"GET /broker/anthropic/v1/x?next=a%2Fb;c&d=%25 HTTP/1.1\r\n\r\n")
+    assert event.target == "/v1/x?next=a%2Fb;c&d=%25"
 
 
 def test_the_broker_route():
@@ -129,7 +172,7 @@ def test_a_websocket_upgrade_on_the_broker_route():
             b"Connection: keep-alive, Upgrade\r\nUpgrade: websocket\r\n"
             b"Sec-WebSocket-Key: abc\r\nAuthorization: Bearer sk-PLACE\r\n\r\n")
     event, _ = parse_http(data)
-    assert (event.upgrade, event.body_length) == ("websocket", None)
+    assert (event.upgrade, event.body_length) == ("websocket", 0)     # bounded: no body
     broker = BROKER._replace(name="openai", header="authorization", scheme="Bearer ",
                              placeholder="sk-PLACE")
     head = upstream_head(broker, event)
@@ -281,6 +324,10 @@ def test_fuzz_http_requests_never_crash_nor_bypass(method, authority, absolute, 
             assert len(head_hosts) == 1
             assert protocol.parse_authority(head_hosts[0].decode(), event.port) == \
                 (event.host, event.port)
+    if isinstance(event, (Forward, BrokerRequest)):
+        assert isinstance(event.body_length, int)       # never "until the end"
+    if isinstance(event, BrokerRequest):
+        assert event.method in protocol.BROKER_METHODS
     if isinstance(event, Forward):
         assert event.head.endswith(b"\r\n\r\n")
         assert event.head.count(b"\r\n\r\n") == 1

@@ -62,11 +62,15 @@ def test_the_hook_only_when_root_owns_it_alone(tmp_path):
     if os.geteuid() != 0:
         pytest.fail("this test must run as root (it chowns the hook file)")
     path = tmp_path / HOOK_NAME
+    ca = tmp_path / "ca.pem"
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    ca.chmod(0o644)
     path.write_text(json.dumps({"hosts": {"API.test.": ["127.0.0.2", "127.1", "x"]},
-                                "ca_file": "/ca.pem"}))
+                                "ca_file": str(ca)}))
     path.chmod(0o644)
     hook = load_hook(str(tmp_path))
-    assert hook.hosts == {"api.test": ["127.0.0.2"]} and hook.ca_file == "/ca.pem"
+    assert hook.hosts == {"api.test": ["127.0.0.2"]}
+    assert hook.ca_data == "-----BEGIN CERTIFICATE-----\n"
     path.chmod(0o664)
     assert load_hook(str(tmp_path)) is None          # group-writable
     path.chmod(0o644)
@@ -77,3 +81,45 @@ def test_the_hook_only_when_root_owns_it_alone(tmp_path):
     os.symlink(tmp_path / "real.json", path)
     assert load_hook(str(tmp_path)) is None          # a symlink
     assert load_hook(str(tmp_path / "nowhere")) is None
+
+
+@pytest.mark.parametrize("spoil", ["not-roots", "group-writable", "symlink", "fifo", "relative"])
+def test_the_hook_ca_file_passes_the_hooks_checks_and_is_read_once(tmp_path, spoil):
+    """A root-owned hook naming a CA file someone else can write would let
+    them sign a certificate for a broker upstream (which gets the real key)."""
+    if os.geteuid() != 0:
+        pytest.fail("this test must run as root (it chowns the files)")
+    pem = "-----BEGIN CERTIFICATE-----\n"
+    ca = tmp_path / "ca.pem"
+    ca.write_text(pem)
+    ca.chmod(0o644)
+    named = str(ca)
+    if spoil == "not-roots":
+        os.chown(ca, 65534, 65534)
+    elif spoil == "group-writable":
+        ca.chmod(0o664)
+    elif spoil == "symlink":
+        named = str(tmp_path / "link.pem")
+        os.symlink(ca, named)
+    elif spoil == "fifo":
+        named = str(tmp_path / "fifo.pem")
+        os.mkfifo(named)
+    else:
+        named = "ca.pem"
+    (tmp_path / HOOK_NAME).write_text(json.dumps({"hosts": {"api.test": ["127.0.0.2"]},
+                                                  "ca_file": named}))
+    (tmp_path / HOOK_NAME).chmod(0o644)
+    hook = load_hook(str(tmp_path))
+    assert hook.hosts == {"api.test": ["127.0.0.2"]} and hook.ca_data is None
+
+
+def test_the_hook_ca_is_kept_not_reopened(tmp_path):
+    ca = tmp_path / "ca.pem"
+    ca.write_text("first\n")
+    ca.chmod(0o644)
+    (tmp_path / HOOK_NAME).write_text(json.dumps({"hosts": {}, "ca_file": str(ca)}))
+    (tmp_path / HOOK_NAME).chmod(0o644)
+    hook = load_hook(str(tmp_path))
+    ca.unlink()
+    ca.symlink_to("/etc/passwd")       # swapped after the start: not read again
+    assert hook.ca_data == "first\n"
