@@ -178,7 +178,9 @@ def launch_argv(config: dict, project_dir: str, jobstart_path: str, spec_path: s
     """The compute-side launch of a job or task: the submitting session's
     backend pinned unless the admin allows a weaker one for jobs."""
     backend = config.get("job_backend")
-    return (list(config["launcher"]) + ["run"] + (["--backend", backend] if backend else [])
+    # --job: the compute-side sandbox takes JOB_NETWORK_MODE (docs/network.md).
+    return (list(config["launcher"]) + ["run", "--job"]
+            + (["--backend", backend] if backend else [])
             + ["--project-dir", project_dir, "--", "/usr/bin/python3", "-IS", jobstart_path,
                spec_path])
 

@@ -17,8 +17,9 @@ import marshal
 import os
 
 from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Guarantees,
-                                         Payload, Plan, PlanContext, fd_hygiene, helper_argv,
-                                         namespace_scoping)
+                                         Payload, Plan, PlanContext, egress_guarantee,
+                                         fd_hygiene, helper_argv, namespace_scoping,
+                                         own_network, relay_args)
 from agent_sandbox.paths import helper_module
 from agent_sandbox.policy.resolve import Policy
 from agent_sandbox.policy.view import (Bind, Data, Dev, DevBind, File, Proc, RemountRo, RoBind,
@@ -40,6 +41,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
     g.either("passwd.filtered", policy.filter_passwd and "/etc" in policy.system_readonly,
              "FILTER_PASSWD=false in the configuration")
     namespace_scoping(g, policy, landlock_abi)
+    egress_guarantee(g, policy)
     fd_hygiene(g, policy)
     return g.split()
 
@@ -91,8 +93,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                   "--unshare-cgroup-try"]
     if policy.private_ipc:
         argv.append("--unshare-ipc")
-    if policy.network_isolated:
-        argv.append("--unshare-net")
+    if own_network(policy):
+        argv.append("--unshare-net")     # only loopback (bwrap brings it up)
     argv += ["--disable-userns", "--die-with-parent", "--new-session",
              "--json-status-fd", FdRef("status")]
     if policy.seccomp:
@@ -101,16 +103,18 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     argv += ["--chdir", policy.workdir, "--"]
     spawn_ruleset = None
     helper_scopes = landlock_abi >= SCOPING_ABI and scope_with == "helper"
-    if helper_scopes or policy.terminal:
+    relay = relay_args(policy)
+    if helper_scopes or policy.terminal or relay:
         # A relayed terminal needs setsid + TIOCSCTTY inside (bwrap's own
-        # --new-session leaves the command in init's session): the helper.
+        # --new-session leaves the command in init's session), the egress
+        # relay must listen before the command starts: the helper.
         if helper_scopes:
             payloads["landlock"] = Payload(data=landlock_scope(landlock_abi))
         elif landlock_abi >= SCOPING_ABI:
             spawn_ruleset = scope_ruleset(landlock_abi)
         argv += helper_argv(python=python, landlock=helper_scopes,
                             controlling_tty=policy.terminal,
-                            keep_fds=policy.keep_fds) + list(command)
+                            keep_fds=policy.keep_fds, relay=relay) + list(command)
     else:
         if landlock_abi >= SCOPING_ABI:
             spawn_ruleset = scope_ruleset(landlock_abi)

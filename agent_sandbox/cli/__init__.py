@@ -14,10 +14,11 @@ from agent_sandbox.names import SUBCOMMANDS
 
 
 def _fast_run(args: list[str]) -> dict | None:
-    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--keep-fd N]… [--] CMD…`.
+    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--job] [--keep-fd N]… [--] CMD…`.
     Returns None for anything unusual (help, unknown options, missing or
     malformed values), which then goes to typer for a proper message."""
     options: dict = {"project_dir": None, "backend": None, "dry_run": False, "keep_fds": ()}
+    job = False
     i = 0
     while i < len(args):
         arg = args[i]
@@ -41,6 +42,8 @@ def _fast_run(args: list[str]) -> dict | None:
                 options[name[2:].replace("-", "_")] = value
         elif arg == "--dry-run":
             options["dry_run"] = True
+        elif arg == "--job":
+            job = True
         else:
             return None
         i += 1
@@ -48,6 +51,8 @@ def _fast_run(args: list[str]) -> dict | None:
     if not command:
         return None
     options["command"] = command
+    if job:
+        options["job"] = True   # only `run` takes it (a profile is never a job)
     return options
 
 
@@ -70,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         # `agent-sandbox [LAUNCHER OPTIONS] NAME [ARGS]`: an agent profile, or a
         # usage error suggesting the closest command or profile.
         parsed = _fast_run(args)
-        if parsed is not None and parsed["command"][0] not in _NOT_PROFILES:
+        if parsed is not None and parsed["command"][0] not in _NOT_PROFILES \
+                and "job" not in parsed:
             from agent_sandbox.launch.run import run_profile
 
             command = parsed.pop("command")

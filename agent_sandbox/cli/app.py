@@ -74,13 +74,17 @@ def run(
         [], "--keep-fd", metavar="N", help="Let the inherited descriptor N into the sandbox "
         "(repeatable). By default nothing but stdin, stdout and stderr enters: a descriptor "
         "you hold open (a key file, a socket) is closed for the command."),
+    job: bool = typer.Option(
+        False, "--job", help="A batch job or step on a compute node (what the Slurm "
+        "proxy's job wrapper starts): JOB_NETWORK_MODE applies instead of NETWORK_MODE."),
 ) -> None:
     """Run CMD in the sandbox. Its exit code and signals pass through; 125 means the
     sandbox could not be set up."""
     from agent_sandbox.launch.run import run as launch
 
     raise typer.Exit(launch(list(command), project_dir=project_dir, backend=backend,
-                            dry_run=dry_run, keep_fds=tuple(keep_fd)))
+                            dry_run=dry_run, keep_fds=tuple(keep_fd),
+                            **({"job": True} if job else {})))
 
 
 @app.command(context_settings=_PASSTHROUGH)

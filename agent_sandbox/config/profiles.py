@@ -11,6 +11,8 @@ apply on top — and the AGENT_* keys say what to run:
                       (appended to whatever file is there); empty: no note
   AGENT_STATE         home entries created on first use (trailing / = dir) so
                       logins and history persist in the writable state
+  AGENT_BROKERS       the API key brokers (launch/egress.BROKERS) the agent
+                      can use because it takes a base URL (API_KEY_BROKERING)
 
 Profiles are looked up by name in /etc/agent-sandbox/agents/, then
 ~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent
@@ -37,6 +39,7 @@ class Profile(NamedTuple):
     install_hint: str
     note_path: str
     state: tuple[str, ...]
+    brokers: tuple[str, ...] = ()
 
 
 def search_dirs(home: str) -> tuple[str, ...]:
@@ -105,7 +108,8 @@ def load(name: str, *, home: str, user: str, known_keys) -> Profile:
                           "run, e.g. AGENT_COMMAND=(claude)", reason="bad_profile")
     note = values.get("AGENT_NOTE_PATH", "")
     return Profile(name, path, text, command, str(values.get("AGENT_INSTALL_HINT", "")),
-                   note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())))
+                   note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())),
+                   as_tuple(values.get("AGENT_BROKERS", ())))
 
 
 def create_state(profile: Profile, home: str) -> None:
