@@ -17,7 +17,8 @@ host — only there.
 a pipe on its stdin whose write end only the launcher holds (EOF = the
 launcher is gone: the proxy exits; it also sets PR_SET_PDEATHSIG), waits for
 its `ready` line, then removes the spec (the key is not left on disk).
-`stop` closes that pipe, waits up to 2 s, kills, and removes the directory.
+`stop` closes that pipe, waits up to 2 s, kills, and removes the directory;
+the next launch sweeps away the directory a SIGKILLed launcher left.
 """
 from __future__ import annotations
 
@@ -155,6 +156,7 @@ class EgressSession:
     def start(cls, planned: EgressPlan, session_id: str) -> "EgressSession":
         spec = {"socket": planned.socket, "rules": planned.rules, "audit": planned.audit,
                 "brokers": planned.brokers, "session": session_id}
+        sweep(os.path.dirname(planned.directory))
         try:
             os.mkdir(planned.directory, 0o700)
             os.makedirs(os.path.dirname(planned.audit), mode=0o700, exist_ok=True)
@@ -229,6 +231,32 @@ class EgressSession:
                 if pidfd >= 0:
                     os.close(pidfd)
         _remove(self.plan.directory)
+
+
+STALE_AFTER = 60.0   # seconds a directory without socket and spec is left alone
+
+
+def sweep(parent: str) -> None:
+    """Remove the directories of proxies that are gone: after a SIGKILLed
+    launcher the proxy exits (stdin EOF) and removes its socket, but nobody
+    removes its directory. One without socket and spec that has not changed
+    for a minute is such a leftover (a session being set up has its spec)."""
+    import time
+
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith("egress-")]
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            if (now - os.lstat(path).st_mtime > STALE_AFTER
+                    and not os.path.lexists(os.path.join(path, SOCKET_NAME))
+                    and not os.path.lexists(os.path.join(path, SPEC_NAME))):
+                _remove(path)
+        except OSError:
+            continue
 
 
 def _read_ready(fd: int) -> bytes:

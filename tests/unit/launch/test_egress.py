@@ -123,3 +123,19 @@ def test_the_helper_parses_relay_and_sees_a_listener_without_connecting():
         assert not sandbox_exec._listening(port)
         listener.listen(1)
         assert sandbox_exec._listening(port)
+
+
+def test_the_sweep_removes_only_old_directories_without_socket_and_spec(tmp_path):
+    import os
+
+    gone, running, starting, fresh, other = (tmp_path / n for n in (
+        "egress-a", "egress-b", "egress-c", "egress-d", "agent-sandbox-x"))
+    for path in (gone, running, starting, fresh, other):
+        path.mkdir()
+    (running / egress.SOCKET_NAME).write_text("")
+    (starting / egress.SPEC_NAME).write_text("{}")
+    for path in (gone, running, starting, other):
+        os.utime(path, (1, 1))
+    egress.sweep(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "agent-sandbox-x", "egress-b", "egress-c", "egress-d"]
