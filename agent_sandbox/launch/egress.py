@@ -18,7 +18,8 @@ a pipe on its stdin whose write end only the launcher holds (EOF = the
 launcher is gone: the proxy exits; it also sets PR_SET_PDEATHSIG), waits for
 its `ready` line, then removes the spec (the key is not left on disk).
 `stop` closes that pipe, waits up to 2 s, kills, and removes the directory;
-the next launch sweeps away the directory a SIGKILLed launcher left.
+the next launch sweeps away the directory (and a spec) a SIGKILLed launcher
+left.
 """
 from __future__ import annotations
 
@@ -233,14 +234,16 @@ class EgressSession:
         _remove(self.plan.directory)
 
 
-STALE_AFTER = 60.0   # seconds a directory without socket and spec is left alone
+STALE_AFTER = 60.0   # seconds a directory without a socket is left alone
 
 
 def sweep(parent: str) -> None:
     """Remove the directories of proxies that are gone: after a SIGKILLed
     launcher the proxy exits (stdin EOF) and removes its socket, but nobody
-    removes its directory. One without socket and spec that has not changed
-    for a minute is such a leftover (a session being set up has its spec)."""
+    removes its directory (nor the spec, when the launcher died before the
+    proxy was ready). One without a socket that has not changed for a minute
+    is such a leftover: a session being set up has its socket within
+    READY_TIMEOUT, a running one keeps it."""
     import time
 
     try:
@@ -252,8 +255,7 @@ def sweep(parent: str) -> None:
         path = os.path.join(parent, name)
         try:
             if (now - os.lstat(path).st_mtime > STALE_AFTER
-                    and not os.path.lexists(os.path.join(path, SOCKET_NAME))
-                    and not os.path.lexists(os.path.join(path, SPEC_NAME))):
+                    and not os.path.lexists(os.path.join(path, SOCKET_NAME))):
                 _remove(path)
         except OSError:
             continue

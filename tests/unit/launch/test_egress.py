@@ -125,17 +125,18 @@ def test_the_helper_parses_relay_and_sees_a_listener_without_connecting():
         assert sandbox_exec._listening(port)
 
 
-def test_the_sweep_removes_only_old_directories_without_socket_and_spec(tmp_path):
+def test_the_sweep_removes_only_old_directories_without_a_socket(tmp_path):
     import os
 
-    gone, running, starting, fresh, other = (tmp_path / n for n in (
+    gone, running, died_starting, fresh, other = (tmp_path / n for n in (
         "egress-a", "egress-b", "egress-c", "egress-d", "agent-sandbox-x"))
-    for path in (gone, running, starting, fresh, other):
+    for path in (gone, running, died_starting, fresh, other):
         path.mkdir()
     (running / egress.SOCKET_NAME).write_text("")
-    (starting / egress.SPEC_NAME).write_text("{}")
-    for path in (gone, running, starting, other):
+    (died_starting / egress.SPEC_NAME).write_text('{"brokers": "a key"}')
+    (fresh / egress.SPEC_NAME).write_text("{}")
+    for path in (gone, running, died_starting, other):
         os.utime(path, (1, 1))
     egress.sweep(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "agent-sandbox-x", "egress-b", "egress-c", "egress-d"]
+        "agent-sandbox-x", "egress-b", "egress-d"]
