@@ -288,14 +288,19 @@ RELAY_WAIT = 5.0   # seconds for the relay to listen before the launch fails
 
 
 def _listening(port: int) -> bool:
-    """Is a TCP socket of this network namespace listening on 127.0.0.1:port?
-    (/proc/net/tcp: no connection is made, so the proxy sees nothing.)"""
+    """Is a TCP socket of this user listening on 127.0.0.1:port in this
+    network namespace? (/proc/net/tcp: no connection is made, so the proxy
+    sees nothing. The owner matters on landlock, where the port is on the
+    host's loopback: another user who took it first must not be mistaken
+    for the relay — then the relay cannot listen and the launch fails.)"""
     wanted = b"0100007F:%04X" % port
+    uid = b"%d" % os.getuid()
     try:
         with open("/proc/net/tcp", "rb") as handle:
             for line in handle.read().splitlines()[1:]:
                 fields = line.split()
-                if len(fields) > 3 and fields[1] == wanted and fields[3] == b"0A":
+                if len(fields) > 7 and fields[1] == wanted and fields[3] == b"0A" \
+                        and fields[7] == uid:
                     return True
     except OSError:
         pass

@@ -140,3 +140,17 @@ def test_the_sweep_removes_only_old_directories_without_a_socket(tmp_path):
     egress.sweep(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "agent-sandbox-x", "egress-b", "egress-d"]
+
+
+def test_a_listener_of_another_user_is_not_taken_for_the_relay(monkeypatch):
+    import os
+
+    sandbox_exec = helper_module("sandbox_exec")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        assert sandbox_exec._listening(port)
+        uid = os.getuid()
+        monkeypatch.setattr(sandbox_exec.os, "getuid", lambda: uid + 1)
+        assert not sandbox_exec._listening(port)
