@@ -15,8 +15,10 @@ host — only there.
 `EgressSession.start` writes the spec (0600, in the 0700 directory), starts
 `python3 -I -m egress SPEC` outside the sandbox in its own process group with
 a pipe on its stdin whose write end only the launcher holds (EOF = the
-launcher is gone: the proxy exits; it also sets PR_SET_PDEATHSIG), waits for
-its `ready` line, then removes the spec (the key is not left on disk).
+launcher is gone: the proxy exits; it also sets PR_SET_PDEATHSIG); `ready`
+(called once the plan is built, so the proxy's start overlaps it) waits for
+its `ready` line and removes the spec (the key is not left on disk) before
+the sandbox starts.
 `stop` closes that pipe, waits up to 2 s, kills, and removes the directory;
 the next launch sweeps away the directory (and a spec) a SIGKILLed launcher
 left.
@@ -148,10 +150,11 @@ def plan(settings, policy, profile=None) -> EgressPlan:
 
 
 class EgressSession:
-    def __init__(self, planned: EgressPlan, pid: int, stdin_fd: int):
+    def __init__(self, planned: EgressPlan, pid: int, stdin_fd: int, stdout_fd: int | None):
         self.plan = planned
         self.pid = pid
         self._stdin = stdin_fd        # its write end: EOF tells the proxy to exit
+        self._stdout = stdout_fd      # where `ready` comes, until ready() read it
 
     @classmethod
     def start(cls, planned: EgressPlan, session_id: str) -> "EgressSession":
@@ -191,30 +194,36 @@ class EgressSession:
                                "NETWORK_MODE=open or isolated; the command was not run.") from None
         os.close(in_read)
         os.close(out_write)
-        session = cls(planned, pid, in_write)
+        return cls(planned, pid, in_write, out_read)
+
+    def ready(self) -> None:
+        """Wait for the proxy's `ready` (it starts while the launcher builds
+        the plan), then remove the spec: called before the sandbox starts."""
+        if self._stdout is None:
+            return
         try:
-            said = _read_ready(out_read)
+            said = _read_ready(self._stdout)
         finally:
-            os.close(out_read)
+            os.close(self._stdout)
+            self._stdout = None
         if said != b"ready\n":
-            session.stop()
             raise SandboxError("the egress proxy did not start (its message is above) — "
                                "NETWORK_MODE=allowlist needs it. Check `agent-sandbox config "
                                "show` (ALLOWED_HOSTS) or set NETWORK_MODE=open or isolated; "
                                "the command was not run.", reason="egress_failed")
         try:
-            os.unlink(spec_path)      # read by now; the keys are not left on disk
+            os.unlink(os.path.join(self.plan.directory, SPEC_NAME))   # the keys leave the disk
         except OSError:
             pass
-        return session
 
     def stop(self) -> None:
         """EOF on the proxy's stdin, then up to 2 s, then SIGKILL; the directory goes."""
         from agent_sandbox.launch.chaperon import _exited
 
-        if self._stdin is not None:
-            os.close(self._stdin)
-            self._stdin = None
+        for fd in (self._stdin, self._stdout):
+            if fd is not None:
+                os.close(fd)
+        self._stdin = self._stdout = None
         try:
             pidfd = os.pidfd_open(self.pid)
         except ProcessLookupError:

@@ -255,6 +255,9 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                                # A native terminal only when both ends are one.
                                terminal=not dry_run and os.isatty(0) and os.isatty(1))
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
+            for started in sessions:
+                if hasattr(started, "ready"):
+                    started.ready()     # the egress proxy: before anything else is made
             if dry_run:
                 from agent_sandbox.launch.report import dry_run_report
 

@@ -146,21 +146,36 @@ def net(user):
     shutil.rmtree(n.project, ignore_errors=True)
 
 
-def leftovers(user) -> list[str]:
-    """The user's egress proxies, relays and sandboxed commands still running."""
-    found = []
+def running(user) -> dict[str, list[str]]:
+    """The user's egress proxies, relays, sandboxed `sleep 3600` commands and
+    sandboxes (bwrap, firejail) still running, by kind."""
+    found: dict[str, list[str]] = {}
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             if os.stat(f"/proc/{pid}").st_uid != user.uid:
                 continue
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 cmdline = handle.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            with open(f"/proc/{pid}/comm") as handle:
+                comm = handle.read().strip()
         except OSError:
             continue
-        if "-m egress" in cmdline or "--relay" in cmdline or "netrelay" in cmdline \
-                or "sleep 3600" in cmdline:
-            found.append(f"{pid}: {cmdline}")
+        if comm in ("bwrap", "firejail") and "--relay" in cmdline:
+            kind = "sandbox"
+        elif "-m egress" in cmdline:
+            kind = "proxy"
+        elif comm.startswith("python") and "--relay" in cmdline or "netrelay" in cmdline:
+            kind = "relay"
+        elif cmdline.strip() == "sleep 3600":
+            kind = "command"
+        else:
+            continue
+        found.setdefault(kind, []).append(f"{pid}: {cmdline}")
     return found
+
+
+def leftovers(user) -> list[str]:
+    return [line for lines in running(user).values() for line in lines]
 
 
 def wait_for(predicate, timeout=15.0, what="condition"):
@@ -378,7 +393,8 @@ def test_proxy_and_relay_die_with_a_killed_launcher(net, signum):
                                 cwd=str(net.project), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: len(leftovers(user)) >= 3, what="proxy, relay and command")
+        wait_for(lambda: {"proxy", "relay", "command"} <= set(running(user)),
+                 what="proxy, relay and command running")
         launcher.send_signal(signum)
         launcher.wait(15)
         wait_for(lambda: leftovers(user) == [], what="every process gone")
