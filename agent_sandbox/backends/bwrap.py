@@ -112,8 +112,12 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
             payloads["landlock"] = Payload(data=landlock_scope(landlock_abi))
         elif landlock_abi >= SCOPING_ABI:
             spawn_ruleset = scope_ruleset(landlock_abi)
+        # With the relay, a lifeline too: bwrap's inner process binds itself
+        # to the outer one (--die-with-parent) only right before exec, so a
+        # launcher killed during bwrap's setup would leave sandbox and relay
+        # running; the helper's watcher sees the launcher gone and ends them.
         argv += helper_argv(python=python, landlock=helper_scopes,
-                            controlling_tty=policy.terminal,
+                            controlling_tty=policy.terminal, lifeline=bool(relay),
                             keep_fds=policy.keep_fds, relay=relay) + list(command)
     else:
         if landlock_abi >= SCOPING_ABI:
@@ -121,7 +125,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         # env(1) gives the shell's exit codes: 127 not found, 126 not executable.
         argv += ["/usr/bin/env", "--"] + list(command)
 
-    used = {a.name for a in argv if isinstance(a, FdRef)} - {"status"}
+    used = {a.name for a in argv if isinstance(a, FdRef)} - {"status", "lifeline"}
     missing = used - set(payloads)
     if missing:  # pragma: no cover - a programming error
         raise ValueError(f"plan needs payloads it was not given: {sorted(missing)}")
@@ -129,7 +133,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     return Plan(backend=NAME, argv=tuple(argv),
                 payloads={k: v for k, v in payloads.items() if k in used},
                 env=dict(policy.env), provides=provides, cannot=cannot, mounts=tuple(ops),
-                status_fd="status", partial=partial, spawn_ruleset=spawn_ruleset)
+                status_fd="status", partial=partial, spawn_ruleset=spawn_ruleset,
+                lifeline_fd="lifeline" if relay else None)
 
 
 def scope_ruleset(abi: int) -> dict:

@@ -384,17 +384,25 @@ def test_proxy_and_relay_leave_nothing_behind_after_a_normal_exit(runs, net, bac
     assert runs[backend][3] == set()          # the proxy's directory went too
 
 
-@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGTERM])
-def test_proxy_and_relay_die_with_a_killed_launcher(net, signum):
+@pytest.mark.parametrize("signum,when", [(signal.SIGKILL, "running"),
+                                         (signal.SIGTERM, "running"),
+                                         (signal.SIGKILL, "during bwrap's setup")])
+def test_proxy_and_relay_die_with_a_killed_launcher(net, signum, when):
+    """Also when the launcher dies while bwrap still builds the sandbox (its
+    inner process binds itself to the outer one only right before exec)."""
     user = net.user
     user.set_config(net.config)
-    launcher = subprocess.Popen([INSTALLED, "run", "--", "sleep", "3600"], user=user.uid,
-                                group=user.gid, extra_groups=[], env=user.env(),
+    launcher = subprocess.Popen([INSTALLED, "run", "--backend", "bwrap", "--", "sleep", "3600"],
+                                user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
                                 cwd=str(net.project), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        wait_for(lambda: {"proxy", "relay", "command"} <= set(running(user)),
-                 what="proxy, relay and command running")
+        if when == "running":
+            wait_for(lambda: {"proxy", "relay", "command"} <= set(running(user)),
+                     what="proxy, relay and command running")
+        else:
+            wait_for(lambda: len(running(user).get("sandbox", ())) >= 2,
+                     what="bwrap's inner process")
         launcher.send_signal(signum)
         launcher.wait(15)
         wait_for(lambda: leftovers(user) == [], what="every process gone")

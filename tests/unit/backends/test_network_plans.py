@@ -37,6 +37,7 @@ def test_bwrap_unshares_the_network_binds_only_the_socket_and_starts_the_relay(h
     relay = argv.index("--relay")
     assert argv[relay:relay + 3] == ["--relay", str(RELAY_PORT), EGRESS_SOCKET]
     assert argv.index("--relay") < argv.index("claude")
+    assert "--lifeline" in argv and plan.lifeline_fd == "lifeline"
     assert rows(plan)["net.egress_filtered"] == "yes"
     assert rows(plan)["abstract_unix.scoped"] == "yes"
 
