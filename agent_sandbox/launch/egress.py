@@ -218,28 +218,13 @@ class EgressSession:
 
     def stop(self) -> None:
         """EOF on the proxy's stdin, then up to 2 s, then SIGKILL; the directory goes."""
-        from agent_sandbox.launch.chaperon import _exited
+        from agent_sandbox.launch.chaperon import end_child
 
         for fd in (self._stdin, self._stdout):
             if fd is not None:
                 os.close(fd)
         self._stdin = self._stdout = None
-        try:
-            pidfd = os.pidfd_open(self.pid)
-        except ProcessLookupError:
-            pidfd = None
-        except OSError:
-            pidfd = -1
-        if pidfd is not None:
-            try:
-                if not _exited(self.pid, pidfd, 2.0):
-                    os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            finally:
-                if pidfd >= 0:
-                    os.close(pidfd)
+        end_child(self.pid, None)     # EOF on its stdin is the proxy's signal to go
         _remove(self.plan.directory)
 
 
