@@ -120,3 +120,12 @@ def test_doctor_names_logins_never_secrets(tmp_path):
 
 def test_doctor_logins_without_any():
     assert logins.logins_item("/nonexistent", {}, {}).status == "GO"
+
+
+def test_config_show_origin_names_every_hosts_entry():
+    from agent_sandbox.tools.explain import config_show
+
+    text = config_show(settings(), origin=True, as_json=False)
+    assert "#   pypi.org from /d.conf:8\n#   *.githubusercontent.com from /d.conf:9" in text
+    data = json.loads(config_show(settings(), origin=True, as_json=True))
+    assert data["ALLOWED_HOSTS"]["entries"][0] == {"entry": "pypi.org", "origin": "/d.conf:8"}
