@@ -20,7 +20,6 @@ import marshal
 import os
 import stat
 
-from agent_sandbox.config import network
 from agent_sandbox.config.settings import Settings
 from agent_sandbox.paths import (ADMIN_CONFIG, defaults_path, state_dir,  # noqa: F401
                                  user_config_dir)
@@ -124,7 +123,7 @@ class Merged:
         self.files: list[str] = []           # the files that applied, in order
 
     def assign(self, kind: str, key: str, value, origin: str) -> None:
-        from agent_sandbox.config import locks
+        from agent_sandbox.config import locks, network   # merging: only on a cache miss
 
         if (key in locks.ADMIN_ONLY and kind not in ("default", "profile", "admin")
                 and locks.as_bool(value) is not False):
@@ -137,8 +136,6 @@ class Merged:
             return
         if key in network.HOST_KEYS:
             value = self._hosts(kind, key, value, origin)
-            if value is None:
-                return
         if kind == "admin":
             self.admin[key] = value
             if key in locks.LOCKABLE or key == "BLOCKED_ENV_VARS":
@@ -159,10 +156,11 @@ class Merged:
         self.raw[key] = value
         self.origins[key] = origin
 
-    def _hosts(self, kind: str, key: str, value, origin: str):
+    def _hosts(self, kind: str, key: str, value, origin: str) -> tuple:
         """ALLOWED_HOSTS*: the new entries validated with their file:line, the
-        admin cap applied, the origin of every entry kept (config/network.py).
-        None: the whole assignment is dropped."""
+        admin cap applied, the origin of every entry kept (config/network.py)."""
+        from agent_sandbox.config import network
+
         previous = network.as_list(self.raw.get(key, ()))
         value = network.as_list(value)
         network.check(key, [e for e in value if e not in previous], origin)
@@ -180,6 +178,8 @@ class Merged:
     def remove_hosts(self, kind: str, entries, origin: str) -> None:
         """The bash original's NETWORK_BLOCKLIST (config/legacy.py): a listed
         host is taken out of ALLOWED_HOSTS (what is not listed is refused anyway)."""
+        from agent_sandbox.config import network
+
         current = network.as_list(self.raw.get("ALLOWED_HOSTS", ()))
         blocked = {e.lower() for e in network.as_list(entries)}
         kept = tuple(e for e in current if e.lower() not in blocked)

@@ -24,8 +24,6 @@ Pure: text in, values and warnings out.
 """
 from __future__ import annotations
 
-import ipaddress
-
 # Settings.origins key holding {entry: origin} for ALLOWED_HOSTS.
 HOST_ORIGINS = "ALLOWED_HOSTS[]"
 HOST_KEYS = ("ALLOWED_HOSTS", "ALLOWED_HOSTS_USER_MAY_ADD")
@@ -59,6 +57,8 @@ def split(entry: str) -> tuple[str, object, int | None]:
     """(kind, value, port) of an entry's text: kind is "name", "suffix" or
     "net" (value an ip_network). ValueError for what it cannot read (the
     entry was validated by egress.hosts already; this is only for covering)."""
+    import ipaddress   # only when the admin caps the list
+
     text = entry.strip().lower()
     port = None
     if text.startswith("["):                      # [v6], [v6]/len, [v6]:port
