@@ -12,7 +12,8 @@ apply on top — and the AGENT_* keys say what to run:
   AGENT_STATE         home entries created on first use (trailing / = dir) so
                       logins and history persist in the writable state
   AGENT_BROKERS       the API key brokers (launch/egress.BROKERS) the agent
-                      can use because it takes a base URL (API_KEY_BROKERING)
+                      can use because it takes a base URL (API_KEY_BROKERING;
+                      a broker may add options after AGENT_COMMAND)
 
 Profiles are looked up by name in /etc/agent-sandbox/agents/, then
 ~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent

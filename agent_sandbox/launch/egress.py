@@ -41,25 +41,34 @@ SPEC_NAME = "spec.json"
 class Broker(NamedTuple):
     """An API the proxy can broker: the key's variable, the header the real
     key goes into (with its scheme), the real API, the variable that sets the
-    agent's base URL, and the prefix a key of this API starts with."""
+    agent's base URL, the prefix a key of this API starts with, and the
+    arguments that give an agent the base URL (`args`, {url} standing for the
+    broker's URL, put right after the profile's command)."""
     key_var: str
     header: str
     scheme: str
     upstream: str
     base_url_var: str
     prefix: str
+    args: tuple[str, ...] = ()
 
 
 # Profiles name the brokers their agent can use (AGENT_BROKERS): the agent
-# must take its base URL from base_url_var. Claude Code: ANTHROPIC_BASE_URL;
-# Gemini CLI: GOOGLE_GEMINI_BASE_URL (with GEMINI_API_KEY); the openai entry
-# serves clients that read OPENAI_BASE_URL (not Codex, which dropped it).
+# must take its base URL from base_url_var or from args. Claude Code:
+# ANTHROPIC_BASE_URL; Gemini CLI: GOOGLE_GEMINI_BASE_URL (with
+# GEMINI_API_KEY); Codex dropped OPENAI_BASE_URL for its config key
+# openai_base_url, given as `-c`; the openai entry serves clients that read
+# OPENAI_BASE_URL.
 BROKERS = {
     "anthropic": Broker("ANTHROPIC_API_KEY", "x-api-key", "", "https://api.anthropic.com",
                         "ANTHROPIC_BASE_URL", "sk-ant-api03-"),
     "gemini": Broker("GEMINI_API_KEY", "x-goog-api-key", "",
                      "https://generativelanguage.googleapis.com", "GOOGLE_GEMINI_BASE_URL",
                      "AIza"),
+    # OPENAI_BASE_URL: Codex ignores it now; set outside it names a gateway
+    # (the upstream), inside it points at the broker for tools that read it.
+    "codex": Broker("OPENAI_API_KEY", "authorization", "Bearer ", "https://api.openai.com/v1",
+                    "OPENAI_BASE_URL", "sk-proj-", ("-c", "openai_base_url={url}")),
     "openai": Broker("OPENAI_API_KEY", "authorization", "Bearer ", "https://api.openai.com/v1",
                      "OPENAI_BASE_URL", "sk-proj-"),
 }
@@ -73,6 +82,7 @@ class EgressPlan(NamedTuple):
     brokers: dict                # the spec's "brokers" (holds the real keys: never printed)
     rules: list
     audit: str
+    args: tuple = ()             # the agent's own arguments a broker needs (Broker.args)
 
     def __repr__(self) -> str:
         return f"EgressPlan(socket={self.socket!r}, port={self.port})"
@@ -97,15 +107,15 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def brokering(settings, policy, profile, port: int) -> tuple[dict, dict]:
-    """(environment changes, spec brokers) for the keys this session brokers:
-    API_KEY_BROKERING on, a profile that names the broker, the key set. Never
-    on landlock: the relay listens on the host's loopback there, where any
-    local user could reach the broker."""
+def brokering(settings, policy, profile, port: int) -> tuple[dict, dict, tuple]:
+    """(environment changes, spec brokers, agent arguments) for the keys this
+    session brokers: API_KEY_BROKERING on, a profile that names the broker,
+    the key set. Never on landlock: the relay listens on the host's loopback
+    there, where any local user could reach the broker."""
     names = getattr(profile, "brokers", ()) if profile is not None else ()
     if not settings.API_KEY_BROKERING or policy.backend == "landlock":
-        return {}, {}
-    env, brokers = {}, {}
+        return {}, {}, ()
+    env, brokers, args = {}, {}, []
     for name in names:
         broker = BROKERS.get(name)
         if broker is None or not policy.env.get(broker.key_var):
@@ -118,9 +128,19 @@ def brokering(settings, policy, profile, port: int) -> tuple[dict, dict]:
         brokers[name] = {"upstream": upstream.rstrip("/"), "header": broker.header,
                          "scheme": broker.scheme, "placeholder": stand_in,
                          "key": policy.env[broker.key_var]}
+        url = f"http://127.0.0.1:{port}/broker/{name}"
         env[broker.key_var] = stand_in
-        env[broker.base_url_var] = f"http://127.0.0.1:{port}/broker/{name}"
-    return env, brokers
+        env[broker.base_url_var] = url
+        args += [a.replace("{url}", url) for a in broker.args]
+    return env, brokers, tuple(args)
+
+
+def with_args(command: list[str], profile, args) -> list[str]:
+    """The profile's command, then the brokers' arguments, then the user's."""
+    if not args or profile is None:
+        return list(command)
+    cut = len(profile.command)
+    return list(command[:cut]) + list(args) + list(command[cut:])
 
 
 def audit_path(home: str) -> str:
@@ -144,9 +164,9 @@ def plan(settings, policy, profile=None) -> EgressPlan:
     directory = os.path.join(session_parent(policy.home),
                              f"egress-{policy.session_id}-{os.urandom(4).hex()}")
     port = free_port() if policy.backend == "landlock" else RELAY_PORT
-    env, brokers = brokering(settings, policy, profile, port)
+    env, brokers, args = brokering(settings, policy, profile, port)
     return EgressPlan(directory, os.path.join(directory, SOCKET_NAME), port, env, brokers,
-                      rules(settings), audit_path(policy.home))
+                      rules(settings), audit_path(policy.home), args)
 
 
 class EgressSession:

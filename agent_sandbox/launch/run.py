@@ -143,10 +143,12 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         policy = with_chaperon(policy, session.directory, session.staging)
     egress_plan = egress(settings, policy, profile) if egress else None
     if egress_plan:
+        from agent_sandbox.launch.egress import with_args
         from agent_sandbox.policy.resolve import with_egress
 
         policy = with_egress(policy, egress_plan.socket, egress_plan.port,
                              egress_plan.env_changes)
+        command = with_args(command, profile, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=session)
     return Prepared(settings, selection, policy, plan, denied, session)

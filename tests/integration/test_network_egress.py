@@ -533,3 +533,40 @@ def test_a_batch_job_from_an_allowlist_session_runs_in_the_job_mode(net, slurm_c
     text = wait_for(lambda: output.exists() and output.read_text().strip(),
                     timeout=60, what="the job's output")
     assert text == expected
+
+
+CODEX_PROBE = r'''
+import json, os, sys, urllib.request
+option, value = sys.argv[1:3]          # what the launcher put after the profile's command
+assert option == "-c" and value.startswith("openai_base_url="), sys.argv
+request = urllib.request.Request(value.split("=", 1)[1] + "/responses", data=b"{}",
+                                 headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
+with urllib.request.urlopen(request, timeout=10) as reply:
+    answer = json.loads(reply.read())
+print(json.dumps({"path": answer["path"], "key": os.environ["OPENAI_API_KEY"],
+                  "rest": sys.argv[3:]}))
+'''
+
+
+def test_codex_is_brokered_through_its_base_url_option(net):
+    """Codex takes its base URL as `-c openai_base_url=…`: the launcher puts
+    the option right after the profile's command, the key stays outside."""
+    user = net.user
+    (net.fixture / "codex_probe.py").write_text(CODEX_PROBE)
+    user.write(".config/agent-sandbox/agents/mockcodex.conf",
+               f"AGENT_COMMAND=(/usr/bin/python3 {net.fixture}/codex_probe.py)\n"
+               "NETWORK_MODE=allowlist\nAGENT_BROKERS=(codex)\n")
+    user.set_config(net.config + "ENABLED_AGENTS+=(mockcodex)\n")
+    before = len(net.api.seen)
+    real = "sk-proj-" + MARKER + uuid.uuid4().hex
+    # The mock API is the upstream, as a gateway set outside would be.
+    env = user.env(OPENAI_API_KEY=real, OPENAI_BASE_URL=f"https://api.test:{net.ap}/v1")
+    result = user.run([INSTALLED, "--backend", "bwrap", "mockcodex", "exec", "hi"], env=env,
+                      cwd=net.project)
+    user.set_config("")
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["rest"] == ["exec", "hi"]
+    assert MARKER not in data["key"] and data["key"].startswith("sk-proj-agentsandbox")
+    assert net.api.seen[before]["headers"]["authorization"] == f"Bearer {real}"
+    assert data["path"] == "/v1/responses"

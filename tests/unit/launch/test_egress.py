@@ -154,3 +154,29 @@ def test_a_listener_of_another_user_is_not_taken_for_the_relay(monkeypatch):
         uid = os.getuid()
         monkeypatch.setattr(sandbox_exec.os, "getuid", lambda: uid + 1)
         assert not sandbox_exec._listening(port)
+
+
+class CodexProfile:
+    command = ("codex",)
+    brokers = ("codex",)
+
+
+def test_codex_gets_its_base_url_as_an_option_after_its_command(home):
+    settings, policy = settings_and_policy(home, env={"OPENAI_API_KEY": "sk-proj-REAL"})
+    planned = egress.plan(settings, policy, CodexProfile())
+    url = f"http://127.0.0.1:{RELAY_PORT}/broker/codex"
+    assert planned.args == ("-c", f"openai_base_url={url}")
+    assert planned.env_changes["OPENAI_API_KEY"].startswith("sk-proj-agentsandbox")
+    assert planned.env_changes["OPENAI_BASE_URL"] == url
+    assert planned.brokers["codex"]["header"] == "authorization"
+    assert planned.brokers["codex"]["scheme"] == "Bearer "
+    assert planned.brokers["codex"]["upstream"] == "https://api.openai.com/v1"
+    assert egress.with_args(["codex", "exec", "hi"], CodexProfile(), planned.args) == [
+        "codex", "-c", f"openai_base_url={url}", "exec", "hi"]
+
+
+def test_a_chatgpt_login_without_a_key_gets_no_option(home):
+    settings, policy = settings_and_policy(home)
+    planned = egress.plan(settings, policy, CodexProfile())
+    assert planned.args == () and planned.brokers == {}
+    assert egress.with_args(["codex", "exec"], CodexProfile(), ()) == ["codex", "exec"]
