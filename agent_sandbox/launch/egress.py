@@ -57,20 +57,16 @@ class Broker(NamedTuple):
 # must take its base URL from base_url_var or from args. Claude Code:
 # ANTHROPIC_BASE_URL; Gemini CLI: GOOGLE_GEMINI_BASE_URL (with
 # GEMINI_API_KEY); Codex dropped OPENAI_BASE_URL for its config key
-# openai_base_url, given as `-c`; the openai entry serves clients that read
-# OPENAI_BASE_URL.
+# openai_base_url, given as `-c` (OPENAI_BASE_URL set outside still names a
+# gateway, the upstream; inside it points at the broker for tools that read it).
 BROKERS = {
     "anthropic": Broker("ANTHROPIC_API_KEY", "x-api-key", "", "https://api.anthropic.com",
                         "ANTHROPIC_BASE_URL", "sk-ant-api03-"),
     "gemini": Broker("GEMINI_API_KEY", "x-goog-api-key", "",
                      "https://generativelanguage.googleapis.com", "GOOGLE_GEMINI_BASE_URL",
                      "AIza"),
-    # OPENAI_BASE_URL: Codex ignores it now; set outside it names a gateway
-    # (the upstream), inside it points at the broker for tools that read it.
-    "codex": Broker("OPENAI_API_KEY", "authorization", "Bearer ", "https://api.openai.com/v1",
-                    "OPENAI_BASE_URL", "sk-proj-", ("-c", "openai_base_url={url}")),
     "openai": Broker("OPENAI_API_KEY", "authorization", "Bearer ", "https://api.openai.com/v1",
-                     "OPENAI_BASE_URL", "sk-proj-"),
+                     "OPENAI_BASE_URL", "sk-proj-", ("-c", "openai_base_url={url}")),
 }
 
 

@@ -555,7 +555,7 @@ def test_codex_is_brokered_through_its_base_url_option(net):
     (net.fixture / "codex_probe.py").write_text(CODEX_PROBE)
     user.write(".config/agent-sandbox/agents/mockcodex.conf",
                f"AGENT_COMMAND=(/usr/bin/python3 {net.fixture}/codex_probe.py)\n"
-               "NETWORK_MODE=allowlist\nAGENT_BROKERS=(codex)\n")
+               "NETWORK_MODE=allowlist\nAGENT_BROKERS=(openai)\n")
     user.set_config(net.config + "ENABLED_AGENTS+=(mockcodex)\n")
     before = len(net.api.seen)
     real = "sk-proj-" + MARKER + uuid.uuid4().hex

@@ -158,19 +158,19 @@ def test_a_listener_of_another_user_is_not_taken_for_the_relay(monkeypatch):
 
 class CodexProfile:
     command = ("codex",)
-    brokers = ("codex",)
+    brokers = ("openai",)
 
 
 def test_codex_gets_its_base_url_as_an_option_after_its_command(home):
     settings, policy = settings_and_policy(home, env={"OPENAI_API_KEY": "sk-proj-REAL"})
     planned = egress.plan(settings, policy, CodexProfile())
-    url = f"http://127.0.0.1:{RELAY_PORT}/broker/codex"
+    url = f"http://127.0.0.1:{RELAY_PORT}/broker/openai"
     assert planned.args == ("-c", f"openai_base_url={url}")
     assert planned.env_changes["OPENAI_API_KEY"].startswith("sk-proj-agentsandbox")
     assert planned.env_changes["OPENAI_BASE_URL"] == url
-    assert planned.brokers["codex"]["header"] == "authorization"
-    assert planned.brokers["codex"]["scheme"] == "Bearer "
-    assert planned.brokers["codex"]["upstream"] == "https://api.openai.com/v1"
+    assert planned.brokers["openai"]["header"] == "authorization"
+    assert planned.brokers["openai"]["scheme"] == "Bearer "
+    assert planned.brokers["openai"]["upstream"] == "https://api.openai.com/v1"
     assert egress.with_args(["codex", "exec", "hi"], CodexProfile(), planned.args) == [
         "codex", "-c", f"openai_base_url={url}", "exec", "hi"]
 
