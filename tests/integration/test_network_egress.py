@@ -131,7 +131,8 @@ def net(user):
     n.hook.chmod(0o644)
     os.chown(n.hook, 0, 0)
     n.config = ("NETWORK_MODE=allowlist\n"
-                f"ALLOWED_HOSTS+=(127.0.0.2/32 pkg.test:{n.hs} git.test:{n.hs} "
+                f"ALLOWED_HOSTS+=(127.0.0.2/32:{n.hs} 127.0.0.2/32:{n.ap} pkg.test:{n.hs} "
+                f"git.test:{n.hs} "
                 f"api.test:{n.ap} internal.test:{n.hs} 127.0.0.2:{n.hp})\n")
     for path in n.fixture.rglob("*"):
         path.chmod(path.stat().st_mode | 0o044 | (0o011 if path.is_dir() else 0))
