@@ -15,12 +15,22 @@ patterns (%j %A %a %x %u %N …).
 
 The restored environment fills in, it never overrides: what is already set
 here came from Slurm (SLURM_*, PMI/PMIx) or from the sandbox itself (PATH,
-HOME, AGENT_SANDBOX*), and those describe this job and this sandbox.
+HOME, AGENT_SANDBOX*), and those describe this job and this sandbox. The one
+exception: the submitting session's egress settings (NETWORK_MODE=allowlist,
+docs/network.md) — proxy variables and broker base URLs pointing at its relay
+on 127.0.0.1 — are not restored: the job runs in JOB_NETWORK_MODE, and where
+that is not allowlist no relay listens there (a job in allowlist mode has its
+own, already set here).
 """
 import json
 import os
+import re
 import socket
 import sys
+
+# The relay of an allowlist sandbox: its proxy URLs and its broker routes.
+RELAY_VALUE = re.compile(r"(?:http|socks5h)://127\.0\.0\.1:[0-9]+(?:/broker/[A-Za-z0-9_.-]+)?/?")
+RELAY_NAMES = ("NO_PROXY", "no_proxy", "AGENT_SANDBOX_EGRESS")
 
 
 def expand(pattern: str, env) -> str:
@@ -73,7 +83,11 @@ def job_environment(spec, current) -> dict:
     """The task's environment: the staged caller environment filling in
     around what Slurm and the sandbox set here (see the module docstring)."""
     env = dict(current)
-    for name, value in spec.get("env", {}).items():
+    staged = spec.get("env", {})
+    egress = any(RELAY_VALUE.fullmatch(v) for v in staged.values())
+    for name, value in staged.items():
+        if egress and (name in RELAY_NAMES or RELAY_VALUE.fullmatch(value)):
+            continue            # the submitting session's relay, not this job's
         env.setdefault(name, value)
     # Slurm's working directory for the job is the chaperon's stage; the
     # caller submitted from here (a step: where its job was submitted from).

@@ -571,3 +571,32 @@ def test_codex_is_brokered_through_its_base_url_option(net):
     assert MARKER not in data["key"] and data["key"].startswith("sk-proj-agentsandbox")
     assert net.api.seen[before]["headers"]["authorization"] == f"Bearer {real}"
     assert data["path"] == "/v1/responses"
+
+
+@pytest.mark.parametrize("job_mode", ["open", "allowlist"])
+def test_a_job_does_not_inherit_the_sessions_relay(net, job_mode):
+    """What Slurm runs for a job submitted from an allowlist session: `run
+    --job` starting jobstart.py with the session's environment staged. An
+    open job reaches the host directly (the session's proxy variables are not
+    restored: no relay there), an allowlist job through its own proxy."""
+    user = net.user
+    user.set_config(net.config + f"JOB_NETWORK_MODE={job_mode}\n")
+    jobstart = subprocess.run([PYTHON, "-I", "-c", "from agent_sandbox.paths import helper_path; "
+                               "print(helper_path('jobstart'))"], capture_output=True, text=True,
+                              check=True).stdout.strip()
+    probe = ("import os, urllib.request; print(os.environ.get('HTTP_PROXY', 'no proxy')); "
+             f"print(urllib.request.urlopen('http://127.0.0.2:{net.hp}/hello.txt', "
+             "timeout=5).read().decode().strip())")
+    session = {"HTTP_PROXY": "http://127.0.0.1:3128", "http_proxy": "http://127.0.0.1:3128",
+               "NO_PROXY": "localhost,127.0.0.1", "AGENT_SANDBOX_EGRESS": "/run/x.sock",
+               "MY_VAR": "kept"}
+    spec = net.project / f"spec-{job_mode}.json"
+    spec.write_text(json.dumps({"argv": ["/usr/bin/python3", "-c", probe],
+                                "workdir": str(net.project), "env": session}))
+    result = user.run([INSTALLED, "run", "--job", "--", "/usr/bin/python3", "-IS", jobstart,
+                       str(spec)], cwd=net.project)
+    user.set_config("")
+    assert result.returncode == 0, result.stderr
+    proxy, fetched = result.stdout.splitlines()
+    assert fetched == "hello from pkg.test"
+    assert proxy == ("no proxy" if job_mode == "open" else "http://127.0.0.1:3128")
