@@ -181,7 +181,8 @@ def launch_argv(config: dict, project_dir: str, jobstart_path: str, spec_path: s
     backend pinned unless the admin allows a weaker one for jobs, in the
     job's one sandbox on the node (--job-shared)."""
     backend = config.get("job_backend")
-    return (list(config["launcher"]) + ["run", "--job-shared"]
+    # --job: the compute-side sandbox takes JOB_NETWORK_MODE (docs/network.md).
+    return (list(config["launcher"]) + ["run", "--job", "--job-shared"]
             + (["--backend", backend] if backend else [])
             + ["--project-dir", project_dir, "--", "/usr/bin/python3", "-IS", jobstart_path,
                spec_path])

@@ -23,6 +23,11 @@ TMPDIR is a private per-job directory. Loader and interpreter variables
 (LD_LIBRARY_PATH, LD_PRELOAD, PYTHONPATH, BASH_ENV, BASH_FUNC_*) are among
 the restored ones: this process runs with `-IS` and never puts them in its
 own environment; they are handed only to the execve of the user's command.
+One kind is not restored: the submitting session's egress settings
+(NETWORK_MODE=allowlist, docs/network.md) — proxy variables and broker base
+URLs pointing at its relay on 127.0.0.1: the job runs in JOB_NETWORK_MODE,
+and where that is not allowlist no relay listens there (a job in allowlist
+mode has its own, already set here).
 
 MPI defaults (each one a default the user may still set otherwise): PMIx
 clients keep their job data in their own memory (JOB_ENV: slurmstepd's
@@ -38,8 +43,13 @@ instead of failing to attach each other's segments.
 """
 import json
 import os
+import re
 import socket
 import sys
+
+# The relay of an allowlist sandbox: its proxy URLs and its broker routes.
+RELAY_VALUE = re.compile(r"(?:http|socks5h)://127\.0\.0\.1:[0-9]+(?:/broker/[A-Za-z0-9_.-]+)?/?")
+RELAY_NAMES = ("NO_PROXY", "no_proxy", "AGENT_SANDBOX_EGRESS")
 
 
 def expand(pattern: str, env) -> str:
@@ -191,7 +201,10 @@ def job_environment(spec, current) -> dict:
         current = dict(current, PATH=":".join(stub_dirs(current) + [env["PATH"]]))
         env["PATH"] = current["PATH"]
     staged = spec.get("env", {})
+    egress = any(RELAY_VALUE.fullmatch(v) for v in staged.values())
     for name, value in staged.items():
+        if egress and (name in RELAY_NAMES or RELAY_VALUE.fullmatch(value)):
+            continue            # the submitting session's relay, not this job's
         env.setdefault(name, value)
     if "PATH" in staged:
         env["PATH"] = ":".join(stub_dirs(current) + ([staged["PATH"]] if staged["PATH"] else []))

@@ -139,27 +139,35 @@ class ChaperonSession:
     def stop(self) -> None:
         """SIGTERM, then up to 2 s for the chaperon to finish its requests (a
         pidfd wakes us the instant it exits), then SIGKILL."""
-        try:
-            pidfd = os.pidfd_open(self.pid)
-        except ProcessLookupError:
-            pidfd = None   # already gone
-        except OSError:    # a kernel before 5.3: no pidfd, wait in small steps
-            pidfd = -1
-        if pidfd is not None:
-            try:
-                os.kill(self.pid, signal.SIGTERM)
-                if not _exited(self.pid, pidfd, 2.0):
-                    os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except (ProcessLookupError, ChildProcessError):
-                pass
-            finally:
-                if pidfd >= 0:
-                    os.close(pidfd)
+        end_child(self.pid, signal.SIGTERM)
         if os.path.lexists(self.directory):   # the chaperon removes it itself
             import shutil
 
             shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def end_child(pid: int, first: int | None, grace: float = 2.0) -> None:
+    """Send `first` (None: the child ends by itself, e.g. on EOF), wait up to
+    `grace` seconds (a pidfd wakes us the instant it exits), then SIGKILL;
+    reap it. The chaperon and the egress proxy end this way."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = None   # already gone
+    except OSError:    # a kernel before 5.3: no pidfd, wait in small steps
+        pidfd = -1
+    if pidfd is not None:
+        try:
+            if first is not None:
+                os.kill(pid, first)
+            if not _exited(pid, pidfd, grace):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
 
 
 def _exited(pid: int, pidfd: int, timeout: float) -> bool:

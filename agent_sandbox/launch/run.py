@@ -111,16 +111,19 @@ class Prepared(NamedTuple):
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
             profile=None, keep_fds=(), chaperon=None, terminal: bool = False,
-            agent_copy=None) -> Prepared:
-    """The one sequence resolve → (chaperon) → payloads → plan. `chaperon` is a
-    callable (settings, policy) -> ChaperonSession | None run after the policy
-    is known and before the plan is built, so the plan is built once, with
-    the session directory; the caller stops the session it returns.
+            agent_copy=None, egress=None, job: bool = False) -> Prepared:
+    """The one sequence resolve → (chaperon) → (egress) → payloads → plan.
+    `chaperon` is a callable (settings, policy) -> ChaperonSession | None run
+    after the policy is known and before the plan is built, so the plan is
+    built once, with the session directory; the caller stops the session it
+    returns. `egress` likewise (settings, policy, profile) -> EgressPlan |
+    None: the egress proxy of NETWORK_MODE=allowlist (launch/egress.py).
     `terminal`: the session runs on a relayed pseudo-terminal. `agent_copy`:
     a callable (policy) -> policy that puts a profile's configuration on its
-    guarded session copy (agentcopy.py); the caller finishes it."""
+    guarded session copy (agentcopy.py); the caller finishes it. `job`: a
+    batch job or step on a compute node (JOB_NETWORK_MODE applies)."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
-                                          environ=environ, profile=profile)
+                                          environ=environ, profile=profile, job=job)
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
                                                      + slurm_task_fds(environ)))))
     if terminal:
@@ -146,14 +149,24 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         from agent_sandbox.policy.resolve import with_chaperon
 
         policy = with_chaperon(policy, session.directory, session.staging)
+    egress_plan = egress(settings, policy, profile) if egress else None
+    if egress_plan:
+        from agent_sandbox.launch.egress import with_args
+        from agent_sandbox.policy.resolve import with_egress
+
+        policy = with_egress(policy, egress_plan.socket, egress_plan.port,
+                             egress_plan.env_changes)
+        command = with_args(command, profile, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=session)
     return Prepared(settings, selection, policy, plan, denied, session)
 
 
-def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None) -> tuple:
+def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None,
+            job: bool = False) -> tuple:
     """(settings, backend selection, policy): the configuration resolved for
-    this user, project and host, before any payload or plan."""
+    this user, project and host, before any payload or plan. A job (`run
+    --job`, what the chaperon's job wrapper starts) runs in JOB_NETWORK_MODE."""
     from agent_sandbox.config.load import load_settings
     from agent_sandbox.policy.resolve import resolve_policy
 
@@ -161,6 +174,10 @@ def resolve(*, project_dir: str | None, backend: str | None, environ, profile=No
     flags = {"SANDBOX_BACKEND": backend} if backend else {}
     settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags,
                              project_dir=ctx.project_dir or ctx.cwd, profile=profile)
+    if job:
+        origins = dict(settings.origins,
+                       NETWORK_MODE=settings.origins.get("JOB_NETWORK_MODE", "default"))
+        settings = settings.replace(NETWORK_MODE=settings.JOB_NETWORK_MODE, origins=origins)
     selection = choose_backend(settings, None, home=ctx.home, environ=ctx.environ)
     return settings, selection, resolve_policy(settings, ctx, backend=selection.name)
 
@@ -216,10 +233,11 @@ def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | 
 # ---------------------------------------------------------------- running
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
         dry_run: bool = False, environ=None, profile=None, keep_fds=(),
-        job_shared: bool = False, on_prepared=None) -> int:
+        job_shared: bool = False, on_prepared=None, job: bool = False) -> int:
     """`job_shared`: a job's launch, run in the job's sandbox on this node
     (launch/jobjoin.py). `on_prepared(chaperon, policy)` is called once the
-    plan is built (the job sandbox's holder)."""
+    plan is built (the job sandbox's holder). `job`: a batch job or step on a
+    compute node (JOB_NETWORK_MODE applies)."""
     environ = os.environ if environ is None else environ
     if not command:
         say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
@@ -231,7 +249,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
 
         try:
             code = run_shared(command, project_dir=project_dir, backend=backend,
-                              environ=environ, keep_fds=keep_fds, resolve=resolve, launch=run)
+                              environ=environ, keep_fds=keep_fds, resolve=resolve, launch=run,
+                              job=job)
         except SandboxError as exc:
             return fail(exc)
         if code is not None:
@@ -262,14 +281,28 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         sessions.append(ChaperonSession.start(settings, policy))
         return sessions[-1]
 
+    def start_egress(settings, policy, profile):
+        from agent_sandbox.launch import egress
+
+        if not egress.wanted(policy):
+            return None
+        planned = egress.plan(settings, policy, profile)
+        if not dry_run:
+            sessions.append(egress.EgressSession.start(planned, policy.session_id))
+        return planned
+
     try:
         try:
             prepared = prepare(command, project_dir=project_dir, backend=backend,
                                environ=environ, profile=profile, keep_fds=keep_fds,
                                chaperon=start_chaperon, agent_copy=start_copy,
+                               egress=start_egress, job=job,
                                # A native terminal only when both ends are one.
                                terminal=not dry_run and os.isatty(0) and os.isatty(1))
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
+            for started in sessions:
+                if hasattr(started, "ready"):
+                    started.ready()     # the egress proxy: before anything else is made
             if on_prepared is not None:
                 on_prepared(session, policy)
             if dry_run:

@@ -115,6 +115,13 @@ class Policy(NamedTuple):
     session_files: tuple = ()
     # The site's slurm.conf the chaperon uses (slurm_conf_path), None: Slurm's default.
     slurm_conf: str | None = None
+    # NETWORK_MODE (names.NETWORK_MODES). With allowlist, with_egress adds the
+    # proxy's socket (host path, in this session's egress directory) and the
+    # relay's port; landlock_partial: the admin accepts landlock's weaker form.
+    network_mode: str = "open"
+    egress_socket: str | None = None
+    relay_port: int = 0
+    landlock_partial: bool = False
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -379,6 +386,8 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,
         filter_passwd=settings.FILTER_PASSWD,
         network_isolated=settings.NETWORK_MODE == "isolated",
+        network_mode=settings.NETWORK_MODE,
+        landlock_partial=settings.LANDLOCK_ALLOWLIST_PARTIAL,
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
         quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings), pinned=pinned,
@@ -397,3 +406,21 @@ def with_chaperon(policy: Policy, session_dir: str, staging_dir: str) -> Policy:
     env["PATH"] = f"{stub_bin}:{env.get('PATH', '/usr/bin:/bin')}"
     env[ENV_SESSION_DIR] = visible_dir
     return policy._replace(env=env, chaperon_dir=session_dir, staging_dir=staging_dir)
+
+
+def with_egress(policy: Policy, socket_path: str, port: int, env_changes: dict) -> Policy:
+    """The policy of a NETWORK_MODE=allowlist session whose egress proxy
+    listens on `socket_path` (host path): the relay inside listens on
+    127.0.0.1:`port`, the proxy variables point at it, and `env_changes`
+    (launch/egress.py: brokered keys replaced by placeholders, base URLs) apply."""
+    from agent_sandbox.names import EGRESS_SOCKET
+
+    proxy = f"http://127.0.0.1:{port}"
+    env = dict(policy.env)
+    for name, value in (("HTTPS_PROXY", proxy), ("HTTP_PROXY", proxy),
+                        ("ALL_PROXY", f"socks5h://127.0.0.1:{port}"),
+                        ("NO_PROXY", "localhost,127.0.0.1")):
+        env[name] = env[name.lower()] = value
+    env.update(env_changes)
+    env["AGENT_SANDBOX_EGRESS"] = EGRESS_SOCKET if policy.backend == "bwrap" else socket_path
+    return policy._replace(env=env, egress_socket=socket_path, relay_port=port)
