@@ -62,18 +62,27 @@ def fake_policy(home: str, backend: str = "bwrap"):
 def test_a_session_copy_round_trip(tmp_path, capsys):
     home = str(tmp_path)
     os.makedirs(f"{home}/.claude/projects")
+    os.makedirs(f"{home}/.claude/shell-snapshots")
     with open(f"{home}/.claude/settings.json", "w") as handle:
         json.dump({"model": "a"}, handle)
+    with open(f"{home}/.claude/statusline.sh", "w") as handle:
+        handle.write("echo mine\n")
     spec = agentcopy.spec_for(profile(
         config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
         settings=("settings.json=.claude/settings.json",),
-        settings_keep=("settings.json:model",)), home)
+        settings_keep=("settings.json:model",),
+        config_keep=("projects/", "history.jsonl"),
+        config_scratch=("shell-snapshots/",)), home)
     policy, record = agentcopy.start(spec, fake_policy(home))
     root = policy.env["CLAUDE_CONFIG_DIR"]
     assert policy.extra_writable == (root,)
-    # The real directory is writable entry by entry, its settings read-only.
+    # The real directory is writable entry by entry — only the entries the
+    # allow-list names —, its settings and everything else read-only.
     assert policy.home_writable == (f"{home}/.cache/claude", f"{home}/.claude/projects")
-    assert policy.home_readonly == (f"{home}/.claude/settings.json",)
+    assert policy.home_readonly == (f"{home}/.claude/settings.json",
+                                    f"{home}/.claude/shell-snapshots",
+                                    f"{home}/.claude/statusline.sh")
+    assert not os.path.lexists(f"{root}/shell-snapshots")           # per session, empty
     assert os.readlink(f"{root}/projects") == f"{home}/.claude/projects"
     assert os.readlink(f"{root}/hooks") == f"{home}/.claude/hooks"   # its placeholder's path
     assert not os.path.islink(f"{root}/settings.json")
@@ -153,7 +162,7 @@ def test_the_users_own_symlinked_settings_are_read_and_written_through(tmp_path)
 def project_spec(home: str):
     return agentcopy.spec_for(profile(
         config_dir=("CLAUDE_CONFIG_DIR", ".claude"), settings=(),
-        settings_keep=(".claude/settings.local.json:permissions.allow",),
+        settings_keep=(".claude/settings.local.json:permissions.allow=+Read",),
         project_settings=(".claude/settings.local.json",)), home)
 
 
@@ -202,3 +211,66 @@ def test_project_settings_copies_are_for_bwrap_only(tmp_path):
     policy, record = agentcopy.start(project_spec(home), fake_policy(home, "landlock"))
     assert policy.session_files == ()
     agentcopy.finish(record)
+
+
+def claude_spec(home: str):
+    return agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json",),
+        settings_keep=("settings.json:model=str",),
+        config_keep=("projects/", "history.jsonl", ".credentials.json"),
+        config_scratch=("shell-snapshots/",)), home)
+
+
+def test_only_allow_listed_new_entries_go_back_and_both_are_reported(tmp_path, capsys):
+    # Claude Code reads <config dir>/.config.json as its global config (MCP
+    # servers), Codex loads $CODEX_HOME/.env: names off the list never go back.
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    policy, record = agentcopy.start(claude_spec(home), fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    for name in (".config.json", ".env", "history.jsonl"):
+        with open(f"{root}/{name}", "w") as handle:
+            handle.write("{}\n")
+    os.makedirs(f"{root}/rules")
+    os.makedirs(f"{root}/shell-snapshots")
+    os.symlink(f"{home}/.ssh", f"{root}/projects")        # a kept name, but a symlink
+    agentcopy.finish(record)
+    assert sorted(os.listdir(f"{home}/.claude")) == ["history.jsonl"]
+    err = capsys.readouterr().err
+    assert "kept what the session made at ~/.claude/history.jsonl" in err
+    dropped = err[err.index("dropped what the session made"):]
+    for name in (".config.json", ".env", "rules", "projects"):
+        assert f"~/.claude/{name}" in dropped
+    assert "shell-snapshots" not in err                    # scratch: dropped quietly
+
+
+def test_a_symlink_or_unlisted_file_of_the_user_is_never_replaced(tmp_path):
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude/projects")
+    os.makedirs(f"{home}/dotfiles")
+    with open(f"{home}/dotfiles/statusline.sh", "w") as handle:
+        handle.write("echo status\n")
+    os.symlink(f"{home}/dotfiles/statusline.sh", f"{home}/.claude/statusline.sh")
+    os.symlink(f"{home}/dotfiles/statusline.sh", f"{home}/.claude/history.jsonl")
+    with open(f"{home}/.claude/notify.py", "w") as handle:
+        handle.write("mine\n")
+    policy, record = agentcopy.start(claude_spec(home), fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    assert {f"{home}/.claude/statusline.sh", f"{home}/.claude/history.jsonl",
+            f"{home}/.claude/notify.py"} <= set(policy.home_readonly)
+    assert f"{home}/.claude/notify.py" not in policy.home_writable
+    for name in ("statusline.sh", "history.jsonl", "notify.py"):
+        os.unlink(f"{root}/{name}")
+        with open(f"{root}/{name}", "w") as handle:
+            handle.write("touch ~/planted\n")
+    with open(f"{root}/projects/t.jsonl", "w") as handle:   # through the link: allowed
+        handle.write("{}\n")
+    agentcopy.finish(record)
+    assert os.path.islink(f"{home}/.claude/statusline.sh")
+    assert os.path.islink(f"{home}/.claude/history.jsonl")
+    with open(f"{home}/.claude/notify.py") as handle:
+        assert handle.read() == "mine\n"
+    with open(f"{home}/dotfiles/statusline.sh") as handle:
+        assert handle.read() == "echo status\n"
+    assert os.path.isfile(f"{home}/.claude/projects/t.jsonl")
