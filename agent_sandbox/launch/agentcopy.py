@@ -592,6 +592,27 @@ def finish(record_path: str, *, recovered: bool = False) -> None:
         os.close(lock)
 
 
+def discard(record_path: str, why: str) -> None:
+    """Drop a session's copy unmerged (a session process outlived the
+    launcher: what it writes next must not reach the user's files), saying so."""
+    import shutil
+
+    try:
+        with open(record_path, "rb") as handle:
+            record = json.loads(handle.read(MAX_BYTES))
+        root, profile = record["root"], Spec(*record["spec"]).profile
+    except (OSError, ValueError, TypeError, KeyError):
+        return
+    say(f"{profile}: the session's changes to its settings were NOT merged back — {why}. "
+        f"Nothing of {root} was applied; it is removed.")
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(root + ".project", ignore_errors=True)
+    try:
+        os.unlink(record_path)
+    except OSError:
+        pass
+
+
 def _finish_copy(spec: Spec, root_fd: int, record: dict, protected) -> dict:
     outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": []}
     base, resolved = record.get("base") or {}, record.get("resolved") or {}
