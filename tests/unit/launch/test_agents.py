@@ -13,21 +13,76 @@ import pytest
 
 from agent_sandbox.config.profiles import Profile
 from agent_sandbox.launch import agentcopy
+from agent_sandbox.launch import agentexe
 from agent_sandbox.launch.agentexe import install_root
 from agent_sandbox.policy.resolve import Protected
 
 
 @pytest.mark.parametrize("real, root", [
     ("/h/u/tools/lib/node_modules/@openai/codex/bin/codex.js", "/h/u/tools/lib/node_modules"),
-    ("/h/u/.nvm/versions/node/v20/bin/node", "/h/u/.nvm/versions/node/v20"),
-    ("/h/u/venv/bin/aider", "/h/u/venv"),
     ("/h/u/bin/claude", "/h/u/bin"),                  # the prefix above bin/ would be the home
+    ("/h/u/work/bin/claude", "/h/u/work/bin"),        # not a prefix: not all of ~/work
     ("/h/u/.local/share/claude/versions/2.1", "/h/u/.local/share/claude/versions"),
     ("/h/u/claude", None),                            # the home itself: refused
     ("/claude", None),
 ])
 def test_install_root(real, root):
     assert install_root(real, "/h/u") == root
+
+
+def test_install_root_is_a_prefix_only_when_it_is_one(tmp_path):
+    home = "/h/u"
+    for marker in ("pyvenv.cfg", "conda-meta/", "lib/node_modules/"):
+        prefix = tmp_path / marker.split("/")[0].replace(".", "-")
+        os.makedirs(prefix / "bin")
+        if marker.endswith("/"):
+            os.makedirs(prefix / marker)
+        else:
+            (prefix / marker).write_text("")
+        assert install_root(str(prefix / "bin/tool"), home) == str(prefix)
+    os.makedirs(tmp_path / "Downloads")
+    (tmp_path / "Downloads/claude").write_bytes(b"\x7fELF" + b"\0" * 60)
+    assert install_root(str(tmp_path / "Downloads/claude"), home) == \
+        str(tmp_path / "Downloads/claude")                 # a native binary: itself only
+
+
+def path_policy(home: str, **keys):
+    return SimpleNamespace(**{**dict(home=home, project_dir=f"{home}/proj", home_access="tmpfs",
+                                     home_writable=(f"{home}/.claude",), extra_writable=()),
+                              **keys})
+
+
+def test_an_agent_from_a_relative_or_writable_path_entry_is_refused(tmp_path):
+    # A session could plant `claude` (or a symlink aiming the next launch's
+    # bind at ~/anything) in the project or in node_modules/.bin.
+    from agent_sandbox.errors import PolicyError
+
+    home = str(tmp_path)
+    for directory in ("proj/node_modules/.bin", "proj/bin", "tools/bin", ".claude/bin"):
+        os.makedirs(f"{home}/{directory}")
+        with open(f"{home}/{directory}/claude", "w") as handle:
+            handle.write("#!/bin/sh\n")
+        os.chmod(f"{home}/{directory}/claude", 0o755)
+    policy = path_policy(home)
+    cwd = os.getcwd()
+    os.chdir(f"{home}/proj")
+    try:
+        with pytest.raises(PolicyError, match="relative PATH entry 'node_modules/.bin'"):
+            agentexe.which(policy, "claude", f"node_modules/.bin:{home}/tools/bin", "claude", "the")
+    finally:
+        os.chdir(cwd)
+    for directory in ("proj/bin", ".claude/bin"):
+        with pytest.raises(PolicyError, match="which the sandbox can write"):
+            agentexe.which(policy, "claude", f"{home}/{directory}:{home}/tools/bin", "claude",
+                           "the")
+    os.symlink(f"{home}/proj/bin/claude", f"{home}/tools/bin/link")
+    with pytest.raises(PolicyError, match="which the sandbox can write"):
+        agentexe.which(policy, "link", f"{home}/tools/bin", "claude", "the")
+    assert agentexe.which(policy, "claude", f"/nonexistent:{home}/tools/bin", "claude", "the") \
+        == f"{home}/tools/bin/claude"
+    with pytest.raises(PolicyError, match="which the sandbox can write"):   # HOME_ACCESS=write
+        agentexe.which(path_policy(home, home_access="write"), "claude", f"{home}/tools/bin",
+                       "claude", "the")
 
 
 def profile(**keys) -> Profile:
