@@ -257,6 +257,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             return code
     sessions: list = []
     copies: list = []
+    reaping: list = []      # landlock: the launcher is the session's subreaper (reap.py)
+    survivors: list = []
 
     def start_copy(policy):
         from agent_sandbox.launch import agentcopy
@@ -341,9 +343,15 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     created = placeholders.create(policy)
                     placeholders.remember(policy.home, policy.project_dir, created)
                 snapshot = gitcheck.start(policy)
+                if plan.backend == "landlock":   # no PID namespace: orphans come back to us
+                    from agent_sandbox.launch import reap
+
+                    reaping.append(reap.become_subreaper())
                 return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
                                 title=policy.prompt + os.path.basename(command[0]))
             finally:
+                if any(reaping):
+                    survivors.extend(reap.sweep())
                 if record is not None:   # checked while registered: recover() leaves it alone
                     gitcheck.finish(policy, snapshot)
                 with placeholders.project_lock(policy.home, policy.project_dir):
@@ -356,6 +364,10 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             if copies:     # after the placeholders: the guarded merge of the agent's settings
                 from agent_sandbox.launch import agentcopy
 
-                agentcopy.finish(copies[0])
+                if survivors:   # a session process could still write: nothing is merged
+                    agentcopy.discard(copies[0], f"session processes {survivors} are still "
+                                      "running and could still write")
+                else:
+                    agentcopy.finish(copies[0])
     except SandboxError as exc:
         return fail(exc)
