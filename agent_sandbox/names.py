@@ -36,7 +36,17 @@ GUARANTEES = {
     "self.protected": "install dir and user config read-only",
     "tty.safe": "no TIOCSTI/TIOCLINUX injection into your terminal",
     "fd.clean": "no inherited descriptor but stdin, stdout and stderr enters",
+    "net.egress_filtered": "only ALLOWED_HOSTS reachable (egress proxy), no DNS, no raw sockets out",
 }
+
+# NETWORK_MODE values, strictest first (config/locks.py orders them so).
+NETWORK_MODES = ("isolated", "allowlist", "open")
+# NETWORK_MODE=allowlist (docs/network.md): inside bwrap and firejail the relay
+# listens on this port of the sandbox's own loopback (an empty network
+# namespace, so any fixed port is free), and the proxy's Unix socket is bound
+# at EGRESS_SOCKET (bwrap; firejail and landlock see the host path).
+RELAY_PORT = 3128
+EGRESS_SOCKET = "/run/agent-sandbox/egress.sock"
 
 # Variables the sandbox sets inside whatever the caller's environment says
 # (policy/resolve.py sets them through forced_env; tools/explain.py names them).

@@ -13,11 +13,17 @@ wrapper takes over. So:
   (never the caller's minus a deny-list): fixed PATH, the chaperon's own
   identity, the caller's display variables with value checks, and what a
   handler validated through its own input-variable table;
-- `user_env` is the caller's environment by --export rules, without
-  loader/interpreter hooks, Slurm's own variables and what steers the
-  sandbox; the handlers stage it in a chaperon-owned file and the
-  compute-side launcher (agent_sandbox/jobstart.py) restores it inside the
-  job's sandbox, where nothing outside reads it.
+- `user_env` is the caller's environment by --export rules, as the real
+  Slurm would hand it to the job — PATH (without this session's stub
+  directory), LD_LIBRARY_PATH and the other loader and interpreter
+  variables, exported shell functions (BASH_FUNC_*), module and conda
+  variables included — minus Slurm's own variables (Slurm sets those on the
+  node) and what steers the sandbox. The handlers stage it in a
+  chaperon-owned file and the jobstart step (agent_sandbox/helper/jobstart.py)
+  restores it inside the job's sandbox, as the last step before the user's
+  command: nothing outside the sandbox ever reads it (not sbatch or srun,
+  not slurmstepd or a TaskProlog, not the wrapper, the launcher or jobstart
+  itself).
 """
 from __future__ import annotations
 
@@ -53,11 +59,15 @@ def is_hook(name: str) -> bool:
 
 def export_name_denied(name: str) -> bool:
     """A name an agent may not hand to a job with --export (compared in upper
-    case: at least as strict as Slurm)."""
+    case: at least as strict as Slurm): Slurm's own variables, what steers
+    the sandbox, and the identity the system sets. Loader and interpreter
+    variables (LD_LIBRARY_PATH=…, PYTHONPATH=…) are accepted as with the real
+    Slurm: like the rest of the job's environment they travel in the staged
+    spec and are set only inside the job's sandbox."""
     upper = name.upper()
-    return (is_hook(upper) or upper.startswith(SLURM_PREFIXES) or upper in STEERING
-            or upper.startswith(STEERING_PREFIXES) or upper in IDENTITY
-            or upper.startswith("XDG_") or upper in ("SLURM_CONF",))
+    return (upper.startswith(SLURM_PREFIXES) or upper in STEERING
+            or upper.startswith(STEERING_PREFIXES) or upper in IDENTITY - {"PATH"}
+            or upper.startswith("XDG_") or upper in ("SLURM_CONF", "TMPDIR"))
 
 
 # --- the environment of a real Slurm command: built from allow-lists ---------
@@ -74,7 +84,10 @@ def export_name_denied(name: str) -> bool:
 # sbatch or slurmstepd.
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
-OWN_IDENTITY = ("HOME", "USER", "LOGNAME")
+# The chaperon's own environment, set by the launcher outside the sandbox:
+# who it is, and which Slurm the site uses (SLURM_CONF, policy/resolve.py
+# slurm_conf_path) — never the caller's.
+OWN_IDENTITY = ("HOME", "USER", "LOGNAME", "SLURM_CONF")
 _LOCALE = re.compile(r"[A-Za-z0-9_.@+\-]{0,64}")          # no '/': a name, never a path
 _ZONE = re.compile(r"[A-Za-z][A-Za-z0-9_+\-]{0,40}(?:/[A-Za-z0-9_+\-]{1,40}){0,3}"
                    r"|[A-Z]{3,5}[+\-]?\d{1,2}(?:[A-Z]{3,5})?")     # Europe/Berlin, EST5EDT
@@ -118,21 +131,35 @@ def command_env(request_env, *, keep_slurm: tuple[str, ...] = (),
     return env
 
 
+_PLAIN_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_SHELL_FUNCTION = re.compile(r"BASH_FUNC_[^=\x00-\x1f/]+%%")   # bash's exported functions
+
+
 def allowed_name(name: str) -> bool:
     """May a caller's variable travel to the job (restored inside the
-    compute-side sandbox)? Not loader or interpreter hooks, not Slurm's own
-    variables (Slurm sets those for the job), not what steers the sandbox."""
-    return (not is_hook(name) and not name.startswith(SLURM_PREFIXES)
-            and name not in STEERING and not name.startswith(STEERING_PREFIXES)
-            and name.replace("_", "a").isalnum() and not name[:1].isdigit())
+    compute-side sandbox)? Any variable name or exported shell function, but
+    not Slurm's own variables (Slurm sets those for the job), not what
+    steers the sandbox, and not TMPDIR (the job gets a private one)."""
+    return ((bool(_PLAIN_NAME.fullmatch(name)) or bool(_SHELL_FUNCTION.fullmatch(name)))
+            and not name.startswith(SLURM_PREFIXES) and name not in STEERING
+            and not name.startswith(STEERING_PREFIXES))
 
 
-def user_env(request_env, export: str | None) -> dict[str, str]:
+def without_stubs(path: str, stub_dirs) -> str:
+    """PATH without the stub directory of the submitting session: the job's
+    sandbox puts its own first."""
+    return ":".join(d for d in path.split(":") if d not in stub_dirs)
+
+
+def user_env(request_env, export: str | None, stub_dirs=()) -> dict[str, str]:
     """The caller's environment as the job should see it, by Slurm's
     --export rules: ALL (the default) every variable, NONE none, a list of
     names only those (plus Slurm's own, which Slurm sets), NAME=value items
-    set. Staged beside the job and restored inside its sandbox."""
+    set. Staged beside the job and restored inside its sandbox. `stub_dirs`:
+    the submitting session's stub directories, removed from PATH."""
     caller = {n: v for n, v in decoded(request_env).items() if allowed_name(n)}
+    if "PATH" in caller:
+        caller["PATH"] = without_stubs(caller["PATH"], stub_dirs)
     items = [i for i in (export or "ALL").split(",") if i]
     modes = {i.upper() for i in items if i.upper() in ("ALL", "NONE")}
     env = dict(caller) if "ALL" in modes or not items else {}

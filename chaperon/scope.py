@@ -12,7 +12,8 @@ Every scoped handler uses the same four tools:
    (`--jobs=…` together with `--me`) with the caller's own format options,
    so every byte of the answer is Slurm's. The ledger keeps every job ever
    submitted from the project, so ids Slurm has forgotten are pruned once
-   the list grows long (one `squeue --me` tells which ids still exist).
+   the list grows long (one `squeue --me` tells which ids still exist), and
+   written down in the ledger, so no later session prunes them again.
 3. Ids the caller names: an out-of-scope id is replaced, before the real
    command runs, by a placeholder no job can have (counting down from
    0x3FFFFFF, above any MaxJobId a site may set for its own ids), and the
@@ -115,11 +116,13 @@ class Scope:
         known = set(out.decode(errors="replace").split())
         recorded = {r.job: r.get("time", 0) for r in records}
         with ctx.lock:
-            for job in ids:
-                # A job recorded after squeue answered may not be in its answer yet.
-                if job not in known and recorded.get(job, asked) < asked - 1:
-                    ctx.gone.add(job)
-            return [j for j in ids if j not in ctx.gone]
+            # A job recorded after squeue answered may not be in its answer yet.
+            forgotten = {job for job in ids
+                         if job not in known and recorded.get(job, asked) < asked - 1}
+            ctx.gone |= forgotten
+            live = [j for j in ids if j not in ctx.gone]
+        ctx.ledger.forget(forgotten)   # persisted: no later session prunes them again
+        return live
 
     def related(self, bases: set[str], *, active: bool = False) -> dict[str, set[str]]:
         """For ids of this user's jobs that Slurm still knows (`active`: that
@@ -216,9 +219,10 @@ def known_job(ctx, request, job: str, kind: str = "project") -> bool:
 class AllocationWatcher:
     """srun in allocation mode prints no job id, so the chaperon finds the
     job by its comment tag (which srun got from the handler) among this
-    user's jobs, and records it in the ledger the moment Slurm has it: often
-    at first (every 50 ms for 2 s, then every second) while srun waits, and
-    once more when srun ends. Every job carrying this session's tag that the
+    user's jobs, and records it in the ledger the moment Slurm has it: while
+    srun waits, after 50 ms, then backing off (doubling) to one call every
+    POLL_MAX seconds — a queued allocation costs slurmctld one squeue a
+    second, not twenty — and once more when srun ends. Every job carrying this session's tag that the
     ledger does not have yet is recorded (two sruns of one session may find
     each other's job first; the ledger is a set)."""
 
@@ -250,12 +254,21 @@ class AllocationWatcher:
                     return
                 self.found.set()
 
+    POLL_FIRST, POLL_MAX = 0.05, 1.0
+
+    def pauses(self):
+        """The waits between checks: 0.05, 0.1, 0.2, 0.4, 0.8, then 1 s."""
+        pause = self.POLL_FIRST
+        while True:
+            yield pause
+            pause = min(pause * 2, self.POLL_MAX)
+
     def _run(self) -> None:
-        started = time.monotonic()
-        while not self.found.is_set():
+        for pause in self.pauses():
+            if self.done.wait(pause) or self.found.is_set():
+                break
             self._check()
-            pause = 0.05 if time.monotonic() - started < 2 else 1.0
-            if self.done.wait(pause):
+            if self.found.is_set():
                 break
 
     def stop(self) -> None:

@@ -136,6 +136,16 @@ class Chaperon:
         from .handlers import Context
 
         self.context = Context(config, self.log)
+        # The ledger's session files folded per project (crash-safe, see
+        # ledger.py), beside the first requests: scoped calls then cost what
+        # is in scope, not the user's whole history.
+        threading.Thread(target=self._compact, daemon=True).start()
+
+    def _compact(self) -> None:
+        try:
+            self.context.ledger.compact_if_needed()
+        except Exception as exc:   # never the chaperon's end: the ledger stays readable
+            self.log.event("ledger_compaction_failed", detail=str(exc))
 
     # -------------------------------------------------------------- connections
     def handle(self, name: str) -> None:

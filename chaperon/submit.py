@@ -120,10 +120,15 @@ def output_pattern(project: Project, cwd: str, pattern: str, what: str) -> str:
     return full
 
 
-def staged_env(request, export: str | None) -> dict[str, str]:
+def staged_env(ctx, request, export: str | None) -> dict[str, str]:
     """The caller's environment by --export rules, to be restored inside the
-    job's sandbox (never handed to Slurm)."""
-    return user_env(request.env, export)
+    job's sandbox (never handed to Slurm). This session's stubs leave PATH:
+    the job's sandbox has its own, put first by jobstart."""
+    from .wire.session import visible_paths
+
+    visible = ctx.config.get("visible_dir")
+    stubs = visible_paths(ctx.config.get("backend", ""), visible)[1:] if visible else ()
+    return user_env(request.env, export, stubs)
 
 
 def launcher_env(ctx) -> dict[str, str]:

@@ -25,6 +25,8 @@
 #           give a weaker backend)
 #   n4      partition "noinstall": the agent-sandbox installs are hidden (/opt and
 #           $AGENT_SANDBOX_PREFIX): a node where the job's launcher is missing
+# n1 and n2 have one GPU each (Gres=gpu:1): a fake device, /dev/agent-sandbox-gpu0
+# (the major/minor of /dev/null), made by "start" and removed by "stop".
 set -euo pipefail
 
 CLUSTER=asmultinode
@@ -37,6 +39,7 @@ FIRST_JOB_ID=700000
 NODES=(n1 n2 n3 n4)
 declare -A NODE_PORT=([n1]=16821 [n2]=16822 [n3]=16823 [n4]=16824)
 PREFIX=${AGENT_SANDBOX_PREFIX:-/opt/agent-sandbox}
+FAKE_GPU=/dev/agent-sandbox-gpu0
 
 T0=$(date +%s.%N)
 
@@ -101,10 +104,13 @@ SelectTypeParameters=CR_Core
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
+GresTypes=gpu
 
 EOF
         for node in "${NODES[@]}"; do
-            echo "NodeName=$node NodeHostname=$node NodeAddr=127.0.0.1 Port=${NODE_PORT[$node]} $topology RealMemory=1000 State=UNKNOWN"
+            local gres=""
+            [[ $node == n[12] ]] && gres=" Gres=gpu:1"
+            echo "NodeName=$node NodeHostname=$node NodeAddr=127.0.0.1 Port=${NODE_PORT[$node]} $topology RealMemory=1000$gres State=UNKNOWN"
         done
         cat <<EOF
 PartitionName=multi Nodes=n1,n2 Default=YES MaxTime=INFINITE State=UP
@@ -113,6 +119,8 @@ PartitionName=noinstall Nodes=n4 MaxTime=INFINITE State=UP
 EOF
     } >"$tmp"
     chmod 0644 "$tmp"
+    printf 'NodeName=n[1-2] Name=gpu File=%s\n' "$FAKE_GPU" >"$CONF_DIR/gres.conf"
+    chmod 0644 "$CONF_DIR/gres.conf"
     if [[ -f $CONF_DIR/slurm.conf ]] && cmp -s "$tmp" "$CONF_DIR/slurm.conf"; then
         rm -f "$tmp"
         CHANGED=0
@@ -216,6 +224,7 @@ cmd_start() {
     command -v slurmd >/dev/null || die "Slurm is not installed — run scripts/slurm-cluster.sh start first"
     [[ -S /run/munge/munge.socket.2 ]] || die "munged is not running — run scripts/slurm-cluster.sh start first"
     make_dirs
+    [[ -c $FAKE_GPU ]] || mknod -m 0666 "$FAKE_GPU" c 1 3
     write_conf
     if ((CHANGED)); then cmd_stop_daemons; fi
     start_ctld
@@ -286,7 +295,7 @@ lock() {
 
 case ${1:-} in
     start) require_root; lock; cmd_start ;;
-    stop) require_root; lock; cmd_stop_daemons; say "stopped in $(elapsed "$T0")s" ;;
+    stop) require_root; lock; cmd_stop_daemons; rm -f "$FAKE_GPU"; say "stopped in $(elapsed "$T0")s" ;;
     status) require_root; cmd_status ;;
     run) require_root; shift; "${IN_CLUSTER[@]}" "$@" ;;
     *)

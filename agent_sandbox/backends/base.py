@@ -149,13 +149,41 @@ def scoping(g: Guarantees, abi: int, *, abstract_unix: tuple[bool, str] | None =
 
 
 def namespace_scoping(g: Guarantees, policy, abi: int) -> None:
-    """scoping() for a backend with a PID and (when isolated) a network
-    namespace: outside processes have no PID inside, so they cannot be named;
-    abstract unix sockets live in the network namespace."""
+    """scoping() for a backend with a PID and (unless the network is open) a
+    network namespace: outside processes have no PID inside, so they cannot be
+    named; abstract unix sockets live in the network namespace."""
     scoping(g, abi, signals=(True, ""),
-            abstract_unix=(policy.network_isolated,
+            abstract_unix=(own_network(policy),
                            "abstract unix sockets live in the network namespace, shared "
                            "with the host while NETWORK_MODE=open"))
+
+
+def own_network(policy) -> bool:
+    """bwrap and firejail give the sandbox a network namespace of its own
+    (only loopback) unless NETWORK_MODE=open."""
+    return getattr(policy, "network_mode", "open") != "open" or policy.network_isolated
+
+
+def egress_guarantee(g: Guarantees, policy) -> None:
+    """net.egress_filtered on a backend with a network namespace: isolated has
+    no network, allowlist only the relay to the egress proxy."""
+    mode = getattr(policy, "network_mode", "open")
+    if mode == "open" and not policy.network_isolated:
+        g.no("net.egress_filtered", "NETWORK_MODE=open: every host is reachable (set "
+             "NETWORK_MODE=allowlist)")
+    else:
+        g.yes("net.egress_filtered")
+
+
+def relay_args(policy) -> tuple:
+    """The helper's --relay PORT SOCKET for the relay inside (allowlist mode),
+    with the socket as the sandbox sees it."""
+    if getattr(policy, "egress_socket", None) is None:
+        return ()
+    from agent_sandbox.names import EGRESS_SOCKET
+
+    inside = EGRESS_SOCKET if policy.backend == "bwrap" else policy.egress_socket
+    return (policy.relay_port, inside)
 
 
 # The helper is imported rather than run as a script: a script is compiled on
@@ -182,7 +210,7 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
                 lifeline: bool = False,
                 status: bool = False, pid_namespace: bool = False,
                 argv_fd: bool = False, cleanup: str | None = None,
-                keep_fds=()) -> list:
+                keep_fds=(), relay=()) -> list:
     """The helper's command line up to (and including) the `--` before the
     command. Payload names: env, landlock, seccomp, seed-N, lifeline, status,
     argv (the command itself, when the backend limits its own argv).
@@ -191,7 +219,8 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
     `keep_fds`: inherited descriptors the command keeps (--keep-fd); every
     other one above stderr is closed before exec. `controlling_tty`: stdin is
     the launcher's relayed pseudo-terminal, taken as controlling terminal in
-    a new session (job control)."""
+    a new session (job control). `relay`: (port, socket) of the egress relay
+    started before the command (relay_args)."""
     argv: list = helper_command(python)
     for flag, wanted in (("--env", env), ("--landlock", landlock), ("--seccomp", seccomp),
                          ("--lifeline", lifeline), ("--status", status), ("--argv", argv_fd)):
@@ -211,6 +240,8 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
         argv += ["--cleanup", cleanup]
     for fd in keep_fds:
         argv += ["--keep-fd", str(fd)]
+    if relay:
+        argv += ["--relay", str(relay[0]), relay[1]]
     return argv + ["--"]
 
 

@@ -17,8 +17,9 @@ import marshal
 import os
 
 from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Guarantees,
-                                         Payload, Plan, PlanContext, fd_hygiene, helper_argv,
-                                         namespace_scoping)
+                                         Payload, Plan, PlanContext, egress_guarantee,
+                                         fd_hygiene, helper_argv, namespace_scoping,
+                                         own_network, relay_args)
 from agent_sandbox.paths import helper_module
 from agent_sandbox.policy.resolve import Policy
 from agent_sandbox.policy.view import (Bind, Data, Dev, DevBind, File, Proc, RemountRo, RoBind,
@@ -40,6 +41,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
     g.either("passwd.filtered", policy.filter_passwd and "/etc" in policy.system_readonly,
              "FILTER_PASSWD=false in the configuration")
     namespace_scoping(g, policy, landlock_abi)
+    egress_guarantee(g, policy)
     fd_hygiene(g, policy)
     return g.split()
 
@@ -91,8 +93,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                   "--unshare-cgroup-try"]
     if policy.private_ipc:
         argv.append("--unshare-ipc")
-    if policy.network_isolated:
-        argv.append("--unshare-net")
+    if own_network(policy):
+        argv.append("--unshare-net")     # only loopback (bwrap brings it up)
     argv += ["--disable-userns", "--die-with-parent", "--new-session",
              "--json-status-fd", FdRef("status")]
     if policy.seccomp:
@@ -101,23 +103,29 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     argv += ["--chdir", policy.workdir, "--"]
     spawn_ruleset = None
     helper_scopes = landlock_abi >= SCOPING_ABI and scope_with == "helper"
-    if helper_scopes or policy.terminal:
+    relay = relay_args(policy)
+    if helper_scopes or policy.terminal or relay:
         # A relayed terminal needs setsid + TIOCSCTTY inside (bwrap's own
-        # --new-session leaves the command in init's session): the helper.
+        # --new-session leaves the command in init's session), the egress
+        # relay must listen before the command starts: the helper.
         if helper_scopes:
             payloads["landlock"] = Payload(data=landlock_scope(landlock_abi))
         elif landlock_abi >= SCOPING_ABI:
             spawn_ruleset = scope_ruleset(landlock_abi)
+        # With the relay, a lifeline too: bwrap's inner process binds itself
+        # to the outer one (--die-with-parent) only right before exec, so a
+        # launcher killed during bwrap's setup would leave sandbox and relay
+        # running; the helper's watcher sees the launcher gone and ends them.
         argv += helper_argv(python=python, landlock=helper_scopes,
-                            controlling_tty=policy.terminal,
-                            keep_fds=policy.keep_fds) + list(command)
+                            controlling_tty=policy.terminal, lifeline=bool(relay),
+                            keep_fds=policy.keep_fds, relay=relay) + list(command)
     else:
         if landlock_abi >= SCOPING_ABI:
             spawn_ruleset = scope_ruleset(landlock_abi)
         # env(1) gives the shell's exit codes: 127 not found, 126 not executable.
         argv += ["/usr/bin/env", "--"] + list(command)
 
-    used = {a.name for a in argv if isinstance(a, FdRef)} - {"status"}
+    used = {a.name for a in argv if isinstance(a, FdRef)} - {"status", "lifeline"}
     missing = used - set(payloads)
     if missing:  # pragma: no cover - a programming error
         raise ValueError(f"plan needs payloads it was not given: {sorted(missing)}")
@@ -125,7 +133,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     return Plan(backend=NAME, argv=tuple(argv),
                 payloads={k: v for k, v in payloads.items() if k in used},
                 env=dict(policy.env), provides=provides, cannot=cannot, mounts=tuple(ops),
-                status_fd="status", partial=partial, spawn_ruleset=spawn_ruleset)
+                status_fd="status", partial=partial, spawn_ruleset=spawn_ruleset,
+                lifeline_fd="lifeline" if relay else None)
 
 
 def scope_ruleset(abi: int) -> dict:

@@ -47,7 +47,8 @@ import os
 
 from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
-                                         fd_hygiene, helper_argv, namespace_scoping)
+                                         egress_guarantee, fd_hygiene, helper_argv,
+                                         namespace_scoping, own_network, relay_args)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import Policy, _is_within
 from agent_sandbox.policy.view import (Grant, ProfileLine, Stop, carve_walk, hidden_inside,
@@ -193,6 +194,10 @@ class View:
             # The session dir lies in an always-hidden directory on purpose
             # (no other session's is reachable); only this one is whitelisted.
             self.whitelist.append(chaperon)
+        egress = getattr(policy, "egress_socket", None)
+        if egress:
+            # The egress proxy's directory (same reason; it holds the socket only).
+            self.whitelist.append(os.path.dirname(egress))
         for path in writable:
             if _is_within(path, home):
                 if not self._hidden(path):
@@ -294,6 +299,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
     else:
         g.no("passwd.filtered", "FILTER_PASSWD=false in the configuration")
     namespace_scoping(g, policy, landlock_abi)
+    egress_guarantee(g, policy)
     fd_hygiene(g, policy)
     return g.split()
 
@@ -330,8 +336,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     argv: list = [context.program, *FIXED]
     argv.append("--ipc-namespace") if policy.private_ipc else argv.append("--keep-dev-shm")
     argv.append("--private-tmp") if policy.private_tmp else argv.append("--keep-var-tmp")
-    if policy.network_isolated:
-        argv.append("--net=none")
+    if own_network(policy):
+        argv.append("--net=none")      # a network namespace with only loopback
     argv += devices + [FdRef("profile", prefix="--profile=/proc/self/fd/")]
 
     ours = {"profile": Payload(data=("\n".join(lines) + "\n").encode()),
@@ -352,7 +358,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                                 new_session=True, controlling_tty=policy.terminal,
                                 lifeline=True, status=True,
                                 pid_namespace=True, argv_fd=True,
-                                keep_fds=policy.keep_fds)]
+                                keep_fds=policy.keep_fds, relay=relay_args(policy))]
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
                                            blacklisted_hidden=view.blacklisted_hidden)
     # firejail itself gets a minimal environment; the command's comes on --env.

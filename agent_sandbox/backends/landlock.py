@@ -39,7 +39,7 @@ import os
 
 from agent_sandbox.backends.base import (HELPER_PYTHON, FunctionBackend, Guarantees, Payload,
                                          Plan, PlanContext, fd_hygiene, helper_argv,
-                                         helper_command, helper_path, scoping)
+                                         helper_command, helper_path, relay_args, scoping)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module, user_config_dir
 from agent_sandbox.policy.resolve import Policy
@@ -83,8 +83,24 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
     g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
                            "connecting to unix sockets)")
     scoping(g, landlock_abi)
+    egress(g, policy)
     fd_hygiene(g, policy)
     return g.split()
+
+
+def egress(g: Guarantees, policy: Policy) -> None:
+    """net.egress_filtered: a Landlock TCP rule names a port, not an address,
+    and UDP is not restricted at all, so at most partial."""
+    mode = getattr(policy, "network_mode", "open")
+    if mode == "allowlist":
+        g.partial("net.egress_filtered", "Landlock lets TCP connect only to the relay's port, "
+                  "but to that port on any host; UDP (DNS included) and other protocols are "
+                  "not restricted (accepted by the admin: LANDLOCK_ALLOWLIST_PARTIAL)")
+    elif mode == "isolated":
+        g.partial("net.egress_filtered", "Landlock denies TCP bind and connect; UDP (DNS "
+                  "included) and other protocols are not restricted")
+    else:
+        g.no("net.egress_filtered", "NETWORK_MODE=open: every host is reachable")
 
 
 class Rules:
@@ -151,6 +167,9 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
         # Inside an always-hidden directory on purpose, so no other session's
         # is reachable: granted as an exact rule, past the hidden-path carving.
         r.rules.append((RW, chaperon))
+    egress_socket = getattr(policy, "egress_socket", None)
+    if egress_socket:
+        r.rules.append((ll.READ, os.path.dirname(egress_socket)))   # the same, read-only
     r.grant(policy.project_dir, RW)
     for path in readonly:
         r.grant(path, ll.READ)
@@ -159,12 +178,16 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
 
 def ruleset(policy: Policy, *, landlock_abi: int, tmpdir: str | None) -> dict:
     fs = ll.fs_rights(landlock_abi)
-    net = 0
-    if policy.network_isolated and landlock_abi >= 4:
+    net, ports = 0, ()
+    if (policy.network_isolated or getattr(policy, "network_mode", "open") == "allowlist") \
+            and landlock_abi >= 4:
         net = ll.NET_BIND_TCP | ll.NET_CONNECT_TCP     # handled, no port granted
+        if getattr(policy, "relay_port", 0) and not policy.network_isolated:
+            # allowlist: only the relay's port (it binds it, clients connect to it)
+            ports = ((net, policy.relay_port),)
     scoped = (ll.SCOPE_ABSTRACT_UNIX | ll.SCOPE_SIGNAL) if landlock_abi >= 6 else 0
     return ll.ruleset(landlock_abi, fs=fs, net=net, scoped=scoped,
-                      paths=rules(policy, tmpdir=tmpdir))
+                      paths=rules(policy, tmpdir=tmpdir), ports=ports)
 
 
 def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
@@ -183,6 +206,10 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     if policy.private_tmp:
         out.append("PRIVATE_TMP: /tmp is the host's and not accessible; $TMPDIR is a fresh "
                    "per-session directory, removed at exit")
+    if getattr(policy, "network_mode", "open") == "allowlist" and not policy.network_isolated:
+        out.append("NETWORK_MODE=allowlist: partial — TCP only to the relay's port (on any "
+                   "host); UDP, DNS and other protocols are not restricted; no API key "
+                   "brokering (the relay listens on the host's loopback)")
     if policy.network_isolated:
         out.append("NETWORK_MODE=isolated: partial — Landlock denies TCP bind and connect; "
                    "UDP and other protocols are not restricted")
@@ -190,8 +217,14 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
 
 
 def network_refusal(policy: Policy, *, landlock_abi: int) -> str | None:
-    if policy.network_isolated and landlock_abi < 4:
-        return (f"NETWORK_MODE=isolated needs Landlock ABI 4 (TCP rules) on the landlock "
+    mode = "isolated" if policy.network_isolated else getattr(policy, "network_mode", "open")
+    if mode == "allowlist" and not getattr(policy, "landlock_partial", False):
+        return ("NETWORK_MODE=allowlist cannot be enforced on the landlock backend: a "
+                "Landlock TCP rule names a port, not an address, so any host on the proxy's "
+                "port stays reachable, and UDP and DNS stay open (the site admin may accept "
+                "that weaker form with LANDLOCK_ALLOWLIST_PARTIAL=true)")
+    if mode != "open" and landlock_abi < 4:
+        return (f"NETWORK_MODE={mode} needs Landlock ABI 4 (TCP rules) on the landlock "
                 f"backend; this kernel has {landlock_abi or 'no Landlock'}")
     return None
 
@@ -221,7 +254,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     argv = helper_argv(python=python, landlock=True, seccomp=policy.seccomp,
                        chdir=policy.workdir, new_session=True,
                        controlling_tty=policy.terminal, lifeline=True, status=True,
-                       cleanup=tmpdir, keep_fds=policy.keep_fds)
+                       cleanup=tmpdir, keep_fds=policy.keep_fds, relay=relay_args(policy))
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,

@@ -14,10 +14,11 @@ from agent_sandbox.names import SUBCOMMANDS
 
 
 def _fast_run(args: list[str]) -> dict | None:
-    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--keep-fd N]… [--] CMD…`.
+    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--job] [--keep-fd N]… [--] CMD…`.
     Returns None for anything unusual (help, unknown options, missing or
     malformed values), which then goes to typer for a proper message."""
     options: dict = {"project_dir": None, "backend": None, "dry_run": False, "keep_fds": ()}
+    job = False
     i = 0
     while i < len(args):
         arg = args[i]
@@ -43,6 +44,8 @@ def _fast_run(args: list[str]) -> dict | None:
             options["dry_run"] = True
         elif arg == "--job-shared":            # the chaperon's job launches
             options["job_shared"] = True
+        elif arg == "--job":
+            job = True
         else:
             return None
         i += 1
@@ -50,6 +53,8 @@ def _fast_run(args: list[str]) -> dict | None:
     if not command:
         return None
     options["command"] = command
+    if job:
+        options["job"] = True   # only `run` takes it (a profile is never a job)
     return options
 
 
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         # usage error suggesting the closest command or profile.
         parsed = _fast_run(args)
         if (parsed is not None and parsed["command"][0] not in _NOT_PROFILES
-                and "job_shared" not in parsed):
+                and "job_shared" not in parsed and "job" not in parsed):
             from agent_sandbox.launch.run import run_profile
 
             command = parsed.pop("command")

@@ -77,13 +77,17 @@ def run(
     job_shared: bool = typer.Option(
         False, "--job-shared", hidden=True, help="A Slurm job's launch (set by the chaperon): "
         "run in the job's one sandbox on this node."),
+    job: bool = typer.Option(
+        False, "--job", help="A batch job or step on a compute node (what the Slurm "
+        "proxy's job wrapper starts): JOB_NETWORK_MODE applies instead of NETWORK_MODE."),
 ) -> None:
     """Run CMD in the sandbox. Its exit code and signals pass through; 125 means the
     sandbox could not be set up."""
     from agent_sandbox.launch.run import run as launch
 
     raise typer.Exit(launch(list(command), project_dir=project_dir, backend=backend,
-                            dry_run=dry_run, keep_fds=tuple(keep_fd), job_shared=job_shared))
+                            dry_run=dry_run, keep_fds=tuple(keep_fd), job_shared=job_shared,
+                            **({"job": True} if job else {})))
 
 
 @app.command(context_settings=_PASSTHROUGH)
@@ -219,18 +223,38 @@ def config_migrate(
 
 @app.command()
 def explain(
-    target: str = typer.Argument(..., help="A path (hidden / read-only / writable / absent "
-                                 "inside? symlinks are followed) or an environment variable "
-                                 "name (kept / removed?)."),
+    target: Optional[str] = typer.Argument(
+        None, help="A path (hidden / read-only / writable / absent inside? symlinks are "
+        "followed) or an environment variable name (kept / removed?)."),
+    host: Optional[str] = typer.Option(
+        None, "--host", metavar="HOST[:PORT]", help="Would the egress proxy "
+        "(NETWORK_MODE=allowlist) let a connection to HOST through (ports 443 and 80 unless "
+        "given), and which ALLOWED_HOSTS entry of which file decides?"),
     project_dir: Optional[str] = typer.Option(None, "--project-dir"),
     profile: Optional[str] = typer.Option(None, "--profile", metavar="NAME",
                                           help=_PROFILE_HELP),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Say what the sandbox does with PATH or ENV_NAME, and which rule of which layer decided."""
+    """Say what the sandbox does with PATH or ENV_NAME, or whether it lets a connection to
+    --host HOST through, and which rule of which layer decided."""
     import os
 
-    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.errors import SandboxError, UsageError
+
+    if (target is None) == (host is None):
+        _fail(UsageError("explain takes a PATH or ENV_NAME, or --host HOST[:PORT] — give "
+                         "exactly one (`agent-sandbox explain --host pypi.org`)."))
+    if host is not None:
+        from agent_sandbox.tools.nethost import explain_host
+
+        try:
+            typer.echo(explain_host(host, _settings(project_dir, profile), as_json=as_json),
+                       nl=False)
+        except ValueError as exc:
+            _fail(UsageError(f"explain --host: {exc}"))
+        except SandboxError as exc:
+            _fail(exc)
+        return
     from agent_sandbox.tools.explain import explain as explain_target
     from agent_sandbox.launch.run import prepare
 
@@ -312,13 +336,17 @@ def logs(
         "`agent-sandbox status` shows it)."),
     denials: bool = typer.Option(False, "--denials", help="Only refusals, with their reason "
                                  "code and detail."),
+    network: bool = typer.Option(False, "--network", help="Only the egress proxy's records "
+                                 "(NETWORK_MODE=allowlist): every connection allowed or "
+                                 "refused, host, port, rule, bytes, duration."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new records as "
                                 "they are written (Ctrl-C stops)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object a line, as the "
                                  "chaperon wrote it."),
 ) -> None:
-    """The chaperon audit logs, oldest first: time, session, command, event and what
-    happened (arguments of a request, reason and detail of a refusal)."""
+    """The chaperon and network audit logs, oldest first: time, session, command, event
+    and what happened (arguments of a request, reason and detail of a refusal, host,
+    rule and bytes of a connection through the egress proxy)."""
     import os
     import pwd
 
@@ -335,9 +363,10 @@ def logs(
                    "chaperon runs in sandboxes started on hosts with Slurm.", err=True)
         return
     seen: set = set()
-    entries = unseen(select(read_records(directory), session=session, denials=denials), seen)
+    entries = unseen(select(read_records(directory), session=session, denials=denials,
+                            network=network), seen)
     if not entries and not follow:
-        what = "refusals" if denials else "records"
+        what = ("network " if network else "") + ("refusals" if denials else "records")
         scope = f" for session {session}" if session else ""
         typer.echo(f"agent-sandbox: no {what}{scope} in {directory}", err=True)
         return
@@ -346,7 +375,7 @@ def logs(
         while follow:
             time.sleep(0.5)
             fresh = unseen(select(read_records(directory), session=session,
-                                  denials=denials), seen)
+                                  denials=denials, network=network), seen)
             if fresh:
                 typer.echo(show(fresh), nl=False)
     except KeyboardInterrupt:
@@ -432,6 +461,8 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
     staging = staging_dir(policy.home, policy.project_dir)
     os.makedirs(staging, mode=0o700, exist_ok=True)
     config = handler_config(settings, policy, staging)
+    if policy.slurm_conf:   # the handlers' real commands use the site's Slurm (as the chaperon's)
+        os.environ["SLURM_CONF"] = policy.slurm_conf
     try:
         stdin = _outside_stdin(command, args)
         request = protocol.Request(command, args, cwd=os.getcwd(), env=policy.env,

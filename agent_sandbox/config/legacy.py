@@ -8,9 +8,12 @@ other key it defines is in LEGACY below, either *mapped* (a function from
 its value to assignments of our keys) or *inert* (accepted, no effect, with
 the reason). Either way a file gets ONE warning per key naming the key and
 why, so a person knows what changed. Fail closed: a mapped value we cannot
-deliver becomes the stricter value we can (the original's `filtered` and
-`proxied` network modes become `isolated`), never a weaker one; its
-NETWORK_FILTER_FALLBACK=open (fall back to an open network) is not honoured.
+deliver becomes the stricter value we can, never a weaker one. The
+original's `filtered` and `proxied` network modes are our `allowlist` (the
+egress proxy), its NETWORK_BLOCKLIST takes entries out of ALLOWED_HOSTS, and
+its NETWORK_FILTER_FALLBACK=open (fall back to an open network when the
+filter cannot run) is not honoured: a mode that cannot be enforced refuses
+the launch.
 
 Pure: `translate(key, value)` returns (assignments, warning); config/load.py
 applies them in the layer the key appeared in, and `migrate(text)` rewrites
@@ -33,8 +36,13 @@ class LegacyValueError(ValueError):
     """A legacy key with a value the original did not allow either."""
 
 
+# filtered (a host filter) and proxied (through a proxy) are both our
+# allowlist: the egress proxy, ALLOWED_HOSTS deciding (docs/network.md).
 _NETWORK_MODES = {"open": "open", "isolated": "isolated",
-                  "filtered": "isolated", "proxied": "isolated"}
+                  "filtered": "allowlist", "proxied": "allowlist"}
+# A pseudo-key of translate's assignments: remove these entries from
+# ALLOWED_HOSTS (config/load.py Merged.remove_hosts).
+REMOVE_HOSTS = "ALLOWED_HOSTS-"
 
 
 def _network_mode(value) -> tuple[tuple[str, object], ...]:
@@ -45,21 +53,29 @@ def _network_mode(value) -> tuple[tuple[str, object], ...]:
     return (("NETWORK_MODE", _NETWORK_MODES[mode]),)
 
 
-_NO_NETWORK_FILTER = ("no per-host network filter exists yet (NETWORK_MODE is open or "
-                      "isolated); nothing is blocked by it. Use NETWORK_MODE=isolated to cut "
-                      "the network")
+def _blocklist(value) -> tuple[tuple[str, object], ...]:
+    entries = (value,) if isinstance(value, str) else tuple(value)
+    return ((REMOVE_HOSTS, tuple(e for e in entries if e)),)
+
 
 LEGACY: dict[str, Legacy] = {
     "NETWORK_FILTER_MODE": Legacy(
-        "mapped to NETWORK_MODE: open → open, isolated → isolated; filtered and proxied "
-        "become isolated (the stricter mode this product can enforce). Set NETWORK_MODE "
-        "yourself to choose", _network_mode),
+        "mapped to NETWORK_MODE: open → open, isolated → isolated, filtered and proxied → "
+        "allowlist (the egress proxy; ALLOWED_HOSTS decides which hosts pass)",
+        _network_mode),
     "NETWORK_FILTER_FALLBACK": Legacy(
         "no effect: no mode ever falls back here — a network mode that cannot be enforced "
-        "becomes isolated, never open"),
-    "NETWORK_BLOCKLIST": Legacy(f"no effect: {_NO_NETWORK_FILTER}"),
-    "NETWORK_BLOCKLIST_EXCEPT": Legacy(f"no effect: {_NO_NETWORK_FILTER}"),
-    "NETWORK_MAIL_BLOCK": Legacy(f"no effect: {_NO_NETWORK_FILTER}"),
+        "refuses the launch (exit 125), never runs with the network open"),
+    "NETWORK_BLOCKLIST": Legacy(
+        "mapped: NETWORK_MODE=allowlist refuses every host ALLOWED_HOSTS does not list, so a "
+        "blocked host is refused already; a listed entry equal to a blocked one is removed "
+        "from ALLOWED_HOSTS", _blocklist),
+    "NETWORK_BLOCKLIST_EXCEPT": Legacy(
+        "no effect: exceptions to a block list have no meaning for an allow-list; add the "
+        "hosts to ALLOWED_HOSTS to let them through"),
+    "NETWORK_MAIL_BLOCK": Legacy(
+        "no effect: with NETWORK_MODE=allowlist a mail server is refused unless ALLOWED_HOSTS "
+        "lists it (and the proxy carries TCP to the ports listed, 443 and 80 by default)"),
     "BIND_DEV_PTS": Legacy("no effect: every sandbox has its own /dev/pts already"),
     "SUPPRESS_AGENT_WARNINGS": Legacy(
         "no effect: agent warnings are not suppressed; SANDBOX_QUIET=true silences the "
@@ -116,5 +132,7 @@ def migrate(assignments) -> str:
             continue
         ours, warning = translate(item.key, item.value)
         lines.append(f"# {item.key}{op}{_shell(item.value)} — {LEGACY[item.key].why}")
-        lines.extend(f"{key}={_shell(value)}" for key, value in ours)
+        lines.extend(f"# (remove {_shell(value)} from ALLOWED_HOSTS if you list them)"
+                     if key == REMOVE_HOSTS else f"{key}={_shell(value)}"
+                     for key, value in ours)
     return "\n".join(lines) + "\n"

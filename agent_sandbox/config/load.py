@@ -31,7 +31,8 @@ from agent_sandbox.errors import ConfigError
 # ordinary ones (profiles.py reads them; the layer merge must know them).
 PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PATH",
                           "AGENT_STATE", "AGENT_CONFIG_DIR", "AGENT_SETTINGS",
-                          "AGENT_SETTINGS_KEEP", "AGENT_PROJECT_SETTINGS"})
+                          "AGENT_SETTINGS_KEEP", "AGENT_PROJECT_SETTINGS", "AGENT_BROKERS",
+                          "AGENT_CONFIG_KEEP", "AGENT_CONFIG_SCRATCH"})
 # Keys the environment may override (SPEC §4 layer 5).
 ENV_OVERRIDES = ("SANDBOX_BACKEND", "HOME_ACCESS", "SLURM_SCOPE", "PRIVATE_TMP",
                  "PRIVATE_IPC", "FILTER_PASSWD", "NETWORK_MODE", "SANDBOX_QUIET")
@@ -124,18 +125,29 @@ class Merged:
         self.files: list[str] = []           # the files that applied, in order
 
     def assign(self, kind: str, key: str, value, origin: str) -> None:
-        from agent_sandbox.config import locks
+        from agent_sandbox.config import locks, network   # merging: only on a cache miss
 
         if (key in locks.ADMIN_ONLY and kind not in ("default", "profile", "admin")
                 and locks.as_bool(value) is not False):
             self.warnings.append(f"{key}={value} from {origin} ignored — only the site admin "
                                  f"can turn it on (in {ADMIN_CONFIG})")
             return
+        if key in locks.ADMIN_VALUES and kind not in ("default", "profile", "admin"):
+            self.warnings.append(f"{key}={value} from {origin} ignored — only the site admin "
+                                 f"sets it (in {ADMIN_CONFIG}); export SLURM_CONF outside the "
+                                 "sandbox to use another cluster")
+            return
+        if key in locks.ADMIN_LISTS and kind not in ("default", "admin"):
+            self.warnings.append(f"{key} from {origin} ignored — only the site admin sets it "
+                                 f"(in {ADMIN_CONFIG})")
+            return
+        if key in network.HOST_KEYS:
+            value = self._hosts(kind, key, value, origin)
         if kind == "admin":
             self.admin[key] = value
             if key in locks.LOCKABLE or key == "BLOCKED_ENV_VARS":
                 self.locks[key] = origin
-        elif key in self.locks:
+        elif key in self.locks and key not in locks.CAP:
             value, warning = locks.enforce(key, self.admin[key], value,
                                            admin_origin=self.locks[key], origin=origin)
             if warning:
@@ -151,6 +163,36 @@ class Merged:
         self.raw[key] = value
         self.origins[key] = origin
 
+    def _hosts(self, kind: str, key: str, value, origin: str) -> tuple:
+        """ALLOWED_HOSTS*: the new entries validated with their file:line, the
+        admin cap applied, the origin of every entry kept (config/network.py)."""
+        from agent_sandbox.config import network
+
+        previous = network.as_list(self.raw.get(key, ()))
+        value = network.as_list(value)
+        network.check(key, [e for e in value if e not in previous], origin)
+        if key == "ALLOWED_HOSTS" and kind != "admin" and key in self.locks:
+            value, warning = network.cap(self.admin[key],
+                                         self.admin.get("ALLOWED_HOSTS_USER_MAY_ADD", ()),
+                                         value, admin_origin=self.locks[key], origin=origin)
+            if warning:
+                self.warnings.append(warning)
+        if key == "ALLOWED_HOSTS":
+            known = self.origins.get(network.HOST_ORIGINS) or {}
+            self.origins[network.HOST_ORIGINS] = {e: known.get(e, origin) for e in value}
+        return value
+
+    def remove_hosts(self, kind: str, entries, origin: str) -> None:
+        """The bash original's NETWORK_BLOCKLIST (config/legacy.py): a listed
+        host is taken out of ALLOWED_HOSTS (what is not listed is refused anyway)."""
+        from agent_sandbox.config import network
+
+        current = network.as_list(self.raw.get("ALLOWED_HOSTS", ()))
+        blocked = {e.lower() for e in network.as_list(entries)}
+        kept = tuple(e for e in current if e.lower() not in blocked)
+        if kept != current:
+            self.assign(kind, "ALLOWED_HOSTS", kept, origin)
+
 
 def _project_matches(patterns, project_dir: str | None) -> bool:
     if not project_dir:
@@ -165,7 +207,7 @@ def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
           overrides: list[tuple[str, str, str]], project_dir: str | None = None) -> Merged:
     """Parse and merge layers; `overrides` are (origin, key, value) applied last
     (environment, then flags). Admin values act as floors (locks.py)."""
-    from agent_sandbox.config.legacy import LEGACY, LegacyValueError, translate
+    from agent_sandbox.config.legacy import LEGACY, REMOVE_HOSTS, LegacyValueError, translate
 
     variables = {"HOME": home, "USER": user}
     known = None   # the shipped defaults assign every key, so they are the key list
@@ -211,7 +253,10 @@ def merge(layers: list[tuple[str, str, str]], *, home: str, user: str,
                     warned_legacy.add(item.key)
                     merged.warnings.append(f"{path}:{item.line}: {warning}")
                 for key, value in ours:
-                    merged.assign(kind, key, value, f"{path}:{item.line}")
+                    if key == REMOVE_HOSTS:
+                        merged.remove_hosts(kind, value, f"{path}:{item.line}")
+                    else:
+                        merged.assign(kind, key, value, f"{path}:{item.line}")
                 continue
             value = item.value
             if item.append:

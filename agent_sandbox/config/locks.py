@@ -16,19 +16,24 @@ Rules:
   LIMIT        a number where lower is stricter and 0 means unlimited
   AT_LEAST     a number where higher is stricter (log retention)
   ADMIN_ONLY   a switch only the admin file turns on; other layers may turn it off
+  CAP          ALLOWED_HOSTS: later layers may remove entries, add only what an
+               admin ALLOWED_HOSTS_USER_MAY_ADD pattern covers (config/network.py)
 Keys not listed are not locked: their admin value is a default users may change.
 """
 from __future__ import annotations
 
+from agent_sandbox.names import NETWORK_MODES
+
 ORDER = {
     "HOME_ACCESS": ("restricted", "tmpwrite", "read", "write"),
     "SLURM_SCOPE": ("session", "project", "user", "none"),
-    "NETWORK_MODE": ("isolated", "open"),
+    "NETWORK_MODE": NETWORK_MODES,
+    "JOB_NETWORK_MODE": NETWORK_MODES,
     "CHAPERON_LOG_LEVEL": ("debug", "info", "warning", "error"),
     # boundfiles.MODES: a file not bound at all < only its secret lines blanked < unchecked
     "SECRETS_IN_BOUND_FILES": ("skip", "blank", "off"),
 }
-BOOL_TRUE = ("PRIVATE_TMP", "PRIVATE_IPC", "FILTER_PASSWD", "SECCOMP")
+BOOL_TRUE = ("PRIVATE_TMP", "PRIVATE_IPC", "FILTER_PASSWD", "SECCOMP", "API_KEY_BROKERING")
 BOOL_FALSE = ("CHAPERON",)
 KEEP = ("BLOCKED_FILES", "EXTRA_BLOCKED_PATHS", "DENIED_WRITABLE_PATHS", "PROTECTED_PATHS",
         "DEVICES_BLACKLIST", "BLOCKED_ENV_VARS", "BLOCKED_ENV_PATTERNS",
@@ -38,8 +43,16 @@ LIMIT = ("SLURM_MAX_JOBS",)
 AT_LEAST = ("CHAPERON_LOG_RETAIN_DAYS",)
 # Switches only the admin file (or the shipped files) may turn on; any other
 # layer may only turn them off. The choice is the site's.
-ADMIN_ONLY = ("SLURM_ALLOW_MAIL", "JOB_ALLOW_WEAKER_BACKEND")
-LOCKABLE = tuple(ORDER) + BOOL_TRUE + BOOL_FALSE + KEEP + NARROW + LIMIT + AT_LEAST
+ADMIN_ONLY = ("SLURM_ALLOW_MAIL", "JOB_ALLOW_WEAKER_BACKEND", "LANDLOCK_ALLOWLIST_PARTIAL")
+# Values only the admin file (or the shipped files) may set at all: which Slurm
+# the chaperon talks to is the site's (a user picks another cluster through the
+# SLURM_CONF of their own shell, outside any sandbox).
+ADMIN_VALUES = ("SLURM_CONF_PATH",)
+CAP = ("ALLOWED_HOSTS",)
+# Lists only the admin file (or the shipped files) sets; any other layer's
+# assignment is ignored with a warning.
+ADMIN_LISTS = ("ALLOWED_HOSTS_USER_MAY_ADD",)
+LOCKABLE = tuple(ORDER) + BOOL_TRUE + BOOL_FALSE + KEEP + NARROW + LIMIT + AT_LEAST + CAP
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}

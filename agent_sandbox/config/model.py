@@ -126,6 +126,13 @@ class _Validators(BaseModel):
                 raise ValueError(f"{name!r} is not a syscall name")
         return value
 
+    @field_validator("SLURM_CONF_PATH", check_fields=False)
+    @classmethod
+    def _absolute_or_empty(cls, value: str) -> str:
+        if value and not value.startswith("/"):
+            raise ValueError(f"{value!r} is not an absolute path")
+        return os.path.normpath(value) if value else value
+
     @field_validator("CHAPERON_LOG_RETAIN_DAYS", "SLURM_MAX_JOBS", check_fields=False)
     @classmethod
     def _non_negative(cls, value: int) -> int:

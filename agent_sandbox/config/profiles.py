@@ -22,6 +22,15 @@ apply on top — and the AGENT_* keys say what to run:
                       to any other key are dropped and reported
   AGENT_PROJECT_SETTINGS (PATH …): protected project files the agent saves
                       choices in, edited on a session copy the same way (bwrap)
+  AGENT_BROKERS       the API key brokers (launch/egress.BROKERS) the agent
+                      can use because it takes a base URL (API_KEY_BROKERING;
+                      a broker may add options after AGENT_COMMAND)
+  AGENT_CONFIG_KEEP   (NAME …, globs, trailing / = dir): the allow-list of
+                      entries of the configuration directory writable inside
+                      (existing) and moved back at exit (new); every other
+                      entry is read-only, new ones dropped and reported
+  AGENT_CONFIG_SCRATCH (NAME …): entries that start empty in the copy and are
+                      dropped quietly at exit (caches, shell snapshots)
 
 Profiles are looked up by name in /etc/agent-sandbox/agents/, then
 ~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent
@@ -52,6 +61,9 @@ class Profile(NamedTuple):
     settings: tuple[str, ...] = ()
     settings_keep: tuple[str, ...] = ()
     project_settings: tuple[str, ...] = ()
+    brokers: tuple[str, ...] = ()
+    config_keep: tuple[str, ...] = ()
+    config_scratch: tuple[str, ...] = ()
 
 
 def search_dirs(home: str) -> tuple[str, ...]:
@@ -127,7 +139,10 @@ def load(name: str, *, home: str, user: str, known_keys) -> Profile:
                    note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())),
                    config_dir, as_tuple(values.get("AGENT_SETTINGS", ())),
                    as_tuple(values.get("AGENT_SETTINGS_KEEP", ())),
-                   as_tuple(values.get("AGENT_PROJECT_SETTINGS", ())))
+                   as_tuple(values.get("AGENT_PROJECT_SETTINGS", ())),
+                   as_tuple(values.get("AGENT_BROKERS", ())),
+                   as_tuple(values.get("AGENT_CONFIG_KEEP", ())),
+                   as_tuple(values.get("AGENT_CONFIG_SCRATCH", ())))
 
 
 def create_state(profile: Profile, home: str) -> None:

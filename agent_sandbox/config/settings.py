@@ -44,7 +44,15 @@ class Settings(NamedTuple):
     PRIVATE_TMP: bool = True
     PRIVATE_IPC: bool = True
     FILTER_PASSWD: bool = True
-    NETWORK_MODE: Literal["open", "isolated"] = "open"
+    NETWORK_MODE: Literal["open", "allowlist", "isolated"] = "open"   # names.NETWORK_MODES
+    # NETWORK_MODE=allowlist (docs/network.md): the hosts the egress proxy lets
+    # through, what a user may add under an admin cap, the mode of batch jobs,
+    # API keys kept outside, landlock's weaker form accepted (admin only).
+    ALLOWED_HOSTS: tuple[str, ...] = ()
+    ALLOWED_HOSTS_USER_MAY_ADD: tuple[str, ...] = ()
+    JOB_NETWORK_MODE: Literal["open", "allowlist", "isolated"] = "open"
+    API_KEY_BROKERING: bool = True
+    LANDLOCK_ALLOWLIST_PARTIAL: bool = False
 
     DEVICES: tuple[str, ...] = ()
     DEVICES_BLACKLIST: tuple[str, ...] = ()
@@ -66,6 +74,7 @@ class Settings(NamedTuple):
     SLURM_MAX_JOBS: int = 0
     SLURM_ALLOW_MAIL: bool = False
     JOB_ALLOW_WEAKER_BACKEND: bool = False
+    SLURM_CONF_PATH: str = ""       # admin only: the site's slurm.conf ("" = Slurm's default)
 
     ENABLED_AGENTS: tuple[str, ...] = ()
     SANDBOX_QUIET: bool = False

@@ -13,6 +13,22 @@ SPEC is a JSON file in the chaperon's staging directory (read-only here):
 when the user gave one, "export". Both link ends may hold Slurm's filename
 patterns (%j %A %a %x %u %N …).
 
+The restored environment is the one the real Slurm would give for the
+submission (docs/chaperon.md, "The job's environment"): the submitted
+variables fill in around what is already set here, which came from Slurm
+(SLURM_*, CUDA_VISIBLE_DEVICES, PMI/PMIx) or from the sandbox itself (HOME,
+AGENT_SANDBOX*), and those describe this job and this sandbox. Two are
+rebuilt: PATH is the submitted one behind this sandbox's stub directory, and
+TMPDIR is a private per-job directory. Loader and interpreter variables
+(LD_LIBRARY_PATH, LD_PRELOAD, PYTHONPATH, BASH_ENV, BASH_FUNC_*) are among
+the restored ones: this process runs with `-IS` and never puts them in its
+own environment; they are handed only to the execve of the user's command.
+One kind is not restored: the submitting session's egress settings
+(NETWORK_MODE=allowlist, docs/network.md) — proxy variables and broker base
+URLs pointing at its relay on 127.0.0.1: the job runs in JOB_NETWORK_MODE,
+and where that is not allowlist no relay listens there (a job in allowlist
+mode has its own, already set here).
+
 MPI defaults (each one a default the user may still set otherwise): PMIx
 clients keep their job data in their own memory (JOB_ENV: slurmstepd's
 shared-memory store lies in a directory no sandbox shows, so every rank
@@ -24,15 +40,16 @@ not writable there; set for each task, a step's tasks inherit the batch
 script's environment); and two tasks share no writable directory for a
 shared-memory segment, so ranks on one node talk over TCP (btl ^vader)
 instead of failing to attach each other's segments.
-
-The restored environment fills in, it never overrides: what is already set
-here came from Slurm (SLURM_*, PMI/PMIx) or from the sandbox itself (PATH,
-HOME, AGENT_SANDBOX*), and those describe this job and this sandbox.
 """
 import json
 import os
+import re
 import socket
 import sys
+
+# The relay of an allowlist sandbox: its proxy URLs and its broker routes.
+RELAY_VALUE = re.compile(r"(?:http|socks5h)://127\.0\.0\.1:[0-9]+(?:/broker/[A-Za-z0-9_.-]+)?/?")
+RELAY_NAMES = ("NO_PROXY", "no_proxy", "AGENT_SANDBOX_EGRESS")
 
 
 def expand(pattern: str, env) -> str:
@@ -85,12 +102,113 @@ JOB_ENV = {"PMIX_MCA_gds": "hash"}
 LANDLOCK_JOB_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_btl": "^vader"}
 
 
+STUB_BIN = "/run/agent-sandbox/bin"   # bwrap's stubs (chaperon/wire/session.py)
+
+
+def stub_dirs(current) -> list:
+    """This sandbox's stub directories on its PATH (bwrap mounts them at
+    STUB_BIN; the other backends use the session directory's bin/)."""
+    session = current.get("AGENT_SANDBOX_CHAPERON")
+    own = (STUB_BIN, session + "/bin") if session else (STUB_BIN,)
+    return [d for d in current.get("PATH", "").split(":") if d in own]
+
+
+def private_tmpdir(current) -> str:
+    """A directory of this job on this node that only this user can use:
+    agent-sandbox-job-<id> in the sandbox's temporary directory (/tmp, or the
+    session's own $TMPDIR on landlock, which cannot make /tmp private), made
+    0700 (or taken when this user made it earlier: the tasks of a job share
+    it); anything else there — another user's, a symlink — is never used, a
+    fresh directory is made instead. The sandbox's $TMPDIR when none can be
+    made."""
+    import stat
+    import tempfile
+
+    base = current.get("TMPDIR") or "/tmp"
+    base = base if base.startswith("/") and os.path.isdir(base) else "/tmp"
+    job = current.get("SLURM_JOB_ID", "")
+    if not job.isdigit():
+        return current.get("TMPDIR") or "/tmp"   # not a Slurm job: the sandbox's own
+    path = f"{base.rstrip('/')}/agent-sandbox-job-{job}"
+    try:
+        os.mkdir(path, 0o700)
+        return path
+    except FileExistsError:
+        info = os.lstat(path)
+        if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+                and stat.S_IMODE(info.st_mode) == 0o700):
+            return path
+    except OSError:
+        pass
+    try:
+        return tempfile.mkdtemp(prefix=f"agent-sandbox-job-{job}.", dir=base)
+    except OSError:
+        return current.get("TMPDIR") or "/tmp"
+
+
+# What the chaperon's real sbatch carried for its own use (chaperon/environment.py
+# command_env), which a job whose --export leaves out ALL does not get from Slurm.
+CARRIED = ("PATH", "LANG", "LANGUAGE", "TZ", "SLURM_TIME_FORMAT")
+LOGIN_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/games:/usr/games"   # su's default
+
+
+def gets_user_env(spec) -> bool:
+    """sbatch --export=NONE, or a list without ALL: the real sbatch then
+    also loads the user's login environment on the node (--get-user-env)."""
+    export = spec.get("export")
+    return "script" in spec and export is not None and "ALL" not in [
+        item.upper() for item in export.split(",")]
+
+
+def login_environment(current) -> dict:
+    """The user's login environment, as --get-user-env loads it (`su -
+    USER -c env`, whose shell runs the login files) — but made here, inside
+    the job's sandbox: the real sbatch would run the login files as root's
+    su outside any sandbox, so the chaperon never asks Slurm for it."""
+    import pwd
+    import subprocess
+
+    entry = pwd.getpwuid(os.getuid())
+    shell = entry.pw_shell or "/bin/sh"
+    base = {"HOME": current.get("HOME", entry.pw_dir), "SHELL": shell, "USER": entry.pw_name,
+            "LOGNAME": entry.pw_name, "PATH": LOGIN_PATH, "MAIL": f"/var/mail/{entry.pw_name}"}
+    try:
+        out = subprocess.run([shell, "-l", "-c", "/usr/bin/env -0; :"], env=base,
+                             cwd=base["HOME"], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, timeout=8).stdout
+    except (OSError, subprocess.SubprocessError):
+        return base
+    found = dict(item.partition("=")[::2] for item in
+                 out.decode("utf-8", "surrogateescape").split("\0") if "=" in item)
+    for name in ("_", "PWD", "OLDPWD"):   # the shell's own, not the user's
+        found.pop(name, None)
+    return found or base
+
+
 def job_environment(spec, current) -> dict:
     """The task's environment: the staged caller environment filling in
     around what Slurm and the sandbox set here (see the module docstring)."""
     env = dict(current)
-    for name, value in spec.get("env", {}).items():
+    if gets_user_env(spec):
+        for name in CARRIED:
+            env.pop(name, None)
+        for name, value in login_environment(current).items():
+            # Over what Slurm carried, never over Slurm's own or the sandbox's.
+            if not name.startswith(("SLURM_", "AGENT_SANDBOX", "SANDBOX_")) and \
+                    name not in ("HOME", "USER", "LOGNAME", "PWD"):
+                env[name] = value
+        env["SLURM_GET_USER_ENV"] = "1"
+        current = dict(current, PATH=":".join(stub_dirs(current) + [env["PATH"]]))
+        env["PATH"] = current["PATH"]
+    staged = spec.get("env", {})
+    egress = any(RELAY_VALUE.fullmatch(v) for v in staged.values())
+    for name, value in staged.items():
+        if egress and (name in RELAY_NAMES or RELAY_VALUE.fullmatch(value)):
+            continue            # the submitting session's relay, not this job's
         env.setdefault(name, value)
+    if "PATH" in staged:
+        env["PATH"] = ":".join(stub_dirs(current) + ([staged["PATH"]] if staged["PATH"] else []))
+    env["TMPDIR"] = private_tmpdir(current)
     defaults = dict(JOB_ENV)
     if current.get("SANDBOX_BACKEND") == "landlock":
         defaults.update(LANDLOCK_JOB_ENV)

@@ -10,7 +10,7 @@ In order, each step only when asked for:
   read the payload descriptors (environment, Landlock ruleset, seccomp BPF,
   seeded files) and close them → write seeded files → chdir → setsid →
   (--controlling-tty: take stdin as controlling terminal) → start the
-  watcher → PR_SET_NO_NEW_PRIVS → Landlock → seccomp →
+  watcher → PR_SET_NO_NEW_PRIVS → Landlock → seccomp → start the relay →
   report "helper-exec" on the status descriptor → close every descriptor
   but stdin, stdout, stderr and the kept ones → exec the command.
 
@@ -63,6 +63,12 @@ Options (descriptors are inherited file descriptor numbers):
   --join FD         with --join-ns: a pidfd of the sandbox's init to setns
                     into (bwrap), then fork into its PID namespace; without
                     it the backend joined already (firejail --join)
+  --relay PORT SOCK start the egress relay (netrelay.py, NETWORK_MODE=allowlist)
+                    on 127.0.0.1:PORT, carrying connections to the proxy's
+                    Unix socket SOCK; it runs confined like the command
+                    (started after Landlock and seccomp), is not the command's
+                    child (a shell's `wait` must not wait for it), and the
+                    command starts only once it listens (else exit 125)
 """
 import _signal as signal   # the builtin core: `signal` would import enum (~4 ms)
 import marshal
@@ -164,7 +170,8 @@ def parse(argv: list[str]) -> dict:
             "new_session": False, "controlling_tty": False, "lifeline": None, "status": None,
             "max_abi": None,
             "degrade": False, "probe": False, "pid_namespace": False, "argv": None,
-            "cleanup": None, "keep_fds": [], "command": [], "join": None, "join_ns": None}
+            "cleanup": None, "keep_fds": [], "relay": None, "command": [], "join": None,
+            "join_ns": None}
     i = 0
     try:
         while i < len(argv):
@@ -182,6 +189,9 @@ def parse(argv: list[str]) -> dict:
             elif arg in ("--chdir", "--cleanup", "--join-ns"):
                 opts[arg[2:].replace("-", "_")] = argv[i + 1]
                 i += 2
+            elif arg == "--relay":
+                opts["relay"] = (int(argv[i + 1]), argv[i + 2])
+                i += 3
             elif arg == "--keep-fd":
                 opts["keep_fds"].append(int(argv[i + 1]))
                 i += 2
@@ -338,6 +348,61 @@ def start_watcher(lifeline: int, *, whole_namespace: bool, whole_session: bool =
         os.close(pidfd)
 
 
+RELAY_WAIT = 5.0   # seconds for the relay to listen before the launch fails
+
+
+def _listening(port: int) -> bool:
+    """Is a TCP socket of this user listening on 127.0.0.1:port in this
+    network namespace? (/proc/net/tcp: no connection is made, so the proxy
+    sees nothing. The owner matters on landlock, where the port is on the
+    host's loopback: another user who took it first must not be mistaken
+    for the relay — then the relay cannot listen and the launch fails.)"""
+    wanted = b"0100007F:%04X" % port
+    uid = b"%d" % os.getuid()
+    try:
+        with open("/proc/net/tcp", "rb") as handle:
+            for line in handle.read().splitlines()[1:]:
+                fields = line.split()
+                if len(fields) > 7 and fields[1] == wanted and fields[3] == b"0A" \
+                        and fields[7] == uid:
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def start_relay(port: int, socket_path: str) -> None:
+    """Fork the relay (netrelay.serve) as a grandchild — so the command, which
+    this process becomes, never has it as a child — and wait until it listens."""
+    import time
+
+    child = os.fork()
+    if child == 0:
+        try:
+            if os.fork() == 0:
+                null = os.open("/dev/null", os.O_RDWR)
+                for std in (0, 1, 2):
+                    os.dup2(null, std)
+                os.closerange(3, 65536)
+                for name in FORWARDED:   # the command's Ctrl-C is not the relay's
+                    signal.signal(getattr(signal, name), signal.SIG_IGN)
+                here = os.path.dirname(os.path.abspath(__file__))
+                if here not in sys.path:
+                    sys.path.insert(0, here)
+                import netrelay
+
+                netrelay.serve(port, socket_path)
+        finally:
+            os._exit(0)
+    os.waitpid(child, 0)
+    deadline = time.monotonic() + RELAY_WAIT
+    while not _listening(port):
+        if time.monotonic() > deadline:
+            raise SetupError(f"the egress relay did not start listening on 127.0.0.1:{port} "
+                             f"(proxy socket {socket_path})")
+        time.sleep(0.002)
+
+
 def load_seccomp(bpf: bytes) -> None:
     import _ctypes
     import _struct
@@ -458,6 +523,8 @@ def main(argv: list[str]) -> int:
             apply_landlock(spec, max_abi=opts["max_abi"], degrade=opts["degrade"])
         if bpf is not None:
             load_seccomp(bpf)
+        if opts["relay"] is not None:
+            start_relay(*opts["relay"])
         if opts["status"] is not None:
             os.write(opts["status"], b'{"helper-exec": %d}\n' % report)
             os.close(opts["status"])

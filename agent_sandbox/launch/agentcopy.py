@@ -10,19 +10,26 @@ profile with AGENT_CONFIG_DIR the launcher builds, before the sandbox starts,
   inside, the profile's variable — CLAUDE_CONFIG_DIR, CODEX_HOME,
   GEMINI_CLI_HOME — points the agent at it), holding
 - the guarded settings files (AGENT_SETTINGS) as plain copies, and
-- for every other entry of the real configuration directory a symlink to it:
-  history, sessions and logins land in the real directory as before (it is
-  writable inside, its protected entries read-only), and
+- for every other entry of the real configuration directory a symlink to it
+  (except the profile's AGENT_CONFIG_SCRATCH entries — shell snapshots,
+  caches —, which start empty in the copy): the entries the profile's
+  allow-list AGENT_CONFIG_KEEP names (history, transcripts, sessions, logins)
+  are writable inside and land in the real directory as before; every other
+  entry is read-only inside (scripts the user's settings run, rules,
+  backups: nothing the session writes is live for the user's unsandboxed
+  runs), and
 - a record in the hidden state directory `agents/<session>.json` with the
   launcher's identity (registry.py fields) and a copy of each guarded file
   as it started (the base of the three-way merge).
 
 At exit, under one lock per user, `finish` merges each guarded file back
 with policy/agentmerge.py — only the keys the session changed, only those
-the profile's allow-list names; the rest is dropped and reported — and
-moves back entries the session created in the copy, except where a
-protected path lies (moving back grants nothing the writable directory did
-not already allow). A launcher killed with SIGKILL leaves its record: the
+the profile's allow-list names, with their types; the rest is dropped and
+reported — and moves back the entries the session created in the copy
+whose names AGENT_CONFIG_KEEP lists (plain files and directories, never a
+symlink, never over a symlink or a protected path of the user's); all else
+the session made is dropped and reported (a `.env`, a `.config.json`, a
+`rules/` directory would steer or run the user's unsandboxed agent). A launcher killed with SIGKILL leaves its record: the
 next launch of a profile or `agent-sandbox status` finds it stale (registry
 judge) and runs the same guarded merge. Nothing is applied unchecked.
 Every file of the copy is opened without following symlinks.
@@ -54,6 +61,8 @@ class Spec(NamedTuple):
     mirror: str                # where real_dir appears below the copy root ("" = the root)
     files: tuple[Guarded, ...]
     project_files: tuple = ()  # (path in the project, patterns): AGENT_PROJECT_SETTINGS
+    keep: tuple = ()           # AGENT_CONFIG_KEEP: entries written inside and moved back
+    scratch: tuple = ()        # AGENT_CONFIG_SCRATCH: entries fresh per session, dropped
 
 
 def spec_for(profile, home: str) -> Spec | None:
@@ -77,7 +86,28 @@ def spec_for(profile, home: str) -> Spec | None:
                     for r in profile.project_settings
                     if not os.path.isabs(r) and not os.path.normpath(r).startswith(".."))
     return Spec(profile.name, variable, os.path.join(home, directory),
-                "" if mirror == "." else mirror, tuple(files), project)
+                "" if mirror == "." else mirror, tuple(files), project,
+                tuple(getattr(profile, "config_keep", ())),
+                tuple(getattr(profile, "config_scratch", ())))
+
+
+def _named(name: str, patterns, is_dir: bool) -> bool:
+    """Whether an entry of the configuration directory is on a list (fnmatch
+    globs; a trailing / names a directory only)."""
+    from fnmatch import fnmatchcase
+
+    for pattern in patterns:
+        want_dir = pattern.endswith("/")
+        if fnmatchcase(name, pattern.rstrip("/")) and (is_dir or not want_dir):
+            return True
+    return False
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(path, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def copy_root(home: str, session: str) -> str:
@@ -132,6 +162,10 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
         if path and os.path.dirname(path) == spec.real_dir:
             names.add(os.path.basename(path))
     for name in sorted(names):
+        real = os.path.join(spec.real_dir, name)
+        if _named(name, spec.scratch, True) and not _protected(real, [
+                p.path for p in policy.protected]):
+            continue        # starts empty in the copy; the real one stays unseen by it
         if os.path.join(mirror, name) not in guarded:
             os.symlink(os.path.join(spec.real_dir, name), os.path.join(mirror, name))
     base, resolved = {}, {}
@@ -215,11 +249,13 @@ def _exists_at(dir_fd: int, name: str) -> bool:
 
 def _entry_grants(spec: Spec, policy, protected) -> dict:
     """The real directory is no longer writable as a whole (the agent creates
-    new entries in the copy; they are moved back at exit): each existing
-    entry is, except the guarded files, protected paths and symlinks, which
-    stay read-only. So the user's settings are read-only inside on every
-    backend, Landlock included (it cannot carve a read-only file out of a
-    writable directory)."""
+    new entries in the copy; the allowed ones are moved back at exit): an
+    existing entry is writable only when AGENT_CONFIG_KEEP names it and it
+    is not a symlink, a guarded file or a protected path; every other entry
+    stays read-only (a script the user's status line runs, a notify script,
+    rules). So the user's settings are read-only inside on every backend,
+    Landlock included (it cannot carve a read-only file out of a writable
+    directory)."""
     if spec.real_dir not in policy.home_writable:
         return {}
     guarded = {g.real for g in spec.files}
@@ -230,7 +266,8 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
         names = []
     for name in names:
         path = os.path.join(spec.real_dir, name)
-        if path in guarded or _protected(path, protected) or os.path.islink(path):
+        if (path in guarded or _protected(path, protected) or os.path.islink(path)
+                or not _named(name, spec.keep, _is_dir(path))):
             readonly.append(path)
         else:
             writable.append(path)
@@ -305,7 +342,13 @@ def _parse(kind: str, text: str, *, editable: bool = False):
         import tomllib
 
         return tomllib.loads(text)
-    return json.loads(text) if text.strip() else {}
+    # NaN/Infinity are not JSON: an agent reading the user's file back would
+    # refuse it (Claude Code then offers a backup to restore).
+    return json.loads(text, parse_constant=_not_json) if text.strip() else {}
+
+
+def _not_json(word: str):
+    raise ValueError(f"{word} is not JSON")
 
 
 def _dump(kind: str, document) -> str:
@@ -313,7 +356,7 @@ def _dump(kind: str, document) -> str:
         import tomlkit
 
         return tomlkit.dumps(document)
-    return json.dumps(document, indent=2) + "\n"
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 
 def _merge_file(item: Guarded, copy_fd: int, base_text: str | None, theirs_io) -> tuple:
@@ -452,10 +495,14 @@ def _protected(path: str, protected) -> bool:
 
 
 def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: list,
-               refused: list) -> None:
+               refused: list, spec: Spec | None = None) -> None:
     """Entries of the copy (src_fd) that are not our links go to the real
-    directory (dst_fd, named real_dir): both sides are walked by descriptor,
-    never through a symlink."""
+    directory (dst_fd, named real_dir), walked by descriptor on both sides,
+    never through a symlink. At the top (`spec` given) only the names
+    AGENT_CONFIG_KEEP lists go back, and never a symlink; below a kept
+    directory everything does. Nothing is ever renamed over a symlink, a
+    directory or a protected path of the user's: only over a plain file the
+    session could write anyway (an allowed entry)."""
     for name in sorted(os.listdir(src_fd)):
         target = os.path.join(real_dir, name)
         if name in skip:
@@ -464,7 +511,15 @@ def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: 
             info = os.stat(name, dir_fd=src_fd, follow_symlinks=False)
             if stat.S_ISLNK(info.st_mode) and os.readlink(name, dir_fd=src_fd) == target:
                 continue                       # our own link
-            if _protected(target, protected):
+            is_dir = stat.S_ISDIR(info.st_mode)
+            if spec is not None:
+                if _named(name, spec.scratch, is_dir):
+                    continue                   # per session: dropped quietly
+                if not _named(name, spec.keep, is_dir) or stat.S_ISLNK(info.st_mode):
+                    refused.append(target)
+                    continue
+            if _protected(target, protected) or not (is_dir or stat.S_ISREG(info.st_mode)
+                                                     or stat.S_ISLNK(info.st_mode)):
                 refused.append(target)
                 continue
             try:
@@ -474,7 +529,7 @@ def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: 
             if real_info is None:
                 os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
                 moved.append(target)
-            elif stat.S_ISDIR(info.st_mode) and stat.S_ISDIR(real_info.st_mode):
+            elif is_dir and stat.S_ISDIR(real_info.st_mode):
                 inner, inner_dst = _open_below(src_fd, name), _open_below(dst_fd, name)
                 try:
                     if inner is None or inner_dst is None:
@@ -485,12 +540,12 @@ def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: 
                     for fd in (inner, inner_dst):
                         if fd is not None:
                             os.close(fd)
-            elif not stat.S_ISDIR(info.st_mode) and not stat.S_ISDIR(real_info.st_mode):
-                # the session rewrote it (a rename over our link)
+            elif stat.S_ISREG(info.st_mode) and stat.S_ISREG(real_info.st_mode):
+                # the session rewrote an allowed file (a rename over our link)
                 os.rename(name, name, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
                 moved.append(target)
             else:
-                refused.append(target)
+                refused.append(target)         # never over a symlink or a directory
         except OSError:
             refused.append(target)
 
@@ -537,6 +592,27 @@ def finish(record_path: str, *, recovered: bool = False) -> None:
         os.close(lock)
 
 
+def discard(record_path: str, why: str) -> None:
+    """Drop a session's copy unmerged (a session process outlived the
+    launcher: what it writes next must not reach the user's files), saying so."""
+    import shutil
+
+    try:
+        with open(record_path, "rb") as handle:
+            record = json.loads(handle.read(MAX_BYTES))
+        root, profile = record["root"], Spec(*record["spec"]).profile
+    except (OSError, ValueError, TypeError, KeyError):
+        return
+    say(f"{profile}: the session's changes to its settings were NOT merged back — {why}. "
+        f"Nothing of {root} was applied; it is removed.")
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(root + ".project", ignore_errors=True)
+    try:
+        os.unlink(record_path)
+    except OSError:
+        pass
+
+
 def _finish_copy(spec: Spec, root_fd: int, record: dict, protected) -> dict:
     outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": []}
     base, resolved = record.get("base") or {}, record.get("resolved") or {}
@@ -572,7 +648,7 @@ def _finish_copy(spec: Spec, root_fd: int, record: dict, protected) -> dict:
                     if g.where == "home"}
             _move_back(mirror_fd, real_fd, spec.real_dir,
                        tuple(protected) + tuple(g.real for g in spec.files), skip,
-                       outcome["moved"], outcome["refused"])
+                       outcome["moved"], outcome["refused"], spec)
     finally:
         for fd in (mirror_fd, real_fd):
             if fd is not None:
@@ -585,6 +661,10 @@ def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str)
 
     def short(path: str) -> str:
         return "~" + path[len(home):] if home and path.startswith(home + "/") else path
+
+    def listed(paths) -> str:
+        more = f" and {len(paths) - 8} more" if len(paths) > 8 else ""
+        return ", ".join(short(p) for p in paths[:8]) + more
 
     when = f" (session {session}, left by a launcher that was killed)" if recovered else ""
     for real, kept in outcome["kept"].items():
@@ -600,10 +680,15 @@ def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str)
                 "AGENT_SETTINGS_KEEP lists what is kept).")
     for real, problem in outcome["problems"].items():
         say(f"{spec.profile}: {short(real)}: {problem}{when}")
+    if outcome["moved"]:
+        say(f"{spec.profile}: kept what the session made at "
+            f"{listed(outcome['moved'])}{when} (AGENT_CONFIG_KEEP)")
     if outcome["refused"]:
         say(f"{spec.profile}: dropped what the session made at "
-            f"{', '.join(short(p) for p in outcome['refused'])}{when} — protected "
-            "(PROTECTED_PATHS) or in the way of your own files.")
+            f"{listed(outcome['refused'])}{when} — only the entries the "
+            f"{spec.profile} profile's AGENT_CONFIG_KEEP names go back (never a symlink, "
+            "never over a symlink, a protected path or your own directory); copy what you "
+            "want yourself, outside the sandbox.")
 
 
 # ---------------------------------------------------------------- recovery

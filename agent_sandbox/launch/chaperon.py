@@ -127,7 +127,8 @@ class ChaperonSession:
         staging = staging_dir(policy.home, policy.project_dir)
         config = handler_config(settings, policy, staging)
         config.update({"session_dir": directory,
-                       "visible_dir": visible_paths(policy.backend, directory)[0]})
+                       "visible_dir": visible_paths(policy.backend, directory)[0],
+                       "slurm_conf": policy.slurm_conf})
         return cls.open(config)
 
     @classmethod
@@ -209,6 +210,8 @@ class ChaperonSession:
         read_fd, write_fd = os.pipe()
         env = {k: v for k, v in os.environ.items()
                if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "USER", "LOGNAME")}
+        if self._config.get("slurm_conf"):   # the site's Slurm, for every real command
+            env["SLURM_CONF"] = self._config["slurm_conf"]
         argv = [sys.executable, "-I", "-m", "chaperon.server", "--config-fd", str(read_fd)]
         try:
             with SPAWN_LOCK:
@@ -296,6 +299,45 @@ def _remove_unused(directory: str) -> bool:
     except OSError:
         return False
     return True
+
+
+def end_child(pid: int, first: int | None, grace: float = 2.0) -> None:
+    """Send `first` (None: the child ends by itself, e.g. on EOF), wait up to
+    `grace` seconds (a pidfd wakes us the instant it exits), then SIGKILL;
+    reap it. The chaperon and the egress proxy end this way."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = None   # already gone
+    except OSError:    # a kernel before 5.3: no pidfd, wait in small steps
+        pidfd = -1
+    if pidfd is not None:
+        try:
+            if first is not None:
+                os.kill(pid, first)
+            if not _exited(pid, pidfd, grace):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
+
+
+def _exited(pid: int, pidfd: int, timeout: float) -> bool:
+    if pidfd >= 0:
+        import select
+
+        return bool(select.select([pidfd], [], [], timeout)[0])
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if os.waitpid(pid, os.WNOHANG)[0]:
+            return True     # reaped here; the caller's waitpid finds no child
+        time.sleep(0.005)
+    return False
 
 
 def handler_config(settings, policy, staging: str) -> dict:

@@ -18,7 +18,7 @@ from agent_sandbox.errors import PolicyError
 
 
 def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, resolve,
-               launch) -> int | None:
+               launch, job: bool = False) -> int | None:
     """The command's exit code, or None when this launch shares nothing.
     `resolve` and `launch` are run.resolve and run.run (passed in: run.py
     imports this module)."""
@@ -30,7 +30,7 @@ def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, r
     if step is None:
         return None
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
-                                          environ=environ)
+                                          environ=environ, job=job)
     if selection.name not in jobshare.SHARED_BACKENDS:
         return None
     keys = jobshare.key_for(*step)
@@ -46,7 +46,7 @@ def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, r
 
                 def hold(waiter, started):
                     return launch(waiter, project_dir=project_dir, backend=backend,
-                                  environ=holder_env, on_prepared=started)
+                                  environ=holder_env, on_prepared=started, job=job)
 
                 jobshare.start_holder(keys[-1], step[0], dirfd, hold, close=(lock,))
                 joined = jobshare.connect(dirfd, keys[-1])

@@ -105,6 +105,22 @@ def bound_file_banner(policy, backend: str) -> str:
     return "".join(out)
 
 
+def network_line(policy) -> str:
+    """NETWORK_MODE, and in allowlist mode where the relay and the proxy are."""
+    if policy.network_isolated:
+        return "isolated"
+    mode = getattr(policy, "network_mode", "open")
+    if mode != "allowlist":
+        return mode
+    if not policy.egress_socket:
+        return "allowlist (egress proxy not started here)"
+    brokered = sorted(k for k, v in policy.env.items()
+                      if k.endswith("_BASE_URL") and "/broker/" in v)
+    return (f"allowlist — relay 127.0.0.1:{policy.relay_port} → egress proxy "
+            f"{policy.egress_socket}" + (f"; API keys brokered ({' '.join(brokered)})"
+                                         if brokered else ""))
+
+
 def dry_run_report(policy, plan, denied) -> str:
     kept = sorted(set(policy.env) | set(plan.env))
     out = [
@@ -113,7 +129,7 @@ def dry_run_report(policy, plan, denied) -> str:
                                         else ""),
         f"project:   {policy.project_dir} (writable; working directory {policy.workdir})",
         f"home:      {policy.home} ({policy.home_access})",
-        f"network:   {'isolated' if policy.network_isolated else 'open'}",
+        f"network:   {network_line(policy)}",
         "guarantees:",
         *guarantee_lines(plan),
         f"hidden ({len(policy.hidden)}):",
@@ -154,6 +170,9 @@ def banner(policy, plan) -> str:
     chosen = f" ({plan.chosen_because})" if plan.chosen_because else ""
     text = (f"agent-sandbox: {plan.backend} sandbox{chosen} — project {policy.project_dir}, "
             f"home {policy.home_access}, {len(policy.env_removed)} variables removed")
+    mode = "isolated" if policy.network_isolated else getattr(policy, "network_mode", "open")
+    if mode != "open":
+        text += f", network {mode}"
     if partial:
         text += f"; partly enforced: {partial}"
     if missing:

@@ -119,18 +119,22 @@ SLOT_BACKENDS = ("bwrap", "landlock")
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
             profile=None, keep_fds=(), chaperon=None, terminal: bool = False,
-            agent_copy=None, command_slot: bool = False) -> Prepared:
-    """The one sequence resolve → (chaperon) → payloads → plan. `chaperon` is a
-    callable (settings, policy) -> ChaperonSession | None run after the policy
-    is known and before the plan is built, so the plan is built once, with
-    the session directory; the caller stops the session it returns.
+            agent_copy=None, egress=None, job: bool = False,
+            command_slot: bool = False) -> Prepared:
+    """The one sequence resolve → (chaperon) → (egress) → payloads → plan.
+    `chaperon` is a callable (settings, policy) -> ChaperonSession | None run
+    after the policy is known and before the plan is built, so the plan is
+    built once, with the session directory; the caller stops the session it
+    returns. `egress` likewise (settings, policy, profile) -> EgressPlan |
+    None: the egress proxy of NETWORK_MODE=allowlist (launch/egress.py).
     `terminal`: the session runs on a relayed pseudo-terminal. `agent_copy`:
     a callable (policy) -> policy that puts a profile's configuration on its
-    guarded session copy (agentcopy.py); the caller finishes it.
+    guarded session copy (agentcopy.py); the caller finishes it. `job`: a
+    batch job or step on a compute node (JOB_NETWORK_MODE applies).
     `command_slot`: plan COMMAND_SLOT in place of the command where the
     backend allows it (the plan cache; with_command puts the command in)."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
-                                          environ=environ, profile=profile)
+                                          environ=environ, profile=profile, job=job)
     if command_slot and selection.name in SLOT_BACKENDS and profile is None:
         command = [COMMAND_SLOT]
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
@@ -158,14 +162,24 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         from agent_sandbox.policy.resolve import with_chaperon
 
         policy = with_chaperon(policy, session.directory, session.staging)
+    egress_plan = egress(settings, policy, profile) if egress else None
+    if egress_plan:
+        from agent_sandbox.launch.egress import with_args
+        from agent_sandbox.policy.resolve import with_egress
+
+        policy = with_egress(policy, egress_plan.socket, egress_plan.port,
+                             egress_plan.env_changes)
+        command = with_args(command, profile, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=session)
     return Prepared(settings, selection, policy, plan, denied, session)
 
 
-def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None) -> tuple:
+def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None,
+            job: bool = False) -> tuple:
     """(settings, backend selection, policy): the configuration resolved for
-    this user, project and host, before any payload or plan."""
+    this user, project and host, before any payload or plan. A job (`run
+    --job`, what the chaperon's job wrapper starts) runs in JOB_NETWORK_MODE."""
     from agent_sandbox.config.load import load_settings
     from agent_sandbox.policy.resolve import resolve_policy
 
@@ -173,6 +187,10 @@ def resolve(*, project_dir: str | None, backend: str | None, environ, profile=No
     flags = {"SANDBOX_BACKEND": backend} if backend else {}
     settings = load_settings(home=ctx.home, user=ctx.user, environ=ctx.environ, flags=flags,
                              project_dir=ctx.project_dir or ctx.cwd, profile=profile)
+    if job:
+        origins = dict(settings.origins,
+                       NETWORK_MODE=settings.origins.get("JOB_NETWORK_MODE", "default"))
+        settings = settings.replace(NETWORK_MODE=settings.JOB_NETWORK_MODE, origins=origins)
     selection = choose_backend(settings, None, home=ctx.home, environ=ctx.environ)
     return settings, selection, resolve_policy(settings, ctx, backend=selection.name)
 
@@ -297,10 +315,11 @@ def _cache_line(cache, prepared: Prepared) -> str:
 # ---------------------------------------------------------------- running
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
         dry_run: bool = False, environ=None, profile=None, keep_fds=(),
-        job_shared: bool = False, on_prepared=None) -> int:
+        job_shared: bool = False, on_prepared=None, job: bool = False) -> int:
     """`job_shared`: a job's launch, run in the job's sandbox on this node
     (launch/jobjoin.py). `on_prepared(chaperon, policy)` is called once the
-    plan is built (the job sandbox's holder)."""
+    plan is built (the job sandbox's holder). `job`: a batch job or step on a
+    compute node (JOB_NETWORK_MODE applies)."""
     environ = os.environ if environ is None else environ
     if not command:
         say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
@@ -312,13 +331,16 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
 
         try:
             code = run_shared(command, project_dir=project_dir, backend=backend,
-                              environ=environ, keep_fds=keep_fds, resolve=resolve, launch=run)
+                              environ=environ, keep_fds=keep_fds, resolve=resolve, launch=run,
+                              job=job)
         except SandboxError as exc:
             return fail(exc)
         if code is not None:
             return code
     sessions: list = []
     copies: list = []
+    reaping: list = []      # landlock: the launcher is the session's subreaper (reap.py)
+    survivors: list = []
 
     def start_copy(policy):
         from agent_sandbox.launch import agentcopy
@@ -337,8 +359,9 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
 
     # A native terminal only when both ends are one.
     terminal = os.isatty(0) and os.isatty(1)
-    cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal), environ, profile)
-    recorder, slotted = None, False
+    cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal, job), environ,
+                        profile)
+    recorder, slotted, egressed = None, False, []
 
     def start_chaperon(settings, policy):
         from agent_sandbox.launch.chaperon import ChaperonSession, wanted
@@ -352,6 +375,17 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 sessions.append(ChaperonSession.start(settings, policy))
         return sessions[-1]
 
+    def start_egress(settings, policy, profile):
+        from agent_sandbox.launch import egress
+
+        if not egress.wanted(policy):
+            return None
+        planned = egress.plan(settings, policy, profile)
+        egressed.append(planned)
+        if not dry_run:
+            sessions.append(egress.EgressSession.start(planned, policy.session_id))
+        return planned
+
     try:
         try:
             prepared = _from_cache(cache, keep_fds, dry_run, sessions) if cache else None
@@ -363,14 +397,20 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 prepared = _compile(recorder, command, project_dir=project_dir,
                                     backend=backend, environ=environ, profile=profile,
                                     keep_fds=keep_fds, chaperon=start_chaperon,
-                                    agent_copy=start_copy, terminal=not dry_run and terminal,
+                                    agent_copy=start_copy, egress=start_egress, job=job,
+                                    terminal=not dry_run and terminal,
                                     command_slot=cache is not None)
                 slotted = COMMAND_SLOT in prepared.plan.argv
-                if recorder is not None and slotted:
+                # The egress proxy is started by the compile, not by a cached
+                # launch: a launch that has one is never stored.
+                if recorder is not None and slotted and not egressed:
                     _store(cache, recorder, prepared)
             if prepared.cached or slotted:
                 prepared = with_command(prepared, command)
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
+            for started in sessions:
+                if hasattr(started, "ready"):
+                    started.ready()     # the egress proxy: before anything else is made
             if on_prepared is not None:
                 on_prepared(session, policy)
             if dry_run:
@@ -416,9 +456,15 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     created = placeholders.create(policy)
                     placeholders.remember(policy.home, policy.project_dir, created)
                 snapshot = gitcheck.start(policy)
+                if plan.backend == "landlock":   # no PID namespace: orphans come back to us
+                    from agent_sandbox.launch import reap
+
+                    reaping.append(reap.become_subreaper())
                 return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
                                 title=policy.prompt + os.path.basename(command[0]))
             finally:
+                if any(reaping):
+                    survivors.extend(reap.sweep())
                 if record is not None:   # checked while registered: recover() leaves it alone
                     gitcheck.finish(policy, snapshot)
                 if session:
@@ -433,6 +479,10 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             if copies:     # after the placeholders: the guarded merge of the agent's settings
                 from agent_sandbox.launch import agentcopy
 
-                agentcopy.finish(copies[0])
+                if survivors:   # a session process could still write: nothing is merged
+                    agentcopy.discard(copies[0], f"session processes {survivors} are still "
+                                      "running and could still write")
+                else:
+                    agentcopy.finish(copies[0])
     except SandboxError as exc:
         return fail(exc)

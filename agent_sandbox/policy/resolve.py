@@ -113,6 +113,15 @@ class Policy(NamedTuple):
     # Protected project files an agent edits on a session copy (agentcopy.py):
     # (copy, path) — bwrap binds the copy there writable instead of read-only.
     session_files: tuple = ()
+    # The site's slurm.conf the chaperon uses (slurm_conf_path), None: Slurm's default.
+    slurm_conf: str | None = None
+    # NETWORK_MODE (names.NETWORK_MODES). With allowlist, with_egress adds the
+    # proxy's socket (host path, in this session's egress directory) and the
+    # relay's port; landlock_partial: the admin accepts landlock's weaker form.
+    network_mode: str = "open"
+    egress_socket: str | None = None
+    relay_port: int = 0
+    landlock_partial: bool = False
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -242,22 +251,45 @@ def _git_protected(protected: tuple[Protected, ...], project: str, home: str,
     return protected, ((dotgit,) if os.path.isdir(dotgit) or creates else ())
 
 
-def _devices(settings) -> tuple[str, ...]:
-    if not settings.DEVICES:
+def _devices(settings, environ=None, site_conf: str | None = None) -> tuple[str, ...]:
+    """DEVICES (globs) and, in a Slurm job or task, the devices of its
+    allocated GPUs (policy/gres.py), minus DEVICES_BLACKLIST."""
+    from agent_sandbox.policy import gres
+
+    allocated = gres.devices(environ or {}, site_conf)
+    if not settings.DEVICES and not allocated:
         return ()
     import glob
     from fnmatch import fnmatch
 
-    found = sorted({p for g in settings.DEVICES for p in glob.glob(g)})
+    found = sorted({p for g in settings.DEVICES for p in glob.glob(g)} | set(allocated))
     return tuple(p for p in found
                  if not any(fnmatch(p, b) for b in settings.DEVICES_BLACKLIST))
 
 
-def _slurm_boundary(system: tuple[str, ...], environ) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def slurm_conf_path(settings, environ) -> str | None:
+    """The site's Slurm configuration for the chaperon: the SLURM_CONF of the
+    environment agent-sandbox was started from (outside any sandbox: a user's
+    second cluster, or a site's profile.d), else the admin's SLURM_CONF_PATH,
+    else None (Slurm's default). Never a value from inside a sandbox: the
+    chaperon gets it from the launcher, and jobs from slurmd."""
+    given = environ.get("SLURM_CONF", "")
+    if given.startswith("/"):
+        return os.path.normpath(given)
+    return settings.SLURM_CONF_PATH or None
+
+
+def _slurm_boundary(system: tuple[str, ...], environ,
+                    site_conf: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     def visible(path: str) -> bool:
         return any(_is_within(path, root) for root in system)
 
-    masks = tuple(p for p in SLURM_CONFIG_DIRS if os.path.isdir(p) and visible(p))
+    # The site's config directory is masked like /etc/slurm, unless it is a
+    # top-level tree (a slurm.conf directly in /etc stays readable: the
+    # boundary is the munge socket, which /run never shows).
+    site_dir = os.path.dirname(site_conf) if site_conf else None
+    dirs = SLURM_CONFIG_DIRS + ((site_dir,) if site_dir and site_dir.count("/") >= 2 else ())
+    masks = tuple(dict.fromkeys(p for p in dirs if os.path.isdir(p) and visible(p)))
     dirs = SLURM_BIN_DIRS + tuple(environ.get("PATH", "").split(":"))
     binaries = set()
     for directory in dict.fromkeys(d for d in dirs if d.startswith("/")):
@@ -332,8 +364,11 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     protected = _protected(settings, project, home) + tuple(
         Protected(r, os.path.isdir(r), True) for r in denied if os.path.exists(r))
     protected, pinned = _git_protected(protected, project, home, ctx.environ)
-    system = _existing(settings.READONLY_MOUNTS)
-    slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ)
+    # /sys read-only in every sandbox (SPEC §5: NVML, hwloc, UCX and libibverbs
+    # read it); a hidden path under it is carved out like anywhere else.
+    system = _existing(dict.fromkeys(tuple(settings.READONLY_MOUNTS) + ("/sys",)))
+    site_conf = slurm_conf_path(settings, ctx.environ)
+    slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ, site_conf)
     for item in _protected(settings, project, home):
         if item.exists and os.path.islink(item.path):
             warnings.append(f"PROTECTED_PATHS: {item.path} is a symlink and cannot be kept "
@@ -347,14 +382,16 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         extra_writable=extra_writable, hidden=hidden,
         protected=protected, readonly_overlays=overlays,
         run_binds=_existing(run_binds), slurm_masks=slurm_masks,
-        slurm_binaries=slurm_binaries, devices=_devices(settings),
+        slurm_binaries=slurm_binaries, devices=_devices(settings, ctx.environ, site_conf),
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,
         filter_passwd=settings.FILTER_PASSWD,
         network_isolated=settings.NETWORK_MODE == "isolated",
+        network_mode=settings.NETWORK_MODE,
+        landlock_partial=settings.LANDLOCK_ALLOWLIST_PARTIAL,
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
         quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings), pinned=pinned,
-        prompt=settings.SANDBOX_PROMPT)
+        prompt=settings.SANDBOX_PROMPT, slurm_conf=site_conf)
     return with_chaperon(policy, *chaperon) if chaperon else policy
 
 
@@ -369,3 +406,21 @@ def with_chaperon(policy: Policy, session_dir: str, staging_dir: str) -> Policy:
     env["PATH"] = f"{stub_bin}:{env.get('PATH', '/usr/bin:/bin')}"
     env[ENV_SESSION_DIR] = visible_dir
     return policy._replace(env=env, chaperon_dir=session_dir, staging_dir=staging_dir)
+
+
+def with_egress(policy: Policy, socket_path: str, port: int, env_changes: dict) -> Policy:
+    """The policy of a NETWORK_MODE=allowlist session whose egress proxy
+    listens on `socket_path` (host path): the relay inside listens on
+    127.0.0.1:`port`, the proxy variables point at it, and `env_changes`
+    (launch/egress.py: brokered keys replaced by placeholders, base URLs) apply."""
+    from agent_sandbox.names import EGRESS_SOCKET
+
+    proxy = f"http://127.0.0.1:{port}"
+    env = dict(policy.env)
+    for name, value in (("HTTPS_PROXY", proxy), ("HTTP_PROXY", proxy),
+                        ("ALL_PROXY", f"socks5h://127.0.0.1:{port}"),
+                        ("NO_PROXY", "localhost,127.0.0.1")):
+        env[name] = env[name.lower()] = value
+    env.update(env_changes)
+    env["AGENT_SANDBOX_EGRESS"] = EGRESS_SOCKET if policy.backend == "bwrap" else socket_path
+    return policy._replace(env=env, egress_socket=socket_path, relay_port=port)

@@ -337,6 +337,11 @@ class ViewBuilder:
             self.ops.append(Data("stub", f"{STUB_BIN}/.stub", 0o755))
             for name in STUB_COMMANDS:
                 self.ops.append(Symlink(".stub", f"{STUB_BIN}/{name}"))
+        if self.policy.egress_socket:
+            # Only the egress proxy's socket, never its directory (docs/network.md).
+            from agent_sandbox.names import EGRESS_SOCKET
+
+            self.ops.append(Bind(self.policy.egress_socket, EGRESS_SOCKET))
 
     def home(self) -> None:
         policy = self.policy

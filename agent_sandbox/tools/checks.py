@@ -267,7 +267,8 @@ class Item(NamedTuple):
 
 def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
     candidates = list(MUNGE_SOCKETS)
-    for conf in [environ.get("SLURM_CONF", "")] + list(SLURM_CONFS):
+    site = getattr(policy, "slurm_conf", None) or environ.get("SLURM_CONF", "")
+    for conf in [site] + list(SLURM_CONFS):
         if conf and os.path.isfile(conf):
             candidates = munge_sockets_from_conf(_read(conf)) + candidates
             break
@@ -309,8 +310,9 @@ def slurm_item(settings, policy, environ) -> tuple[Item, bool]:
                     data={"binaries": []}), False
     sinfo = next((b for b in binaries if os.path.basename(b) == "sinfo"), None)
     env = {"PATH": "/usr/bin:/bin"}
-    if environ.get("SLURM_CONF"):
-        env["SLURM_CONF"] = environ["SLURM_CONF"]
+    site = getattr(policy, "slurm_conf", None) or environ.get("SLURM_CONF")
+    if site:   # the site's Slurm, as the chaperon uses it (resolve.slurm_conf_path)
+        env["SLURM_CONF"] = site
     code, text = _run([sinfo, "--version"], env=env) if sinfo else (-1, "sinfo not found")
     data = {"binaries": binaries, "version": version_line(text) if code == 0 else None}
     where = " ".join(sorted({os.path.dirname(b) for b in binaries}))

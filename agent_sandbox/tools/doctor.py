@@ -353,6 +353,26 @@ def backend_items(backends, abi: int) -> list[Item]:
     return items
 
 
+def _logins(home: str, environ) -> Item:
+    """Which login each agent uses (tools/logins.py); brokered keys from the
+    profiles' AGENT_BROKERS (launch/egress.BROKERS)."""
+    from agent_sandbox.config.profiles import available, load
+    from agent_sandbox.config.load import known_keys
+    from agent_sandbox.errors import SandboxError
+    from agent_sandbox.launch.egress import BROKERS
+    from agent_sandbox.tools.logins import LOGINS, logins_item
+
+    brokered, user = {}, os.path.basename(home)
+    try:
+        keys = known_keys(home, user)
+        for name in set(available(home)) & set(LOGINS):
+            profile = load(name, home=home, user=user, known_keys=keys)
+            brokered[name] = tuple(BROKERS[b].key_var for b in profile.brokers if b in BROKERS)
+    except (SandboxError, OSError):
+        pass
+    return logins_item(home, environ, brokered)
+
+
 def gather(project_dir: str | None, environ) -> Report:
     from agent_sandbox.backends import BACKENDS
     from agent_sandbox.launch.run import launch_context
@@ -431,6 +451,14 @@ def gather(project_dir: str | None, environ) -> Report:
     project = os.path.realpath(ctx.project_dir or ctx.cwd)
     items.append(fs_item("project fs", project, mounts, project=True,
                          slurm_present=slurm_present, refusal=refusal))
+    from agent_sandbox.tools.visibility import gpu_item, site_paths_item
+
+    items.append(site_paths_item(any_policy))
+    gpus = gpu_item(any_policy, environ)
+    if gpus is not None:
+        items.append(gpus)
+
+    items.append(_logins(ctx.home, environ))
 
     requested = settings.SANDBOX_BACKEND
     from agent_sandbox.errors import SandboxError

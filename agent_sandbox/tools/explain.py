@@ -32,6 +32,8 @@ def config_show(settings, *, origin: bool, as_json: bool) -> str:
         if origin:
             data = {k: {"value": settings.values[k], "origin": _origin(settings, k),
                         "locked_by": settings.locks.get(k)} for k in keys}
+            if "ALLOWED_HOSTS" in data:
+                data["ALLOWED_HOSTS"]["entries"] = host_rules(settings)
         else:
             data = {k: settings.values[k] for k in keys}
         return json.dumps(data, indent=2, sort_keys=True) + "\n"
@@ -43,8 +45,17 @@ def config_show(settings, *, origin: bool, as_json: bool) -> str:
             if key in settings.locks:
                 note += f"; locked by the admin at {settings.locks[key]}"
             line = f"{line}  # {note}"
+            if key == "ALLOWED_HOSTS":
+                line += "".join(f"\n#   {r['entry']} from {r['origin']}" for r in host_rules(settings))
         lines.append(line)
     return "\n".join(lines) + "\n"
+
+
+def host_rules(settings) -> list[dict]:
+    """Every ALLOWED_HOSTS entry with the file:line that added it."""
+    from agent_sandbox.config.network import rules
+
+    return rules(settings)
 
 
 # ---------------------------------------------------------------- env names

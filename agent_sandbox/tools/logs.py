@@ -1,5 +1,11 @@
-"""`agent-sandbox logs [--session ID] [--denials]`: the chaperon audit logs,
-readable.
+"""`agent-sandbox logs [--session ID] [--denials] [--network]`: the chaperon
+and network audit logs, readable.
+
+The egress proxy of NETWORK_MODE=allowlist (docs/network.md) writes one
+"network" record per connection into a file of its own in the same directory
+(<host>_<pid>_<time>_network.log), its time a number (seconds since the
+epoch); `--network` shows only those, `--denials` the refused ones among them
+too.
 
 chaperon/audit.py writes one JSON object a line into one file per chaperon
 (~/.local/state/agent-sandbox/chaperon/<host>_<pid>_<time>.log). This module
@@ -41,6 +47,8 @@ def log_directory(home: str) -> str:
 
 
 def _timestamp(text) -> float:
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        return float(text)          # the egress proxy's records
     try:
         return datetime.strptime(str(text), TIME_FORMAT).timestamp()
     except ValueError:
@@ -80,12 +88,21 @@ def read_records(directory: str) -> list[Entry]:
     return entries
 
 
-def select(entries, *, session: str | None = None, denials: bool = False) -> list[Entry]:
+def is_denial(record: dict) -> bool:
+    """A chaperon refusal, or a connection the egress proxy refused."""
+    return record.get("event") == "refusal" or (
+        record.get("event") == "network" and record.get("decision") == "refused")
+
+
+def select(entries, *, session: str | None = None, denials: bool = False,
+           network: bool = False) -> list[Entry]:
     """Filter and order: `session` matches a session id or its beginning (as
-    `status` shows it); `denials` keeps refusals only. Oldest first."""
+    `status` shows it); `denials` keeps refusals only; `network` the egress
+    proxy's records only. Oldest first."""
     chosen = [e for e in entries
               if (not session or str(e.record.get("session", "")).startswith(session))
-              and (not denials or e.record.get("event") == "refusal")]
+              and (not denials or is_denial(e.record))
+              and (not network or e.record.get("event") == "network")]
     return sorted(chosen, key=lambda e: (e.when, e.order))
 
 
@@ -120,11 +137,26 @@ def summary(record: dict) -> str:
         return (f"{clean(record.get('file', '?'))}: {clean(record.get('key', '?'))} = "
                 f"{clean(record.get('value', ''))} runs outside the sandbox — remove it: "
                 f"{clean(record.get('remedy', '?'))}")
+    if event == "network":
+        return network_summary(record)
     if event == "submit":
         return (f"{clean(record.get('script_bytes', '?'))}-byte script submitted "
                 f"(token {clean(record.get('token', '?'))})")
     rest = {k: v for k, v in record.items() if k not in COLUMNS}
     return " ".join(f"{k}={clean(v)}" for k, v in rest.items())
+
+
+def network_summary(record: dict) -> str:
+    """One connection: host:port, the decision and the rule (or the reason a
+    person can act on), bytes and duration of an allowed one."""
+    host, port = clean(record.get("host", "?")), clean(record.get("port", "?"))
+    where = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    if record.get("decision") == "allowed":
+        return (f"allowed {where} by {clean(record.get('rule') or '?')} — "
+                f"{clean(record.get('bytes_out', 0))} B out, "
+                f"{clean(record.get('bytes_in', 0))} B in, "
+                f"{clean(record.get('duration_ms', 0))} ms")
+    return f"refused {where} — {clean(record.get('reason', '?'))}"
 
 
 def _local_time(entry: Entry) -> str:
@@ -135,8 +167,9 @@ def _local_time(entry: Entry) -> str:
 
 def format_entry(entry: Entry) -> str:
     record = entry.record
+    command = record.get("command", record.get("client", "-"))   # network: the protocol
     return "  ".join((_local_time(entry), clean(record.get("session", "-")).ljust(12),
-                      clean(record.get("command", "-")).ljust(8),
+                      clean(command).ljust(8),
                       clean(record.get("event", "?")).ljust(8), summary(record))).rstrip()
 
 

@@ -143,7 +143,7 @@ def handle(ctx, request, out) -> int:
             token = os.urandom(8).hex()
             stage = new_stage(ctx, token)
             options, wrapper = _stage(ctx, project, cwd, merged, directives.body, args, stage,
-                                      staged_env(request, merged.last("export")))
+                                      staged_env(ctx, request, merged.last("export")))
         try:
             ctx.ledger.reserve(token)
         except LedgerError as exc:

@@ -150,7 +150,7 @@ def handle(ctx, request, out) -> int:
                 with os.fdopen(os.dup(fd), "rb") as handle:
                     stdin = handle.read(4 * 1024 * 1024)
         export = given.last("export")
-        env = staged_env(request, export)
+        env = staged_env(ctx, request, export)
         if step:   # the allocation's own variables fill in inside (never override)
             env.update({n: v for n, v in env_in.items() if n.startswith("SLURM_")
                         and n not in env})

@@ -198,13 +198,15 @@ def test_mcp_servers_added_inside_are_dropped_and_reported(user, project, home, 
 
 # ---------------------------------------------------------------- persistence, stand-ins
 # A stand-in `claude` writes its settings copy the way Claude Code does: a
-# choice (permissions, trust) and what would run outside (a hook, a status
-# line, an MCP server). It then says so and waits until the test releases it.
+# choice (a model, a rule that runs nothing, a deny rule), grants (a Bash
+# allow rule, trust) and what would run outside (a hook, a status line, an
+# MCP server). It then says so and waits until the test releases it.
 WRITER = """#!/bin/sh
 for tag; do :; done
 dir="$CLAUDE_CONFIG_DIR"
 cat > "$dir/settings.json.new" <<EOF
-{"permissions": {"allow": ["Bash(make-$tag)"]}, "model": "model-$tag",
+{"permissions": {"allow": ["Read(./$tag/**)", "Bash(make-$tag)"], "deny": ["Bash(rm-$tag)"]},
+ "model": "model-$tag",
  "hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "touch ~/planted"}]}]},
  "statusLine": {"type": "command", "command": "touch ~/planted"}}
 EOF
@@ -255,12 +257,15 @@ def test_direct_writes_are_merged_under_the_allow_list_and_never_live(user, proj
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
     assert settings_of(home) == {"theme": "mine", "model": "model-A",
-                                 "permissions": {"allow": ["Bash(make-A)"]}}
-    state = json.loads((home / ".claude.json").read_text())
-    assert state == {"projects": {str(project): {"hasTrustDialogAccepted": True}}}
+                                 "permissions": {"allow": ["Read(./A/**)"],
+                                                 "deny": ["Bash(rm-A)"]}}
+    # Trust is a grant (a trusted folder's .mcp.json runs): never merged back.
+    assert not (home / ".claude.json").exists()
     # theme: the stand-in wrote its file without it; a deletion outside the
-    # allow-list is dropped like any change.
-    assert "dropped the session's changes to ~/.claude/settings.json: theme, hooks, statusLine" in err
+    # allow-list is dropped like any change; Bash(make-A) grants execution.
+    assert ("dropped the session's changes to ~/.claude/settings.json: theme, "
+            "permissions.allow, hooks, statusLine") in err
+    assert "hasTrustDialogAccepted" in err
     assert "mcpServers" in err and not (home / "planted").exists()
 
 
@@ -280,10 +285,12 @@ def test_two_concurrent_sessions_each_keep_their_own_choices(user, project, writ
     _, err = second.communicate(timeout=60)
     assert second.returncode == 0, err
     final = settings_of(home)
-    # B changed model and permissions.allow (from the same base as A): the
-    # session ending last wins on those keys; the user's edit meanwhile stays.
+    # B changed model and added rules (from the same base as A): the session
+    # ending last wins on the model, rules are added to the user's lists as
+    # they are now; the user's edit meanwhile stays.
     assert final == {"theme": "changed-by-user", "model": "model-B",
-                     "permissions": {"allow": ["Bash(make-B)"]}}
+                     "permissions": {"allow": ["Read(./A/**)", "Read(./B/**)"],
+                                     "deny": ["Bash(rm-A)", "Bash(rm-B)"]}}
     assert "hooks" in err and not (home / "planted").exists()
 
 
@@ -328,7 +335,8 @@ def test_a_sigkilled_launcher_copy_is_merged_under_the_guard_later(user, project
     assert "left by a launcher that was killed" in status.stderr
     assert "hooks, statusLine" in status.stderr
     assert settings_of(home) == {"theme": "mine", "model": "model-K",
-                                 "permissions": {"allow": ["Bash(make-K)"]}}
+                                 "permissions": {"allow": ["Read(./K/**)"],
+                                                 "deny": ["Bash(rm-K)"]}}
     assert not list((home / ".local/state/agent-sandbox/agents").glob("*.json"))
     assert not list((home / ".cache/agent-sandbox/agents").iterdir())
 
@@ -342,15 +350,19 @@ notify = ["sh", "-c", "touch ~/planted"]
 [projects."$PWD"]
 trust_level = "trusted"
 
+[projects."$PWD/old"]
+trust_level = "untrusted"
+
 [mcp_servers.evil]
 command = "sh"
 EOF
 """
 
 
-def test_codex_config_keeps_trust_and_model_and_the_users_comments(user, project, home):
+def test_codex_config_keeps_model_and_revocations_and_the_users_comments(user, project, home):
     # The stand-in rewrites config.toml whole, without the user's own MCP
-    # server: that deletion is not merged either.
+    # server: that deletion is not merged either. Trusting a project is a
+    # grant (its .codex/config.toml is loaded): dropped; "untrusted" is kept.
     import tomllib
 
     user.write("tools/bin/codex", CODEX_WRITER, 0o755)
@@ -363,19 +375,20 @@ def test_codex_config_keeps_trust_and_model_and_the_users_comments(user, project
     assert text.startswith('# mine\nmodel = "gpt-5"  # favourite\n'), text
     assert tomllib.loads(text) == {"model": "gpt-5",
                                    "mcp_servers": {"own": {"command": "mine"}},
-                                   "projects": {str(project): {"trust_level": "trusted"}}}
+                                   "projects": {f"{project}/old": {"trust_level": "untrusted"}}}
     assert "notify" in result.stderr and "mcp_servers" in result.stderr
+    assert f'projects["{project}"].trust_level' in result.stderr
 
 
 GEMINI_WRITER = """#!/bin/sh
 d="$GEMINI_CLI_HOME/.gemini"
 printf '{"security": {"auth": {"selectedType": "gemini-api-key"}}, "mcpServers": {"x": {"command": "sh"}}, "tools": {"discoveryCommand": "touch ~/planted"}}' > "$d/settings.json"
-printf '{"%s": "TRUST_FOLDER"}' "$PWD" > "$d/trustedFolders.json"
+printf '{"%s": "TRUST_FOLDER", "/": "TRUST_PARENT", "%s/old": "DO_NOT_TRUST"}' "$PWD" "$PWD" > "$d/trustedFolders.json"
 env | grep -E '^(GEMINI_SANDBOX|SANDBOX)='
 """
 
 
-def test_gemini_keeps_auth_and_trust_drops_commands(user, project, home):
+def test_gemini_keeps_auth_and_revocations_drops_commands_and_grants(user, project, home):
     user.write("tools/bin/gemini", GEMINI_WRITER, 0o755)
     result = run_agent(user, project, ["gemini"], standin_env(user, GEMINI_SANDBOX="docker"))
     assert result.returncode == 0, result.stderr
@@ -383,7 +396,7 @@ def test_gemini_keeps_auth_and_trust_drops_commands(user, project, home):
     settings = json.loads((home / ".gemini/settings.json").read_text())
     assert settings == {"security": {"auth": {"selectedType": "gemini-api-key"}}}
     trusted = json.loads((home / ".gemini/trustedFolders.json").read_text())
-    assert trusted == {str(project): "TRUST_FOLDER"}
+    assert trusted == {f"{project}/old": "DO_NOT_TRUST"}       # trusting is a grant: dropped
     assert "mcpServers, tools" in result.stderr and not (home / "planted").exists()
 
 

@@ -227,14 +227,15 @@ def test_a_config_of_the_bash_original_loads_with_one_warning_a_key(user, projec
     result = user.sandbox("sh", "-c", "echo ran; cat /proc/net/dev | grep -c :", cwd=project)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "ran" and lines[1] == "1", "filtered must become isolated (only lo)"
+    assert lines[0] == "ran" and lines[1] == "1", "filtered must become allowlist (only lo)"
     for key in LEGACY_KEYS:
         assert result.stderr.count(f"{key} (a key of the bash agent-sandbox)") == 1, key
     shown = json.loads(cli(user, project, "config", "show", "--json").stdout)
-    assert shown["NETWORK_MODE"] == "isolated"
+    assert shown["NETWORK_MODE"] == "allowlist"
+    assert "pastebin.com" not in shown["ALLOWED_HOSTS"]
     migrated = cli(user, project, "config", "migrate")
     assert migrated.returncode == 0, migrated.stderr
-    assert "\nNETWORK_MODE=isolated\n" in migrated.stdout
+    assert "\nNETWORK_MODE=allowlist\n" in migrated.stdout
     assert "\n# BIND_DEV_PTS=true — no effect" in migrated.stdout
     assert "\nHOME_ACCESS=tmpwrite\n" in migrated.stdout
     migrated_file = user.write(".config/agent-sandbox/migrated.conf", migrated.stdout)

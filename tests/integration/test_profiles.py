@@ -11,7 +11,7 @@ from tests.conftest import INSTALLED
 STANDIN = """#!/bin/sh
 D="$CLAUDE_CONFIG_DIR"
 for last; do :; done; echo "args=$last"
-touch "$D/state-written" && echo "claude-state=writable" || echo "claude-state=readonly"
+touch "$D/history.jsonl" && echo "claude-state=writable" || echo "claude-state=readonly"
 ls ~/.ssh >/dev/null 2>&1 && echo "ssh=visible" || echo "ssh=hidden"
 grep -q "You are running inside agent-sandbox" "$D/CLAUDE.md" && echo "note=present"
 grep -q "my own instructions" "$D/CLAUDE.md" && echo "user-note=kept"
@@ -41,7 +41,7 @@ def test_claude_profile_runs_the_agent_with_its_state_and_note(user, project, st
     assert seen == {"args": "--version", "claude-state": "writable", "ssh": "hidden",
                     "note": "present", "user-note": "kept", "settings": "copy",
                     "hooks": "readonly"}
-    assert (user.home / ".claude/state-written").exists()          # state persists
+    assert (user.home / ".claude/history.jsonl").exists()  # state on AGENT_CONFIG_KEEP persists
     assert (user.home / ".claude/CLAUDE.md").read_text() == "my own instructions\n"
     assert not (user.home / ".claude/settings.json").exists()      # the copy is not applied
     assert not (user.home / ".claude/hooks").exists()

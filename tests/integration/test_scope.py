@@ -452,7 +452,7 @@ def test_srun_allocation_is_recorded_and_tagged(user, project, sessions):
     job = result.stdout.strip()
     assert job.isdigit()
     ledger = user.home / ".local/state/agent-sandbox/ledger"
-    records = [json.loads(line) for path in ledger.glob("*.jsonl")
+    records = [json.loads(line) for path in ledger.rglob("*.jsonl")
                for line in path.read_text().splitlines()]
     assert any(r.get("job") == job and r.get("kind") == "allocation" for r in records)
     listed = session.run("squeue", "-h", "-t", "all", "-o", "%i %k", "-j", job)

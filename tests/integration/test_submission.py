@@ -104,9 +104,11 @@ def test_slurm_works_inside_the_other_backends(user, project, marker_in_home, ba
 
 def test_job_environment_cannot_steer_the_compute_side_sandbox(user, project, marker_in_home):
     """The agent sets every variable that could steer the job's sandbox or
-    hook its interpreter before submitting; the job still runs sandboxed."""
+    hook its interpreter before submitting; the job still runs sandboxed. The
+    hooks are the job's environment as Slurm would give it, so they act, but
+    only inside the job's sandbox (BASH_ENV runs in the job's bash there)."""
     write(user, project / "probe.sh", PROBE)
-    write(user, project / "evil.sh", "echo EVIL-RAN\n")
+    write(user, project / "evil.sh", 'echo "EVIL-RAN AGENT_SANDBOX=$AGENT_SANDBOX"\n')
     exports = (f"export HOME_ACCESS=write SANDBOX_CONF=/tmp/x PYTHONPATH={project} "
                f"PYTHONHOME=/nonexistent BASH_ENV={project}/evil.sh ENV={project}/evil.sh "
                f"LD_PRELOAD={project}/evil.so PRIVATE_TMP=false FILTER_PASSWD=false "
@@ -122,8 +124,11 @@ def test_job_environment_cannot_steer_the_compute_side_sandbox(user, project, ma
     assert job.isdigit()
     assert job_state(job) == "COMPLETED"
     text = wait_for_file(project / f"slurm-{job}.out")
-    assert "EVIL-RAN" not in text
-    assert text.split() == ["AGENT_SANDBOX=1", "ssh=hidden", "GH_TOKEN=absent", "home=private"]
+    lines = [line for line in text.split("\n") if line and "LD_PRELOAD" not in line]
+    assert lines and all(line == "EVIL-RAN AGENT_SANDBOX=1" for line in lines
+                         if line.startswith("EVIL")), text
+    assert [line for line in lines if not line.startswith("EVIL")] == [
+        "AGENT_SANDBOX=1", "ssh=hidden", "GH_TOKEN=absent", "home=private"], text
 
 
 def test_srun_from_the_login_sandbox_and_inside_a_job_run_sandboxed(user, project):
@@ -141,7 +146,7 @@ def test_srun_from_the_login_sandbox_and_inside_a_job_run_sandboxed(user, projec
 DENIED = [
     ["--prolog=/x"], ["--chdir=/tmp"], ["-D", "/tmp"], ["-D/tmp"], ["--ch=/tmp"],
     ["--uid=0"], ["--get-user-env"], ["--propagate"], ["--container=/x"], ["--bb=x"],
-    ["--mail-user=a@b"], ["--export=LD_PRELOAD=/x"], ["--export-file=/x"], ["--totally-unknown"],
+    ["--mail-user=a@b"], ["--export=SANDBOX_CONF=/x"], ["--export-file=/x"], ["--totally-unknown"],
 ]
 
 
@@ -214,7 +219,7 @@ def test_job_is_tagged_and_recorded_in_the_ledger(user, project):
                                  text=True).stdout.strip()
         assert comment.startswith("chaperon:sid=") and comment.endswith(",user=my%20note:END")
         ledger = user.home / ".local/state/agent-sandbox/ledger"
-        assert any(f'"job":"{job}"' in p.read_text() for p in ledger.glob("*.jsonl"))
+        assert any(f'"job":"{job}"' in p.read_text() for p in ledger.rglob("*.jsonl"))
     finally:
         subprocess.run(["scancel", job])
 

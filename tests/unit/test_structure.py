@@ -23,8 +23,8 @@ def _graph() -> dict[str, set[str]]:
 def test_the_helper_imports_the_standard_library_only():
     # A clean interpreter: -I -S, and of the package only helper/ on sys.path.
     script = ("import sys; sys.path.insert(0, sys.argv[1]); "
-              "import sandbox_exec, landlock, jobstart; "
-              "own = {'sandbox_exec', 'landlock', 'jobstart'}; "
+              "import sandbox_exec, landlock, jobstart, netrelay; "
+              "own = {'sandbox_exec', 'landlock', 'jobstart', 'netrelay'}; "
               "print(sorted(m.partition('.')[0] for m in sys.modules "
               "if m.partition('.')[0] not in sys.stdlib_module_names "
               "and m.partition('.')[0] not in own and m != '__main__'))")

@@ -157,7 +157,7 @@ def test_mail_in_directives_follows_the_admin_switch():
     ("#SBATCH --hold=1", "unexpected_value"),
     ("#SBATCH --pro=x", "ambiguous_option"),
     ("#SBATCH --frob", "unknown_option"),
-    ("#SBATCH --export=ALL,LD_PRELOAD=/x", "bad_value"),
+    ("#SBATCH --export=ALL,SANDBOX_CONF=/x", "bad_value"),
     ("#SBATCH -w /etc/shadow", "bad_value"),
 ])
 def test_bad_directives(line, reason):

@@ -116,14 +116,26 @@ def test_a_real_command_gets_only_allow_listed_variables(env):
             assert not built[name].startswith((":", "/")) and ".." not in built[name]
 
 
+SUBMITTED = {"A": "1", "B": "2", "LD_PRELOAD": "x", "PATH": "/opt/x/bin:/usr/bin",
+             "BASH_FUNC_module%%": "() {  echo mod\n}", "MODULEPATH": "/m"}
+
+
 @pytest.mark.parametrize("export,expected", [
-    (None, {"A": "1", "B": "2"}), ("ALL", {"A": "1", "B": "2"}), ("NONE", {}),
-    ("A", {"A": "1"}), ("A,C=3", {"A": "1", "C": "3"}), ("ALL,C=3", {"A": "1", "B": "2", "C": "3"}),
+    (None, SUBMITTED), ("ALL", SUBMITTED), ("NONE", {}),
+    ("A", {"A": "1"}), ("A,C=3", {"A": "1", "C": "3"}), ("ALL,C=3", {**SUBMITTED, "C": "3"}),
+    ("PATH,LD_PRELOAD", {"PATH": "/opt/x/bin:/usr/bin", "LD_PRELOAD": "x"}),
 ])
 def test_the_staged_environment_follows_export_rules(export, expected):
+    """Everything Slurm would hand the job (loader variables, PATH without the
+    session's stubs, shell functions included: they are set only inside the
+    job's sandbox), minus Slurm's own variables, what steers the sandbox and
+    TMPDIR (the job gets a private one)."""
     request_env = [(b"A", b"1"), (b"B", b"2"), (b"LD_PRELOAD", b"x"), (b"SLURM_CONF", b"x"),
-                   (b"AGENT_SANDBOX", b"1"), (b"HOME_ACCESS", b"write")]
-    assert environment.user_env(request_env, export) == expected
+                   (b"AGENT_SANDBOX", b"1"), (b"HOME_ACCESS", b"write"), (b"TMPDIR", b"/t"),
+                   (b"PATH", b"/run/agent-sandbox/bin:/opt/x/bin:/usr/bin"),
+                   (b"BASH_FUNC_module%%", b"() {  echo mod\n}"), (b"MODULEPATH", b"/m"),
+                   (b"BAD=NAME", b"x"), (b"HOME", b"/h")]
+    assert environment.user_env(request_env, export, ("/run/agent-sandbox/bin",)) == expected
 
 
 def test_sbatch_variables_are_options_of_sbatch():

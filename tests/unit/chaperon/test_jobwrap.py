@@ -43,7 +43,7 @@ def run_wrapper(layout, launcher, backend="bwrap"):
 
 def test_the_backend_is_pinned_unless_weaker_ones_are_allowed():
     assert launch_argv(config(["L"]), "/p", "/j.py", "/s.json") == [
-        "L", "run", "--job-shared", "--backend", "bwrap", "--project-dir", "/p", "--",
+        "L", "run", "--job", "--job-shared", "--backend", "bwrap", "--project-dir", "/p", "--",
         "/usr/bin/python3", "-IS", "/j.py", "/s.json"]
     assert "--backend" not in launch_argv(config(["L"], backend=None), "/p", "/j.py", "/s")
 

@@ -167,7 +167,7 @@ def test_ledger_reads_incrementally_and_tolerates_torn_lines(tmp_path):
         handle.write(b'ect":"' + mine.project.encode() + b'"}\n')
     assert mine.jobs("session") == ["1", "3"]
     assert mine.jobs("project") == ["1", "3"]
-    state = mine._files[os.path.basename(mine.path)]
+    state = mine._files[mine.path]
     assert state.offset == os.path.getsize(mine.path)
 
 
@@ -203,3 +203,15 @@ def test_comment_tag_round_trips_any_user_comment(comment):
     match = untag.TAG.fullmatch(tag)
     assert match is not None
     assert untag.user_comment(match) == comment.encode("utf-8", "surrogateescape")
+
+
+def test_an_allocation_wait_polls_gently():
+    """Doubling from 50 ms to one squeue a second (issue 15: a queued srun
+    polled slurmctld every 50 ms)."""
+    from itertools import islice
+
+    from chaperon.scope import AllocationWatcher
+
+    pauses = list(islice(AllocationWatcher.pauses(AllocationWatcher), 12))
+    assert pauses[:6] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
+    assert min(pauses[5:]) >= 1.0 and sum(pauses) < 9.0

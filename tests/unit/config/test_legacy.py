@@ -23,8 +23,8 @@ def test_every_key_of_the_original_is_in_the_table():
 
 
 @pytest.mark.parametrize("mode,ours", [("open", "open"), ("isolated", "isolated"),
-                                       ("filtered", "isolated"), ("proxied", "isolated"),
-                                       ("FILTERED", "isolated")])
+                                       ("filtered", "allowlist"), ("proxied", "allowlist"),
+                                       ("FILTERED", "allowlist")])
 def test_network_modes_map_to_ours_never_wider(mode, ours):
     assignments, warning = translate("NETWORK_FILTER_MODE", mode)
     assert assignments == (("NETWORK_MODE", ours),)
@@ -50,7 +50,7 @@ def layers(user_text):
 def test_merge_maps_and_warns_once_per_key():
     merged = merge(layers("BIND_DEV_PTS=true\nNETWORK_FILTER_MODE=filtered\n"
                           "BIND_DEV_PTS=false\n"), home="/h", user="u", overrides=[])
-    assert merged.raw["NETWORK_MODE"] == "isolated"
+    assert merged.raw["NETWORK_MODE"] == "allowlist"
     assert merged.origins["NETWORK_MODE"] == "/u.conf:2"
     assert sum("BIND_DEV_PTS" in w for w in merged.warnings) == 1
     assert "BIND_DEV_PTS" not in merged.raw
@@ -70,6 +70,27 @@ def test_migrate_rewrites_in_our_terms():
     assert lines[1:] == [
         "HOME_ACCESS=read",
         f"# NETWORK_FILTER_MODE=proxied — {LEGACY['NETWORK_FILTER_MODE'].why}",
-        "NETWORK_MODE=isolated",
+        "NETWORK_MODE=allowlist",
         f"# MOUNT_GUARD=true — {LEGACY['MOUNT_GUARD'].why}",
         "DEVICES+=(/dev/x)"]
+
+
+def test_the_blocklist_takes_hosts_out_of_the_allow_list():
+    merged = merge([("default", "/d.conf", DEFAULTS + "ALLOWED_HOSTS=(pypi.org github.com)\n"),
+                    ("user", "/u.conf", "NETWORK_FILTER_MODE=filtered\n"
+                                        "NETWORK_BLOCKLIST=(GitHub.com pastebin.com)\n")],
+                   home="/h", user="u", overrides=[])
+    assert merged.raw["ALLOWED_HOSTS"] == ("pypi.org",)
+    assert merged.raw["NETWORK_MODE"] == "allowlist"
+    assert any("NETWORK_BLOCKLIST" in w for w in merged.warnings)
+
+
+def test_the_blocklist_exception_list_widens_nothing():
+    assert translate("NETWORK_BLOCKLIST_EXCEPT", ("evil.example",))[0] == ()
+
+
+def test_migrate_writes_the_blocklist_as_a_comment():
+    text = "NETWORK_BLOCKLIST=(pastebin.com)\n"
+    out = migrate(parse_config(text, file="f", variables={"HOME": "/h", "USER": "u"}))
+    assert "ALLOWED_HOSTS-" not in out
+    assert "# (remove (pastebin.com) from ALLOWED_HOSTS if you list them)" in out

@@ -534,6 +534,20 @@ def test_weaker_backends_for_jobs_can_be_allowed_by_the_admin_only(home, tmp_pat
     assert load(home, str(admin)).JOB_ALLOW_WEAKER_BACKEND is True
 
 
+def test_the_slurm_config_path_is_set_by_the_admin_only(home, tmp_path, no_admin):
+    write_user(home, "SLURM_CONF_PATH=/home/x/slurm.conf\n")
+    settings = load(home, no_admin)
+    assert settings.SLURM_CONF_PATH == ""
+    assert any(w.startswith("SLURM_CONF_PATH=/home/x/slurm.conf from ") and "ignored" in w
+               for w in settings.warnings)
+    admin = tmp_path / "admin.conf"
+    admin.write_text("SLURM_CONF_PATH=/site/slurm//slurm.conf\n")
+    assert load(home, str(admin)).SLURM_CONF_PATH == "/site/slurm/slurm.conf"
+    admin.write_text("SLURM_CONF_PATH=relative.conf\n")
+    with pytest.raises(Exception, match="not an absolute path"):
+        load(home, str(admin))
+
+
 @pytest.mark.parametrize("value, accepted", [
     ('"[sbx] "', True), ('""', True), ("'$(id)'", False), ("'a`b'", False),
     ("'back\\slash'", False), ("'bell\x07'", False)])

@@ -13,21 +13,76 @@ import pytest
 
 from agent_sandbox.config.profiles import Profile
 from agent_sandbox.launch import agentcopy
+from agent_sandbox.launch import agentexe
 from agent_sandbox.launch.agentexe import install_root
 from agent_sandbox.policy.resolve import Protected
 
 
 @pytest.mark.parametrize("real, root", [
     ("/h/u/tools/lib/node_modules/@openai/codex/bin/codex.js", "/h/u/tools/lib/node_modules"),
-    ("/h/u/.nvm/versions/node/v20/bin/node", "/h/u/.nvm/versions/node/v20"),
-    ("/h/u/venv/bin/aider", "/h/u/venv"),
     ("/h/u/bin/claude", "/h/u/bin"),                  # the prefix above bin/ would be the home
+    ("/h/u/work/bin/claude", "/h/u/work/bin"),        # not a prefix: not all of ~/work
     ("/h/u/.local/share/claude/versions/2.1", "/h/u/.local/share/claude/versions"),
     ("/h/u/claude", None),                            # the home itself: refused
     ("/claude", None),
 ])
 def test_install_root(real, root):
     assert install_root(real, "/h/u") == root
+
+
+def test_install_root_is_a_prefix_only_when_it_is_one(tmp_path):
+    home = "/h/u"
+    for marker in ("pyvenv.cfg", "conda-meta/", "lib/node_modules/"):
+        prefix = tmp_path / marker.split("/")[0].replace(".", "-")
+        os.makedirs(prefix / "bin")
+        if marker.endswith("/"):
+            os.makedirs(prefix / marker)
+        else:
+            (prefix / marker).write_text("")
+        assert install_root(str(prefix / "bin/tool"), home) == str(prefix)
+    os.makedirs(tmp_path / "Downloads")
+    (tmp_path / "Downloads/claude").write_bytes(b"\x7fELF" + b"\0" * 60)
+    assert install_root(str(tmp_path / "Downloads/claude"), home) == \
+        str(tmp_path / "Downloads/claude")                 # a native binary: itself only
+
+
+def path_policy(home: str, **keys):
+    return SimpleNamespace(**{**dict(home=home, project_dir=f"{home}/proj", home_access="tmpfs",
+                                     home_writable=(f"{home}/.claude",), extra_writable=()),
+                              **keys})
+
+
+def test_an_agent_from_a_relative_or_writable_path_entry_is_refused(tmp_path):
+    # A session could plant `claude` (or a symlink aiming the next launch's
+    # bind at ~/anything) in the project or in node_modules/.bin.
+    from agent_sandbox.errors import PolicyError
+
+    home = str(tmp_path)
+    for directory in ("proj/node_modules/.bin", "proj/bin", "tools/bin", ".claude/bin"):
+        os.makedirs(f"{home}/{directory}")
+        with open(f"{home}/{directory}/claude", "w") as handle:
+            handle.write("#!/bin/sh\n")
+        os.chmod(f"{home}/{directory}/claude", 0o755)
+    policy = path_policy(home)
+    cwd = os.getcwd()
+    os.chdir(f"{home}/proj")
+    try:
+        with pytest.raises(PolicyError, match="relative PATH entry 'node_modules/.bin'"):
+            agentexe.which(policy, "claude", f"node_modules/.bin:{home}/tools/bin", "claude", "the")
+    finally:
+        os.chdir(cwd)
+    for directory in ("proj/bin", ".claude/bin"):
+        with pytest.raises(PolicyError, match="which the sandbox can write"):
+            agentexe.which(policy, "claude", f"{home}/{directory}:{home}/tools/bin", "claude",
+                           "the")
+    os.symlink(f"{home}/proj/bin/claude", f"{home}/tools/bin/link")
+    with pytest.raises(PolicyError, match="which the sandbox can write"):
+        agentexe.which(policy, "link", f"{home}/tools/bin", "claude", "the")
+    assert agentexe.which(policy, "claude", f"/nonexistent:{home}/tools/bin", "claude", "the") \
+        == f"{home}/tools/bin/claude"
+    with pytest.raises(PolicyError, match="which the sandbox can write"):   # HOME_ACCESS=write
+        agentexe.which(path_policy(home, home_access="write"), "claude", f"{home}/tools/bin",
+                       "claude", "the")
 
 
 def profile(**keys) -> Profile:
@@ -62,18 +117,27 @@ def fake_policy(home: str, backend: str = "bwrap"):
 def test_a_session_copy_round_trip(tmp_path, capsys):
     home = str(tmp_path)
     os.makedirs(f"{home}/.claude/projects")
+    os.makedirs(f"{home}/.claude/shell-snapshots")
     with open(f"{home}/.claude/settings.json", "w") as handle:
         json.dump({"model": "a"}, handle)
+    with open(f"{home}/.claude/statusline.sh", "w") as handle:
+        handle.write("echo mine\n")
     spec = agentcopy.spec_for(profile(
         config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
         settings=("settings.json=.claude/settings.json",),
-        settings_keep=("settings.json:model",)), home)
+        settings_keep=("settings.json:model",),
+        config_keep=("projects/", "history.jsonl"),
+        config_scratch=("shell-snapshots/",)), home)
     policy, record = agentcopy.start(spec, fake_policy(home))
     root = policy.env["CLAUDE_CONFIG_DIR"]
     assert policy.extra_writable == (root,)
-    # The real directory is writable entry by entry, its settings read-only.
+    # The real directory is writable entry by entry — only the entries the
+    # allow-list names —, its settings and everything else read-only.
     assert policy.home_writable == (f"{home}/.cache/claude", f"{home}/.claude/projects")
-    assert policy.home_readonly == (f"{home}/.claude/settings.json",)
+    assert policy.home_readonly == (f"{home}/.claude/settings.json",
+                                    f"{home}/.claude/shell-snapshots",
+                                    f"{home}/.claude/statusline.sh")
+    assert not os.path.lexists(f"{root}/shell-snapshots")           # per session, empty
     assert os.readlink(f"{root}/projects") == f"{home}/.claude/projects"
     assert os.readlink(f"{root}/hooks") == f"{home}/.claude/hooks"   # its placeholder's path
     assert not os.path.islink(f"{root}/settings.json")
@@ -153,7 +217,7 @@ def test_the_users_own_symlinked_settings_are_read_and_written_through(tmp_path)
 def project_spec(home: str):
     return agentcopy.spec_for(profile(
         config_dir=("CLAUDE_CONFIG_DIR", ".claude"), settings=(),
-        settings_keep=(".claude/settings.local.json:permissions.allow",),
+        settings_keep=(".claude/settings.local.json:permissions.allow=+Read",),
         project_settings=(".claude/settings.local.json",)), home)
 
 
@@ -202,3 +266,66 @@ def test_project_settings_copies_are_for_bwrap_only(tmp_path):
     policy, record = agentcopy.start(project_spec(home), fake_policy(home, "landlock"))
     assert policy.session_files == ()
     agentcopy.finish(record)
+
+
+def claude_spec(home: str):
+    return agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json",),
+        settings_keep=("settings.json:model=str",),
+        config_keep=("projects/", "history.jsonl", ".credentials.json"),
+        config_scratch=("shell-snapshots/",)), home)
+
+
+def test_only_allow_listed_new_entries_go_back_and_both_are_reported(tmp_path, capsys):
+    # Claude Code reads <config dir>/.config.json as its global config (MCP
+    # servers), Codex loads $CODEX_HOME/.env: names off the list never go back.
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    policy, record = agentcopy.start(claude_spec(home), fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    for name in (".config.json", ".env", "history.jsonl"):
+        with open(f"{root}/{name}", "w") as handle:
+            handle.write("{}\n")
+    os.makedirs(f"{root}/rules")
+    os.makedirs(f"{root}/shell-snapshots")
+    os.symlink(f"{home}/.ssh", f"{root}/projects")        # a kept name, but a symlink
+    agentcopy.finish(record)
+    assert sorted(os.listdir(f"{home}/.claude")) == ["history.jsonl"]
+    err = capsys.readouterr().err
+    assert "kept what the session made at ~/.claude/history.jsonl" in err
+    dropped = err[err.index("dropped what the session made"):]
+    for name in (".config.json", ".env", "rules", "projects"):
+        assert f"~/.claude/{name}" in dropped
+    assert "shell-snapshots" not in err                    # scratch: dropped quietly
+
+
+def test_a_symlink_or_unlisted_file_of_the_user_is_never_replaced(tmp_path):
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude/projects")
+    os.makedirs(f"{home}/dotfiles")
+    with open(f"{home}/dotfiles/statusline.sh", "w") as handle:
+        handle.write("echo status\n")
+    os.symlink(f"{home}/dotfiles/statusline.sh", f"{home}/.claude/statusline.sh")
+    os.symlink(f"{home}/dotfiles/statusline.sh", f"{home}/.claude/history.jsonl")
+    with open(f"{home}/.claude/notify.py", "w") as handle:
+        handle.write("mine\n")
+    policy, record = agentcopy.start(claude_spec(home), fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    assert {f"{home}/.claude/statusline.sh", f"{home}/.claude/history.jsonl",
+            f"{home}/.claude/notify.py"} <= set(policy.home_readonly)
+    assert f"{home}/.claude/notify.py" not in policy.home_writable
+    for name in ("statusline.sh", "history.jsonl", "notify.py"):
+        os.unlink(f"{root}/{name}")
+        with open(f"{root}/{name}", "w") as handle:
+            handle.write("touch ~/planted\n")
+    with open(f"{root}/projects/t.jsonl", "w") as handle:   # through the link: allowed
+        handle.write("{}\n")
+    agentcopy.finish(record)
+    assert os.path.islink(f"{home}/.claude/statusline.sh")
+    assert os.path.islink(f"{home}/.claude/history.jsonl")
+    with open(f"{home}/.claude/notify.py") as handle:
+        assert handle.read() == "mine\n"
+    with open(f"{home}/dotfiles/statusline.sh") as handle:
+        assert handle.read() == "echo status\n"
+    assert os.path.isfile(f"{home}/.claude/projects/t.jsonl")

@@ -6,7 +6,8 @@ import tomlkit
 
 from agent_sandbox.policy.agentmerge import MISSING, Change, changes, merge, show
 
-KEEP = ("permissions.allow", "model", "projects.*.trust_level", "projects.*.allowedTools")
+KEEP = ("permissions.allow=+*", "model=str", "projects.*.trust_level=trusted|untrusted",
+        "projects.*.allowedTools=strs")
 
 
 def test_an_allowed_change_is_kept_and_a_hook_is_dropped():

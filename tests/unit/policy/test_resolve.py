@@ -449,3 +449,24 @@ def test_protected_symlink_is_warned(home):
     policy = policy_for(home)
     (warning,) = warnings_for(policy, "PROTECTED_PATHS")
     assert str(home / "proj/.envrc") in warning
+
+
+# ---------------------------------------------------------------- the site's Slurm config
+def test_the_site_slurm_config_comes_from_the_launcher_then_the_admin_key(home, tmp_path):
+    site = tmp_path / "site" / "slurm"
+    site.mkdir(parents=True)
+    (site / "slurm.conf").write_text("ClusterName=x\n")
+    conf = str(site / "slurm.conf")
+    settings = settings_for(home, READONLY_MOUNTS=(str(tmp_path),))
+    policy = policy_for(home, settings, environ={"PATH": "/usr/bin", "SLURM_CONF": conf})
+    assert policy.slurm_conf == conf
+    assert str(site) in policy.slurm_masks            # unreachable inside, as /etc/slurm
+    assert "SLURM_CONF" not in policy.env             # removed by the policy
+    admin = settings_for(home, SLURM_CONF_PATH="/elsewhere/slurm.conf")
+    assert policy_for(home, admin).slurm_conf == "/elsewhere/slurm.conf"
+    assert policy_for(home, admin, environ={"SLURM_CONF": conf}).slurm_conf == conf
+    assert policy_for(home).slurm_conf is None
+    # A slurm.conf directly in a top-level tree does not mask that tree.
+    top = settings_for(home, READONLY_MOUNTS=("/etc",))
+    assert "/etc" not in policy_for(home, top, environ={"SLURM_CONF": "/etc/slurm.conf"}
+                                    ).slurm_masks

@@ -1,0 +1,296 @@
+"""The egress proxy of a NETWORK_MODE=allowlist session (docs/network.md):
+its plan (directory, socket, relay port, API key brokering) and its process.
+
+`plan` decides, touching nothing but a free port on landlock: where the
+proxy's Unix socket goes (a fresh directory below the always-hidden
+~/.local/state/agent-sandbox-run, so no other session's socket is reachable;
+only this socket is bound into the sandbox), the relay's port inside, and
+which API keys are brokered. A brokered key is taken out of the sandbox's
+environment and put into the proxy's spec; inside, the key variable holds a
+placeholder that looks like a key to the client (same prefix, random, never
+the real one) and the agent's base URL points at the relay's /broker/<name>
+route, where the proxy puts the real key into the request towards the API
+host — only there.
+
+`EgressSession.start` writes the spec (0600, in the 0700 directory), starts
+`python3 -I -m egress SPEC` outside the sandbox in its own process group with
+a pipe on its stdin whose write end only the launcher holds (EOF = the
+launcher is gone: the proxy exits; it also sets PR_SET_PDEATHSIG); `ready`
+(called once the plan is built, so the proxy's start overlaps it) waits for
+its `ready` line and removes the spec (the key is not left on disk) before
+the sandbox starts.
+`stop` closes that pipe, waits up to 2 s, kills, and removes the directory;
+the next launch sweeps away the directory (and a spec) a SIGKILLed launcher
+left.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from typing import NamedTuple
+
+from agent_sandbox.errors import SandboxError
+
+READY_TIMEOUT = 10.0
+SOCKET_NAME = "proxy.sock"
+SPEC_NAME = "spec.json"
+
+
+class Broker(NamedTuple):
+    """An API the proxy can broker: the key's variable, the header the real
+    key goes into (with its scheme), the real API, the variable that sets the
+    agent's base URL, the prefix a key of this API starts with, and the
+    arguments that give an agent the base URL (`args`, {url} standing for the
+    broker's URL, put right after the profile's command)."""
+    key_var: str
+    header: str
+    scheme: str
+    upstream: str
+    base_url_var: str
+    prefix: str
+    args: tuple[str, ...] = ()
+
+
+# Profiles name the brokers their agent can use (AGENT_BROKERS): the agent
+# must take its base URL from base_url_var or from args. Claude Code:
+# ANTHROPIC_BASE_URL; Gemini CLI: GOOGLE_GEMINI_BASE_URL (with
+# GEMINI_API_KEY); Codex dropped OPENAI_BASE_URL for its config key
+# openai_base_url, given as `-c` (OPENAI_BASE_URL set outside still names a
+# gateway, the upstream; inside it points at the broker for tools that read it).
+BROKERS = {
+    "anthropic": Broker("ANTHROPIC_API_KEY", "x-api-key", "", "https://api.anthropic.com",
+                        "ANTHROPIC_BASE_URL", "sk-ant-api03-"),
+    "gemini": Broker("GEMINI_API_KEY", "x-goog-api-key", "",
+                     "https://generativelanguage.googleapis.com", "GOOGLE_GEMINI_BASE_URL",
+                     "AIza"),
+    "openai": Broker("OPENAI_API_KEY", "authorization", "Bearer ", "https://api.openai.com/v1",
+                     "OPENAI_BASE_URL", "sk-proj-", ("-c", "openai_base_url={url}")),
+}
+
+
+class EgressPlan(NamedTuple):
+    directory: str
+    socket: str
+    port: int
+    env_changes: dict            # what the sandbox's environment gets instead
+    brokers: dict                # the spec's "brokers" (holds the real keys: never printed)
+    rules: list
+    audit: str
+    args: tuple = ()             # the agent's own arguments a broker needs (Broker.args)
+
+    def __repr__(self) -> str:
+        return f"EgressPlan(socket={self.socket!r}, port={self.port})"
+
+
+def wanted(policy) -> bool:
+    return policy.network_mode == "allowlist" and not policy.network_isolated
+
+
+def placeholder(prefix: str) -> str:
+    """Looks like a key of the API to the client (prefix, length, alphabet),
+    and is random per session, so it can be told apart from any real key."""
+    return prefix + "agentsandbox" + os.urandom(20).hex()
+
+
+def free_port() -> int:
+    """landlock: the relay listens on the host's loopback; a port free now."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def brokering(settings, policy, profile, port: int) -> tuple[dict, dict, tuple]:
+    """(environment changes, spec brokers, agent arguments) for the keys this
+    session brokers: API_KEY_BROKERING on, a profile that names the broker,
+    the key set. Never on landlock: the relay listens on the host's loopback
+    there, where any local user could reach the broker."""
+    names = getattr(profile, "brokers", ()) if profile is not None else ()
+    if not settings.API_KEY_BROKERING or policy.backend == "landlock":
+        return {}, {}, ()
+    env, brokers, args = {}, {}, []
+    for name in names:
+        broker = BROKERS.get(name)
+        if broker is None or not policy.env.get(broker.key_var):
+            continue
+        # A base URL the user set outside (a gateway) stays the upstream.
+        upstream = policy.env.get(broker.base_url_var, "")
+        if not upstream.startswith("https://"):
+            upstream = broker.upstream
+        stand_in = placeholder(broker.prefix)
+        brokers[name] = {"upstream": upstream.rstrip("/"), "header": broker.header,
+                         "scheme": broker.scheme, "placeholder": stand_in,
+                         "key": policy.env[broker.key_var]}
+        url = f"http://127.0.0.1:{port}/broker/{name}"
+        env[broker.key_var] = stand_in
+        env[broker.base_url_var] = url
+        args += [a.replace("{url}", url) for a in broker.args]
+    return env, brokers, tuple(args)
+
+
+def with_args(command: list[str], profile, args) -> list[str]:
+    """The profile's command, then the brokers' arguments, then the user's."""
+    if not args or profile is None:
+        return list(command)
+    cut = len(profile.command)
+    return list(command[:cut]) + list(args) + list(command[cut:])
+
+
+def audit_path(home: str) -> str:
+    """The session's network audit log: beside the chaperon's logs, same
+    conventions (chaperon/audit.py), so `agent-sandbox logs` reads both."""
+    import socket
+    import time
+
+    from agent_sandbox.paths import state_dir
+
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return os.path.join(state_dir(home), "chaperon",
+                        f"{socket.gethostname()}_{os.getpid()}_{stamp}_network.log")
+
+
+def plan(settings, policy, profile=None) -> EgressPlan:
+    from agent_sandbox.config.network import rules
+    from agent_sandbox.launch.chaperon import session_parent
+    from agent_sandbox.names import RELAY_PORT
+
+    directory = os.path.join(session_parent(policy.home),
+                             f"egress-{policy.session_id}-{os.urandom(4).hex()}")
+    port = free_port() if policy.backend == "landlock" else RELAY_PORT
+    env, brokers, args = brokering(settings, policy, profile, port)
+    return EgressPlan(directory, os.path.join(directory, SOCKET_NAME), port, env, brokers,
+                      rules(settings), audit_path(policy.home), args)
+
+
+class EgressSession:
+    def __init__(self, planned: EgressPlan, pid: int, stdin_fd: int, stdout_fd: int | None):
+        self.plan = planned
+        self.pid = pid
+        self._stdin = stdin_fd        # its write end: EOF tells the proxy to exit
+        self._stdout = stdout_fd      # where `ready` comes, until ready() read it
+
+    @classmethod
+    def start(cls, planned: EgressPlan, session_id: str) -> "EgressSession":
+        spec = {"socket": planned.socket, "rules": planned.rules, "audit": planned.audit,
+                "brokers": planned.brokers, "session": session_id}
+        sweep(os.path.dirname(planned.directory))
+        try:
+            os.mkdir(planned.directory, 0o700)
+            os.makedirs(os.path.dirname(planned.audit), mode=0o700, exist_ok=True)
+            os.close(os.open(planned.audit, os.O_WRONLY | os.O_CREAT | os.O_APPEND
+                             | os.O_CLOEXEC, 0o600))
+            spec_path = os.path.join(planned.directory, SPEC_NAME)
+            fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                json.dump(spec, handle)
+        except OSError as exc:
+            _remove(planned.directory)
+            raise SandboxError(
+                f"cannot prepare the egress proxy — {exc.strerror or exc} at "
+                f"{exc.filename or planned.directory}. Free space or fix the permissions "
+                "there, or set NETWORK_MODE=open or isolated; the command was not run.") from None
+        in_read, in_write = os.pipe()
+        out_read, out_write = os.pipe()
+        env = {k: v for k, v in os.environ.items()
+               if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "USER", "LOGNAME")}
+        argv = [sys.executable, "-I", "-m", "egress", spec_path]
+        try:
+            pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0,
+                                 setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE),
+                                 file_actions=[(os.POSIX_SPAWN_DUP2, in_read, 0),
+                                               (os.POSIX_SPAWN_DUP2, out_write, 1)])
+        except OSError as exc:
+            for fd in (in_read, in_write, out_read, out_write):
+                os.close(fd)
+            _remove(planned.directory)
+            raise SandboxError(f"cannot start the egress proxy — {exc}. Set "
+                               "NETWORK_MODE=open or isolated; the command was not run.") from None
+        os.close(in_read)
+        os.close(out_write)
+        return cls(planned, pid, in_write, out_read)
+
+    def ready(self) -> None:
+        """Wait for the proxy's `ready` (it starts while the launcher builds
+        the plan), then remove the spec: called before the sandbox starts."""
+        if self._stdout is None:
+            return
+        try:
+            said = _read_ready(self._stdout)
+        finally:
+            os.close(self._stdout)
+            self._stdout = None
+        if said != b"ready\n":
+            raise SandboxError("the egress proxy did not start (its message is above) — "
+                               "NETWORK_MODE=allowlist needs it. Check `agent-sandbox config "
+                               "show` (ALLOWED_HOSTS) or set NETWORK_MODE=open or isolated; "
+                               "the command was not run.", reason="egress_failed")
+        try:
+            os.unlink(os.path.join(self.plan.directory, SPEC_NAME))   # the keys leave the disk
+        except OSError:
+            pass
+
+    def stop(self) -> None:
+        """EOF on the proxy's stdin, then up to 2 s, then SIGKILL; the directory goes."""
+        from agent_sandbox.launch.chaperon import end_child
+
+        for fd in (self._stdin, self._stdout):
+            if fd is not None:
+                os.close(fd)
+        self._stdin = self._stdout = None
+        end_child(self.pid, None)     # EOF on its stdin is the proxy's signal to go
+        _remove(self.plan.directory)
+
+
+STALE_AFTER = 60.0   # seconds a directory without a socket is left alone
+
+
+def sweep(parent: str) -> None:
+    """Remove the directories of proxies that are gone: after a SIGKILLed
+    launcher the proxy exits (stdin EOF) and removes its socket, but nobody
+    removes its directory (nor the spec, when the launcher died before the
+    proxy was ready). One without a socket that has not changed for a minute
+    is such a leftover: a session being set up has its socket within
+    READY_TIMEOUT, a running one keeps it."""
+    import time
+
+    try:
+        names = [n for n in os.listdir(parent) if n.startswith("egress-")]
+    except OSError:
+        return
+    now = time.time()
+    for name in names:
+        path = os.path.join(parent, name)
+        try:
+            if (now - os.lstat(path).st_mtime > STALE_AFTER
+                    and not os.path.lexists(os.path.join(path, SOCKET_NAME))):
+                _remove(path)
+        except OSError:
+            continue
+
+
+def _read_ready(fd: int) -> bytes:
+    """The proxy's first line (b"" when it exits or stays silent)."""
+    import select
+    import time
+
+    data = b""
+    deadline = time.monotonic() + READY_TIMEOUT
+    while b"\n" not in data:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return b""
+        chunk = os.read(fd, 256)
+        if not chunk:
+            return data
+        data += chunk
+    return data
+
+
+def _remove(directory: str) -> None:
+    if os.path.lexists(directory):
+        import shutil   # rmtree works on descriptors: planted links are not followed
+
+        shutil.rmtree(directory, ignore_errors=True)

@@ -1,0 +1,182 @@
+"""The egress proxy's plan (launch/egress.py), the job's network mode and
+the helper's --relay: which keys are brokered and what the sandbox gets
+instead, never on landlock; the spec's rules carry their origins."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from agent_sandbox.launch import egress
+from agent_sandbox.names import RELAY_PORT
+from agent_sandbox.paths import helper_module
+from tests.unit.backends import test_backends
+from tests.unit.backends.test_backends import policy_for
+
+home = test_backends.home   # the fixture: a fake $HOME with credentials and a project
+
+REAL = "sk-ant-api03-REALKEYREALKEYREALKEY"
+
+
+class Profile:
+    def __init__(self, brokers):
+        self.brokers = brokers
+
+
+def settings_and_policy(home, backend="bwrap", conf="NETWORK_MODE=allowlist\n", env=None):
+    from agent_sandbox.config import load as confload
+
+    (home / ".config/agent-sandbox/sandbox.conf").write_text(conf)
+    settings = confload.load_settings(home=str(home), user="alice", environ={},
+                                      admin_path=str(home.parent / "none.conf"), cache=False)
+    policy = policy_for(home, conf, backend=backend)
+    return settings, policy._replace(env=dict(policy.env, **(env or {})))
+
+
+def test_a_brokered_key_stays_outside_and_a_placeholder_goes_in(home):
+    settings, policy = settings_and_policy(home, env={"ANTHROPIC_API_KEY": REAL})
+    planned = egress.plan(settings, policy, Profile(("anthropic",)))
+    stand_in = planned.env_changes["ANTHROPIC_API_KEY"]
+    assert stand_in.startswith("sk-ant-api03-") and REAL not in stand_in
+    assert len(stand_in) >= len("sk-ant-api03-") + 40
+    assert planned.env_changes["ANTHROPIC_BASE_URL"] == \
+        f"http://127.0.0.1:{RELAY_PORT}/broker/anthropic"
+    assert planned.brokers["anthropic"] == {
+        "upstream": "https://api.anthropic.com", "header": "x-api-key", "scheme": "",
+        "placeholder": stand_in, "key": REAL}
+    assert REAL not in repr(planned)
+
+
+def test_placeholders_differ_per_session(home):
+    assert egress.placeholder("AIza") != egress.placeholder("AIza")
+
+
+@pytest.mark.parametrize("case", ["no profile", "profile without broker", "brokering off",
+                                  "landlock", "no key"])
+def test_when_nothing_is_brokered(home, case):
+    conf = "NETWORK_MODE=allowlist\n" + ("API_KEY_BROKERING=false\n"
+                                         if case == "brokering off" else "")
+    env = {} if case == "no key" else {"ANTHROPIC_API_KEY": REAL}
+    settings, policy = settings_and_policy(
+        home, backend="landlock" if case == "landlock" else "bwrap", conf=conf, env=env)
+    profile = {"no profile": None, "profile without broker": Profile(())}.get(
+        case, Profile(("anthropic",)))
+    planned = egress.plan(settings, policy, profile)
+    assert planned.env_changes == {} and planned.brokers == {}
+
+
+def test_a_gateway_the_user_set_outside_stays_the_upstream(home):
+    settings, policy = settings_and_policy(
+        home, env={"ANTHROPIC_API_KEY": REAL, "ANTHROPIC_BASE_URL": "https://gw.example/v1/"})
+    planned = egress.plan(settings, policy, Profile(("anthropic",)))
+    assert planned.brokers["anthropic"]["upstream"] == "https://gw.example/v1"
+
+
+def test_landlock_takes_a_free_port_of_the_host(home):
+    settings, policy = settings_and_policy(home, backend="landlock")
+    planned = egress.plan(settings, policy)
+    assert planned.port != RELAY_PORT and 0 < planned.port < 65536
+
+
+def test_the_spec_rules_carry_their_origin(home):
+    settings, policy = settings_and_policy(home, conf="NETWORK_MODE=allowlist\n"
+                                                      "ALLOWED_HOSTS+=(x.example.org)\n")
+    planned = egress.plan(settings, policy)
+    assert {"entry": "x.example.org",
+            "origin": f"{home}/.config/agent-sandbox/sandbox.conf:2"} in planned.rules
+    assert planned.socket.startswith(f"{home}/.local/state/agent-sandbox-run/egress-")
+    assert planned.audit.startswith(f"{home}/.local/state/agent-sandbox/chaperon/")
+    assert planned.audit.endswith("_network.log")
+
+
+def test_a_job_takes_the_job_network_mode(home, monkeypatch):
+    from agent_sandbox.launch import run
+
+    (home / ".config/agent-sandbox/sandbox.conf").write_text(
+        "NETWORK_MODE=allowlist\nJOB_NETWORK_MODE=isolated\n")
+    monkeypatch.setattr(run, "launch_context", lambda project_dir, environ: __import__(
+        "agent_sandbox.policy.resolve", fromlist=["LaunchContext"]).LaunchContext(
+        uid=1000, gid=1000, user="alice", home=str(home), environ={"PATH": "/usr/bin"},
+        cwd=str(home / "proj"), project_dir=None, install_paths=(), session_id="s"))
+    monkeypatch.setattr(run, "choose_backend", lambda *a, **k: __import__(
+        "agent_sandbox.backends", fromlist=["Selection"]).Selection("bwrap", "/usr/bin/bwrap",
+                                                                     "test"))
+    import agent_sandbox.config.load as confload
+
+    real = confload.load_settings
+    monkeypatch.setattr(confload, "load_settings", lambda **kw: real(
+        **dict(kw, admin_path=str(home.parent / "none.conf"), cache=False)))
+    settings, _, policy = run.resolve(project_dir=None, backend=None, environ={}, job=True)
+    assert settings.NETWORK_MODE == "isolated" and policy.network_isolated
+    assert settings.origins["NETWORK_MODE"].endswith("sandbox.conf:2")
+    settings, _, policy = run.resolve(project_dir=None, backend=None, environ={})
+    assert policy.network_mode == "allowlist"
+
+
+def test_the_helper_parses_relay_and_sees_a_listener_without_connecting():
+    sandbox_exec = helper_module("sandbox_exec")
+    opts = sandbox_exec.parse(["--relay", "3128", "/run/x.sock", "--", "true"])
+    assert opts["relay"] == (3128, "/run/x.sock") and opts["command"] == ["true"]
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        assert not sandbox_exec._listening(port)
+        listener.listen(1)
+        assert sandbox_exec._listening(port)
+
+
+def test_the_sweep_removes_only_old_directories_without_a_socket(tmp_path):
+    import os
+
+    gone, running, died_starting, fresh, other = (tmp_path / n for n in (
+        "egress-a", "egress-b", "egress-c", "egress-d", "agent-sandbox-x"))
+    for path in (gone, running, died_starting, fresh, other):
+        path.mkdir()
+    (running / egress.SOCKET_NAME).write_text("")
+    (died_starting / egress.SPEC_NAME).write_text('{"brokers": "a key"}')
+    (fresh / egress.SPEC_NAME).write_text("{}")
+    for path in (gone, running, died_starting, other):
+        os.utime(path, (1, 1))
+    egress.sweep(str(tmp_path))
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "agent-sandbox-x", "egress-b", "egress-d"]
+
+
+def test_a_listener_of_another_user_is_not_taken_for_the_relay(monkeypatch):
+    import os
+
+    sandbox_exec = helper_module("sandbox_exec")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        assert sandbox_exec._listening(port)
+        uid = os.getuid()
+        monkeypatch.setattr(sandbox_exec.os, "getuid", lambda: uid + 1)
+        assert not sandbox_exec._listening(port)
+
+
+class CodexProfile:
+    command = ("codex",)
+    brokers = ("openai",)
+
+
+def test_codex_gets_its_base_url_as_an_option_after_its_command(home):
+    settings, policy = settings_and_policy(home, env={"OPENAI_API_KEY": "sk-proj-REAL"})
+    planned = egress.plan(settings, policy, CodexProfile())
+    url = f"http://127.0.0.1:{RELAY_PORT}/broker/openai"
+    assert planned.args == ("-c", f"openai_base_url={url}")
+    assert planned.env_changes["OPENAI_API_KEY"].startswith("sk-proj-agentsandbox")
+    assert planned.env_changes["OPENAI_BASE_URL"] == url
+    assert planned.brokers["openai"]["header"] == "authorization"
+    assert planned.brokers["openai"]["scheme"] == "Bearer "
+    assert planned.brokers["openai"]["upstream"] == "https://api.openai.com/v1"
+    assert egress.with_args(["codex", "exec", "hi"], CodexProfile(), planned.args) == [
+        "codex", "-c", f"openai_base_url={url}", "exec", "hi"]
+
+
+def test_a_chatgpt_login_without_a_key_gets_no_option(home):
+    settings, policy = settings_and_policy(home)
+    planned = egress.plan(settings, policy, CodexProfile())
+    assert planned.args == () and planned.brokers == {}
+    assert egress.with_args(["codex", "exec"], CodexProfile(), ()) == ["codex", "exec"]
