@@ -325,6 +325,7 @@ def test_slurmctld_restart_mid_burst_loses_and_doubles_nothing(user, project):
 LOAD = r'''
 import json, os, queue, random, subprocess, sys, threading, time
 requests, clients, prefix = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+subprocess.run(["sinfo", "-h"], capture_output=True)   # the chaperon starts on demand
 open("load-ready", "w").close()
 while not os.path.exists("load-go"):
     time.sleep(0.05)
