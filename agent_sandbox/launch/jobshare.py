@@ -25,7 +25,9 @@ Strategy
   orders the first launches of a key.
 * Every launch, the first included, joins: it connects, the holder checks
   the peer (SO_PEERCRED: same uid; same Slurm job by slurm_step of the peer's
-  pid, pinned by SO_PEERPIDFD) and answers with its project, backend and
+  pid; not itself sandboxed: no no_new_privs, no seccomp — a landlock task
+  can reach the socket; all read while SO_PEERPIDFD pins the pid, and
+  refused on kernels without it) and answers with its project, backend and
   chaperon directories and, by SCM_RIGHTS, a pidfd of the sandbox's init.
   The joiner refuses another project or backend, reads the namespaces of that
   pid while the pidfd proves it alive, and hands them to the helper, which
@@ -101,6 +103,21 @@ def _cgroup_agrees(pid: int, job: str) -> bool:
         return False
 
 
+def _confined(pid: int) -> str | None:
+    """Why `pid` is inside some sandbox, or None: every sandboxed process has
+    no_new_privs (and usually a seccomp filter); a launcher has neither. So a
+    landlock task of the job, which can connect() to the holder's socket
+    (Landlock does not restrict that), is never handed another sandbox."""
+    with open(f"/proc/{pid}/status", "rb") as handle:
+        for line in handle:
+            name, _, value = line.partition(b":")
+            if name == b"NoNewPrivs" and value.strip() != b"0":
+                return "no_new_privs"
+            if name == b"Seccomp" and value.strip() != b"0":
+                return "a seccomp filter"
+    return None
+
+
 def cgroup_agrees(text: str, job: str) -> bool:
     """proctrack/cgroup puts every process of a job below `job_<id>`: when a
     line of /proc/PID/cgroup names a job at all, it must name this one."""
@@ -163,24 +180,26 @@ class Holder:
                                                           struct.calcsize("3i")))
         if uid != os.getuid():
             return f"uid {uid} is not the job's owner"
-        pinned = None
         try:
             pinned = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
         except OSError:
-            pass
+            # Without the pin the pid read may name another process by now
+            # (kernel < 6.5): fail closed.
+            return "this kernel cannot pin the peer (SO_PEERPIDFD, Linux 6.5)"
         try:
             step = slurm_step(pid)
-            if pinned is not None:
-                import signal
+            confined = _confined(pid)
+            import signal
 
-                signal.pidfd_send_signal(pinned, 0)   # the pid read was still the peer
+            signal.pidfd_send_signal(pinned, 0)   # the pid read was still the peer
         except OSError:
             return "the peer is gone"
         finally:
-            if pinned is not None:
-                os.close(pinned)
+            os.close(pinned)
         if step is None or step[0] != self.job:
             return f"the peer (pid {pid}) is not a process of job {self.job}"
+        if confined:
+            return f"the peer (pid {pid}) is itself sandboxed ({confined})"
         return None
 
     def serve(self, stop_fd: int) -> None:
@@ -292,10 +311,12 @@ def sweep(dirfd: int, job: str) -> None:
     more (one killed with its job); run under the per-host lock. A live
     holder of another job refuses the probe, so probing changes nothing."""
     host = socket.gethostname().split(".")[0]
-    ours = (f"{host}-{job}.sock", f"{host}-{job}.")
+    # Exactly this host's keys (key_for): on a shared home the hosts c1 and
+    # c1-2 must not take each other's sockets.
+    pattern = re.compile(rf"{re.escape(host)}-(\d+)(\.\w+)?\.sock")
     for name in os.listdir(f"/proc/self/fd/{dirfd}"):   # an O_PATH descriptor
-        if (name.startswith(f"{host}-") and name.endswith(".sock")
-                and not name.startswith(ours)):
+        match = pattern.fullmatch(name)
+        if match and match.group(1) != job:
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.connect(_address(dirfd, name))

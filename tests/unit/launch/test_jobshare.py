@@ -147,7 +147,8 @@ def test_sockets_nobody_listens_on_are_swept_but_not_this_jobs(tmp_path, monkeyp
     monkeypatch.setattr(socket, "gethostname", lambda: "n1")
     dirfd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
     try:
-        for name in ("n1-7.sock", "n1-42.sock", "n1-42.3.sock", "n2-7.sock"):
+        # n1-2-7: job 7 of the host n1-2, sharing the home (not n1's to sweep)
+        for name in ("n1-7.sock", "n1-42.sock", "n1-42.3.sock", "n2-7.sock", "n1-2-7.sock"):
             dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             dead.bind(str(tmp_path / name))
             dead.close()                       # bound, never listening: stale
@@ -155,8 +156,55 @@ def test_sockets_nobody_listens_on_are_swept_but_not_this_jobs(tmp_path, monkeyp
         live.bind(str(tmp_path / "n1-8.sock"))
         live.listen(1)
         jobshare.sweep(dirfd, "42")
-        assert sorted(os.listdir(tmp_path)) == ["n1-42.3.sock", "n1-42.sock", "n1-8.sock",
-                                                "n2-7.sock"]
+        assert sorted(os.listdir(tmp_path)) == ["n1-2-7.sock", "n1-42.3.sock", "n1-42.sock",
+                                                "n1-8.sock", "n2-7.sock"]
         live.close()
     finally:
         os.close(dirfd)
+
+
+CONFINED_PEER = r'''
+import ctypes, socket, sys
+ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)        # PR_SET_NO_NEW_PRIVS, as every sandboxed process has
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); c.connect(sys.argv[1])
+data, anc, _, _ = c.recvmsg(4096, socket.CMSG_SPACE(4))
+print(len(anc))
+'''
+
+
+def test_a_confined_peer_of_the_job_is_not_handed_the_sandbox(tmp_path, monkeypatch):
+    """A landlock task of the job can connect() to the holder's socket (Landlock
+    does not restrict that) and passes the job check: its no_new_privs (every
+    sandboxed process has it) is what refuses it (review of issue 14, finding 3)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "3"))
+    path = str(tmp_path / "n1-42.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    holder = jobshare.Holder("42", {"project": "/p", "backend": "bwrap"},
+                             os.pidfd_open(os.getpid()), listener)
+    peer = subprocess.Popen([sys.executable, "-c", CONFINED_PEER, path], stdout=subprocess.PIPE,
+                            text=True)
+    conn, _ = listener.accept()
+    refused = holder.admit(conn)
+    holder._answer(conn)
+    out = peer.communicate(timeout=10)[0].strip()
+    assert refused == f"the peer (pid {peer.pid}) is itself sandboxed (no_new_privs)"
+    assert out == "0"
+
+
+def test_without_a_pinned_peer_the_holder_refuses(holder, monkeypatch):
+    """Where SO_PEERPIDFD is missing (kernel < 6.5) the peer's pid could be
+    reused between the check and the answer: fail closed (finding 7)."""
+    monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "3"))
+    monkeypatch.setattr(jobshare, "SO_PEERPIDFD", 0x7fff)   # an option no kernel has
+    made, dirfd = holder
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(jobshare._address(dirfd, "n1-42.sock"))
+    conn, _ = made.listener.accept()
+    assert "cannot pin the peer" in made.admit(conn)
+    conn.close()
+    client.close()
