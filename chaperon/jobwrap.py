@@ -148,6 +148,9 @@ def main():
            if k not in SPEC["steering"] and not k.startswith(("LD_", "PYTHON", "BASH_FUNC_"))}}
     env.update(SPEC["overrides"])
     env["SANDBOX_QUIET"] = "1"
+    # Which session submitted this (launch/jobshare.py JOB_SESSION_ENV): a
+    # task joins only that session's sandbox on the node.
+    env["AGENT_SANDBOX_JOB_SESSION"] = SPEC["session"]
     argv = SPEC["argv"]
     try:
         pid = os.posix_spawn(argv[0], argv, env)
@@ -192,7 +195,7 @@ def wrapper_script(*, config: dict, project_dir: str, spec_path: str,
     spec = {"argv": launch_argv(config, project_dir, config["jobstart"], spec_path),
             "overrides": {k: _text(v) for k, v in config.get("overrides", {}).items()},
             "steering": list(STEERING), "project_dir": project_dir,
-            "backend": config.get("job_backend"),
+            "backend": config.get("job_backend"), "session": config.get("job_session") or "",
             "outputs": [[rel, staged] for rel, staged in outputs]}
     return TEMPLATE.format(spec=spec, expand=_function_source(config["jobstart"], "expand"))
 

@@ -61,6 +61,39 @@ READY_TIMEOUT = 60
 JOIN_TIMEOUT = 60
 
 
+# What shapes a sandbox, by Policy field: a task joins only a sandbox made
+# from the same ones, for the same submitting session (its chaperon serves
+# the task's Slurm calls). `protected` counts by path.
+SHAPING = ("backend", "project_dir", "home_access", "system_readonly", "home_readonly",
+           "home_writable", "home_seeded", "extra_writable", "hidden", "readonly_overlays",
+           "run_binds", "slurm_masks", "slurm_binaries", "devices", "private_tmp", "private_ipc",
+           "filter_passwd", "network_isolated", "seccomp", "seccomp_extra", "pinned")
+# Set by the chaperon's job wrapper (chaperon/jobwrap.py) to the id of the
+# session that submitted the job or step; the agent cannot set it.
+JOB_SESSION_ENV = "AGENT_SANDBOX_JOB_SESSION"
+
+
+def shape(policy, session: str) -> dict[str, str]:
+    """{part: digest} of what shapes `policy`'s sandbox, the submitting
+    session included: the holder publishes it, a joiner must match it."""
+    import hashlib
+
+    parts = {name: getattr(policy, name) for name in SHAPING}
+    parts["protected"] = sorted(p.path for p in policy.protected)
+    parts["session"] = session
+    return {name: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:32]
+            for name, value in parts.items()}
+
+
+def shape_differs(theirs, ours: dict[str, str]) -> list[str]:
+    """The parts in which a holder's shape differs from ours (all, when it
+    published none)."""
+    if not isinstance(theirs, dict):
+        return sorted(ours)
+    return sorted(name for name in ours.keys() | theirs.keys()
+                  if theirs.get(name) != ours.get(name))
+
+
 # ---------------------------------------------------------------- identity
 def slurm_step(pid: int | None = None) -> tuple[str, str] | None:
     """(job, step) of the Slurm step whose slurmstepd is the nearest root-owned
@@ -277,12 +310,14 @@ class Holder:
         self.joined += 1
 
 
-def start_holder(key: str, job: str, dirfd: int, launch, *, close=()) -> None:
+def start_holder(key: str, job: str, dirfd: int, launch, *, close=(),
+                 shaped: dict | None = None) -> None:
     """Fork the holder of `key` and return once its socket answers; raise
     BackendUnavailable with its reason when it could not start. `launch`
     runs the ordinary launch of a command in the holder (a callable taking
     the command and a callback that gets the chaperon session and policy).
-    `close`: descriptors the holder must not keep (the lock)."""
+    `close`: descriptors the holder must not keep (the lock); `shaped`: the
+    launch's shape(), published to joiners."""
     sweep(dirfd, job)
     report_r, report_w = os.pipe()
     child = os.fork()
@@ -292,7 +327,7 @@ def start_holder(key: str, job: str, dirfd: int, launch, *, close=()) -> None:
             os.close(fd)
         code = 125
         try:
-            code = _hold(key, job, dirfd, launch, report_w)
+            code = _hold(key, job, dirfd, launch, report_w, shaped or {})
         except BaseException as exc:   # never back into the parent's code
             _report(report_w, f"error {exc}")
         finally:
@@ -339,7 +374,7 @@ def _report(fd: int, text: str) -> None:
         pass
 
 
-def _hold(key: str, job: str, dirfd: int, launch, report_w: int) -> int:
+def _hold(key: str, job: str, dirfd: int, launch, report_w: int, shaped: dict) -> int:
     """The holder process: the waiter runs in the sandbox with a pipe on each
     of stdin (closed to end it) and stdout (it says `ready`)."""
     import threading
@@ -377,7 +412,8 @@ def _hold(key: str, job: str, dirfd: int, launch, report_w: int) -> int:
     def started(session, policy):
         context["info"] = {"project": policy.project_dir, "backend": policy.backend,
                            "chaperon": session.directory if session else None,
-                           "staging": session.staging if session else None}
+                           "staging": session.staging if session else None,
+                           "shape": shaped}
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

@@ -13,6 +13,8 @@ import glob
 import json
 import struct
 
+import pytest
+
 from tests.conftest import PREFIX
 
 # Inside the sandbox: stop the next process of the PID namespace (pids are
@@ -78,26 +80,33 @@ sys.stdin.read()            # the sandbox lives until the joined task is done
 DRIVER = r'''
 import json, os, subprocess, sys
 from agent_sandbox.launch import jobshare
-site, work = sys.argv[1], sys.argv[2]
+site, work, backend, python = sys.argv[1:5]
 bpf = open(f"{work}/deny_mkdir.bpf", "rb").read()
-box = subprocess.Popen(["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/",
-                        "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--bind", work, work,
-                        "--", "/usr/bin/python3", "-I", f"{work}/attacker.py",
-                        f"{work}/deny_mkdir.bpf"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                       text=True)
+attacker = ["/usr/bin/python3", "-I", f"{work}/attacker.py", f"{work}/deny_mkdir.bpf"]
+if backend == "bwrap":
+    box = ["bwrap", "--unshare-all", "--die-with-parent", "--ro-bind", "/", "/", "--dev", "/dev",
+           "--proc", "/proc", "--tmpfs", "/tmp", "--bind", work, work, "--"]
+else:
+    box = ["firejail", "--quiet", "--noprofile", "--nonewprivs", "--caps.drop=all", "--"]
+box = subprocess.Popen(box + attacker, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 assert box.stdout.readline().strip() == "ready"
-pidfd = os.pidfd_open(jobshare.sandbox_member(box.pid))
+member = jobshare.sandbox_member(box.pid)
+pidfd = os.pidfd_open(member)
 spec = jobshare.namespaces_of(pidfd)
 r, w = os.pipe()
 os.write(w, bpf)
 os.close(w)
 task = ("import os, sys\ntry:\n os.mkdir(sys.argv[1]); print('mkdir allowed')\n"
         "except OSError as e: print('mkdir denied', e.strerror)")
-helper = ["/usr/bin/python3", "-I", "-S", "-c",
+helper = [python, "-I", "-S", "-c",
           "import sys; sys.path.insert(0, sys.argv[1]); import sandbox_exec; "
           "sys.exit(sandbox_exec.main(sys.argv[2:]))", site, "--seccomp", str(r),
-          "--join-ns", ",".join(f"{k}:{v}" for k, v in spec.items()), "--join", str(pidfd),
-          "--", "/usr/bin/python3", "-I", "-c", task, f"{work}/made-by-joined-task"]
+          "--join-ns", ",".join(f"{k}:{v}" for k, v in spec.items())]
+if backend == "bwrap":
+    helper += ["--join", str(pidfd)]
+else:
+    helper = ["firejail", "--quiet", "--keep-fd=all", f"--join={member}"] + helper
+helper += ["--", "/usr/bin/python3", "-I", "-c", task, f"{work}/made-by-joined-task"]
 joined = subprocess.run(helper, pass_fds=(r, pidfd), capture_output=True, text=True, timeout=60)
 attacker = box.communicate("", timeout=60)[0]
 print(json.dumps({"task": joined.stdout + joined.stderr, "code": joined.returncode,
@@ -110,15 +119,20 @@ DENY_MKDIR = b"".join(struct.pack("HBBI", *i) for i in [
     (0x06, 0, 0, 0x00050001), (0x06, 0, 0, 0x7fff0000)])
 
 
-def test_a_sandbox_member_cannot_rewrite_the_filter_of_a_joining_task(user):
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_sandbox_member_cannot_rewrite_the_filter_of_a_joining_task(user, backend):
+    """bwrap: the helper joins by setns itself; firejail: `firejail --join`
+    execs it inside the sandbox, with the execute-only interpreter
+    (jobjoin.join_python) that makes it non-dumpable from its exec on."""
     work = user.home / "join-race"
     user.write("join-race/attacker.py", ATTACKER)
     user.write("join-race/driver.py", DRIVER)
     (work / "deny_mkdir.bpf").write_bytes(DENY_MKDIR)
     site = glob.glob(f"{PREFIX}/venv/lib/python3*/site-packages/agent_sandbox/helper")[0]
+    python = "/usr/bin/python3" if backend == "bwrap" else f"{PREFIX}/venv/libexec/python3-join"
     for _ in range(5):      # the attacker, descheduled, may miss the joiner: try again
         result = user.run([f"{PREFIX}/venv/bin/python", "-I", str(work / "driver.py"), site,
-                           str(work)], cwd=work, timeout=120)
+                           str(work), backend, python], cwd=work, timeout=120)
         assert result.returncode == 0, result.stdout + result.stderr
         out = json.loads(result.stdout.strip().splitlines()[-1])
         if "no joiner seen" not in out["attacker"]:

@@ -208,3 +208,83 @@ def test_without_a_pinned_peer_the_holder_refuses(holder, monkeypatch):
     assert "cannot pin the peer" in made.admit(conn)
     conn.close()
     client.close()
+
+
+# ---------------------------------------------------------------- shape (finding 2)
+def _policy(home, **changes):
+    from agent_sandbox.policy.resolve import resolve_policy
+    from tests.unit.homes import context, settings_for
+
+    return resolve_policy(settings_for(home, **changes), context(home), backend="bwrap")
+
+
+def _joined(info):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(info=info, pidfd=-1)
+
+
+def test_a_task_of_another_session_or_policy_does_not_join(tmp_path):
+    """A step from session S1 (network isolated) must not run in the sandbox
+    of session S2 of the same project (network open) nor use S2's chaperon;
+    nor a step from S2 with a different setting, nor one of S1 alone."""
+    from types import SimpleNamespace
+
+    from agent_sandbox.launch.jobjoin import _run_joined
+    from tests.unit.homes import make_home
+
+    home = make_home(tmp_path)
+    open_policy = _policy(home)
+    isolated = _policy(home, NETWORK_MODE="isolated")
+    holder = {"project": open_policy.project_dir, "backend": "bwrap",
+              "chaperon": "/elsewhere/s2", "staging": "/elsewhere/s2-staging",
+              "shape": jobshare.shape(open_policy, "S2")}
+    bwrap = SimpleNamespace(name="bwrap")
+    assert jobshare.shape_differs(holder["shape"], jobshare.shape(open_policy, "S2")) == []
+    for policy, session, differ in ((isolated, "S1", "network_isolated, session"),
+                                    (open_policy, "S1", "session"),
+                                    (isolated, "S2", "network_isolated")):
+        with pytest.raises(PolicyError, match=f"with other settings \\({differ} differ\\)"):
+            _run_joined(_joined(holder), ["true"], bwrap, policy, {}, (),
+                        jobshare.shape(policy, session))
+    # A holder that published no shape is refused too (fail closed).
+    bare = {k: v for k, v in holder.items() if k != "shape"}
+    with pytest.raises(PolicyError, match="other settings"):
+        _run_joined(_joined(bare), ["true"], bwrap, open_policy, {}, (),
+                    jobshare.shape(open_policy, "S2"))
+
+
+def test_firejail_execs_the_joining_helper_directly_with_the_execute_only_interpreter(
+        tmp_path, monkeypatch):
+    """`firejail --join=PID -- CMD` runs CMD through `bash -c`: a dumpable
+    process inside the sandbox before the helper starts. Without `--` it
+    execs CMD, here an execute-only interpreter (non-dumpable from exec)."""
+    from types import SimpleNamespace
+
+    from agent_sandbox.launch import jobjoin
+    from tests.unit.homes import make_home
+
+    monkeypatch.setattr(jobjoin, "join_python", lambda: "/prefix/venv/libexec/python3-join")
+    policy = _policy(make_home(tmp_path))
+    firejail = SimpleNamespace(name="firejail", path="/usr/bin/firejail")
+    plan = jobjoin.join_plan(policy, ["true"], firejail, {"mnt": 1, "pid": 2}, pid=77, pidfd=9)
+    assert list(plan.argv[:5]) == ["/usr/bin/firejail", "--quiet", "--keep-fd=all",
+                                   "--join=77", "/prefix/venv/libexec/python3-join"]
+    assert "--" not in plan.argv[:plan.argv.index("--join-ns")]
+
+
+def test_without_the_execute_only_interpreter_a_firejail_join_fails_closed(
+        tmp_path, monkeypatch):
+    import sys
+
+    from agent_sandbox.launch import jobjoin
+
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    (tmp_path / "libexec").mkdir()
+    with pytest.raises(PolicyError, match="reinstall agent-sandbox"):
+        jobjoin.join_python()
+    readable = tmp_path / "libexec" / "python3-join"
+    readable.write_bytes(b"")
+    readable.chmod(0o755)              # readable: the exec would leave it dumpable
+    with pytest.raises(PolicyError, match="not an execute-only root-owned file"):
+        jobjoin.join_python()
