@@ -150,6 +150,9 @@ def main():
            and k not in SPEC["hooks"] and not k.startswith(tuple(SPEC["hook_prefixes"]))}}
     env.update(SPEC["overrides"])
     env["SANDBOX_QUIET"] = "1"
+    # Which session submitted this (launch/jobshare.py JOB_SESSION_ENV): a
+    # task joins only that session's sandbox on the node.
+    env["AGENT_SANDBOX_JOB_SESSION"] = SPEC["session"]
     argv = SPEC["argv"]
     try:
         pid = os.posix_spawn(argv[0], argv, env)
@@ -196,7 +199,7 @@ def wrapper_script(*, config: dict, project_dir: str, spec_path: str,
             "overrides": {k: _text(v) for k, v in config.get("overrides", {}).items()},
             "steering": list(STEERING), "project_dir": project_dir,
             "hooks": sorted(HOOK_NAMES), "hook_prefixes": list(HOOK_PREFIXES),
-            "backend": config.get("job_backend"),
+            "backend": config.get("job_backend"), "session": config.get("job_session") or "",
             "outputs": [[rel, staged] for rel, staged in outputs]}
     return TEMPLATE.format(spec=spec, expand=_function_source(config["jobstart"], "expand"))
 

@@ -71,6 +71,15 @@ else:
         out.write(f"# Written by scripts/install.sh: the admin directory of this install.\nADMIN_DIR = {admin_dir!r}\n")
 PY
 chmod -R a+rX "$prefix"
+# An execute-only copy of the helper's interpreter (after the chmod above,
+# which would make it readable): `firejail --join` execs the helper already
+# inside a job's sandbox, and the kernel makes a process that execs a file it
+# cannot read non-dumpable from the start, so no member of the sandbox can
+# ptrace it or write its memory before it has loaded its seccomp filter
+# (launch/jobjoin.py join_plan, docs/design.md "Jobs: one sandbox per node").
+mkdir -p "$prefix/venv/libexec"
+install -m 0711 -o root -g root "$(readlink -f /usr/bin/python3)" "$prefix/venv/libexec/python3-join.tmp"
+mv -f "$prefix/venv/libexec/python3-join.tmp" "$prefix/venv/libexec/python3-join"
 ln -sf "$prefix/venv/bin/agent-sandbox" /usr/local/bin/agent-sandbox
 # The man page, generated from the installed command tree (agent_sandbox/cli/manpage.py).
 mandir=${AGENT_SANDBOX_MANDIR:-/usr/local/share/man/man1}

@@ -17,13 +17,19 @@ Strategy
   setns it holds every capability in the sandbox's user namespace and has
   neither no_new_privs nor seccomp. drop_capabilities() empties the bounding,
   ambient, effective, permitted and inheritable sets; the helper then sets
-  no_new_privs and loads the session's seccomp filter as for any launch.
+  no_new_privs and loads the session's seccomp filter at once.
+* Between the fork (it is now a visible member of the sandbox) and seccomp,
+  a member of the same uid could ptrace the joiner or write its memory and
+  remove the filter before it is loaded: non_dumpable() before setns shuts
+  both (ptrace and /proc/PID/mem need a dumpable target without privilege).
 """
 import os
 
 # clone(2) flags, by the names /proc/PID/ns uses.
 FLAGS = {"user": 0x10000000, "mnt": 0x00020000, "ipc": 0x08000000, "net": 0x40000000,
          "uts": 0x04000000, "pid": 0x20000000, "cgroup": 0x02000000}
+PR_GET_DUMPABLE = 3
+PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -60,6 +66,15 @@ def _prctl(*args) -> int:
 
     prctl, _ = _function("prctl")
     return prctl(*(c_long(a) for a in args))
+
+
+def non_dumpable() -> None:
+    """PR_SET_DUMPABLE 0, checked: the members of the sandbox (same uid) can
+    then neither ptrace this process nor open its /proc/PID/mem, so nothing
+    can strip what it is about to apply. Survives setns and fork; exec
+    resets it. Fails closed."""
+    if _prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or _prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise JoinError("cannot make the joining process non-dumpable (prctl)")
 
 
 def prepare() -> None:

@@ -8,7 +8,8 @@ modules and landlock.py from its own (root-owned, read-only) directory.
 
 In order, each step only when asked for:
   read the payload descriptors (environment, Landlock ruleset, seccomp BPF,
-  seeded files) and close them → write seeded files → chdir → setsid →
+  seeded files) and close them → write seeded files → (--join-ns: not
+  dumpable, enter, drop capabilities, no_new_privs, seccomp) → chdir → setsid →
   (--controlling-tty: take stdin as controlling terminal) → start the
   watcher → PR_SET_NO_NEW_PRIVS → Landlock → seccomp → start the relay →
   report "helper-exec" on the status descriptor → close every descriptor
@@ -104,16 +105,24 @@ def _joinns():
     return joinns
 
 
-def join(opts: dict) -> int:
-    """Enter the job's sandbox (--join-ns, --join): returns, in the joined
-    process, the host pid the launcher signals (this helper's own: with a
-    fork, the parent's, which leads the process group both are in). The
-    parent of a fork only relays the child's end."""
+def join(opts: dict, bpf: bytes | None) -> int:
+    """Enter the job's sandbox (--join-ns, --join), then drop every
+    capability, set no_new_privs and load the seccomp filter `bpf`: returns,
+    in the joined process, the host pid the launcher signals (this helper's
+    own: with a fork, the parent's, which leads the process group both are
+    in). The parent of a fork only relays the child's end."""
     joinns = _joinns()
     try:
         spec = joinns.parse_spec(opts["join_ns"])
         report = os.getpid()
         joinns.prepare()
+        # Before setns: from the fork on this process is a same-uid member of
+        # the sandbox, and until seccomp is on a member could ptrace it or
+        # rewrite its memory (/proc/PID/mem, process_vm_writev) and strip the
+        # filter it is about to load. Not dumpable, it can do neither; the
+        # flag survives setns and fork, and exec resets it (so the task's
+        # ranks can use CMA with each other).
+        joinns.non_dumpable()
         if opts["join"] is not None:
             joinns.enter(opts["join"], spec)
             child = os.fork()
@@ -126,6 +135,10 @@ def join(opts: dict) -> int:
             joinns._prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
         joinns.verify(spec)
         joinns.drop_capabilities()
+        # At once, before chdir, the watcher and the rest (see main).
+        _landlock().no_new_privs()
+        if bpf is not None:
+            load_seccomp(bpf)
     except (joinns.JoinError, OSError) as exc:
         raise SetupError(str(exc)) from None
     return report
@@ -145,7 +158,8 @@ def relay(child: int) -> None:
         except InterruptedError:
             continue
     if os.WIFSIGNALED(status):
-        signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+        if os.WTERMSIG(status) != signal.SIGKILL:   # SIGKILL has no handler to reset
+            signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
         os.kill(os.getpid(), os.WTERMSIG(status))
     os._exit(os.waitstatus_to_exitcode(status))
 
@@ -483,6 +497,14 @@ def execute(command: list[str], env: dict) -> int:
 
 def main(argv: list[str]) -> int:
     try:
+        if "--join-ns" in argv:
+            # Under `firejail --join` this process is in the sandbox already:
+            # not dumpable first thing, so no member can rewrite it (join()).
+            joinns = _joinns()
+            try:
+                joinns.non_dumpable()
+            except joinns.JoinError as exc:
+                raise SetupError(str(exc)) from None
         opts = parse(argv)
         if opts["probe"]:
             return probe()
@@ -501,7 +523,8 @@ def main(argv: list[str]) -> int:
             write_seed(_read_fd(fd), path)
         report = os.getpid()
         if opts["join_ns"] is not None:
-            report = join(opts)
+            report = join(opts, bpf)
+            bpf = None                  # loaded by join()
         if opts["chdir"]:
             try:
                 os.chdir(opts["chdir"])

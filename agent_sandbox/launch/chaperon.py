@@ -347,6 +347,10 @@ def handler_config(settings, policy, staging: str) -> dict:
 
     return {
         "session_id": policy.session_id, "project_dir": policy.project_dir,
+        # The session a job's steps belong to (launch/jobshare.py shape): this
+        # one, or — for the chaperon of a job's sandbox on a node — the session
+        # that submitted the job, which its wrapper told the launcher.
+        "job_session": os.environ.get("AGENT_SANDBOX_JOB_SESSION") or policy.session_id,
         "staging_dir": staging, "state_dir": state_dir(policy.home),
         # What is read-only inside the sandbox stays so for the chaperon,
         # which writes srun's -o/-e outside it (chaperon/submit.py).

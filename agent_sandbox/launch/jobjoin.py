@@ -33,6 +33,9 @@ def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, r
                                           environ=environ, job=job)
     if selection.name not in jobshare.SHARED_BACKENDS:
         return None
+    # The submitting session, as the chaperon's wrapper set it (the holder's
+    # chaperon hands it on to the job's steps: chaperon.handler_config).
+    shaped = jobshare.shape(policy, environ.get(jobshare.JOB_SESSION_ENV, ""))
     keys = jobshare.key_for(*step)
     dirfd = jobshare.jobs_dir(policy.home)
     try:
@@ -48,7 +51,8 @@ def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, r
                     return launch(waiter, project_dir=project_dir, backend=backend,
                                   environ=holder_env, on_prepared=started, job=job)
 
-                jobshare.start_holder(keys[-1], step[0], dirfd, hold, close=(lock,))
+                jobshare.start_holder(keys[-1], step[0], dirfd, hold, close=(lock,),
+                                      shaped=shaped)
                 joined = jobshare.connect(dirfd, keys[-1])
             if joined is None:
                 raise PolicyError("the job's sandbox on this node started but does not "
@@ -58,7 +62,7 @@ def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, r
     finally:
         os.close(dirfd)
     try:
-        return _run_joined(joined, command, selection, policy, environ, keep_fds)
+        return _run_joined(joined, command, selection, policy, environ, keep_fds, shaped)
     finally:
         joined.close()
 
@@ -71,7 +75,7 @@ def _find(jobshare, dirfd: int, keys: list[str]):
     return None
 
 
-def _run_joined(joined, command, selection, policy, environ, keep_fds) -> int:
+def _run_joined(joined, command, selection, policy, environ, keep_fds, shaped) -> int:
     from agent_sandbox.launch import jobshare
     from agent_sandbox.launch.spawn import keep_fds_checked, run_plan, slurm_task_fds
     from agent_sandbox.policy.resolve import with_chaperon
@@ -83,6 +87,16 @@ def _run_joined(joined, command, selection, policy, environ, keep_fds) -> int:
             f"{info.get('backend')}, this task for {policy.project_dir} on {selection.name} — "
             "a task joins only its own job's sandbox. The task was not run.",
             reason="job_join_refused")
+    # Another session of the project (or the same one with other settings)
+    # must not get this sandbox's view and chaperon: fail closed. A job's own
+    # steps resolve the same policy in the same session, so MPI is unaffected.
+    differs = jobshare.shape_differs(info.get("shape"), shaped)
+    if differs:
+        raise PolicyError(
+            "the job's sandbox on this node was made for another session or with other "
+            f"settings ({', '.join(differs)} differ) — a task joins only the sandbox of the "
+            "session that submitted it, with the same settings. Submit the step from that "
+            "session. The task was not run.", reason="job_join_refused")
     if info.get("chaperon"):
         policy = with_chaperon(policy, info["chaperon"], info["staging"])
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
@@ -99,6 +113,25 @@ def _run_joined(joined, command, selection, policy, environ, keep_fds) -> int:
     return run_plan(plan, policy.keep_fds + (joined.pidfd,))
 
 
+def join_python() -> str:
+    """The interpreter `firejail --join` execs the helper with: an
+    execute-only copy (scripts/install.sh), so the helper is non-dumpable
+    from its exec inside the sandbox on (a member could otherwise stop it and
+    rewrite its memory before it loads seccomp). Fails closed without it."""
+    import sys
+
+    path = os.path.join(sys.prefix, "libexec", "python3-join")
+    try:
+        info = os.stat(path)
+    except OSError:
+        info = None
+    if info is None or info.st_uid != 0 or info.st_mode & 0o7777 != 0o711:
+        raise PolicyError(f"{path} is missing or not an execute-only root-owned file — "
+                          "reinstall agent-sandbox (scripts/install.sh) on this node. The "
+                          "task was not run.", reason="job_join_refused")
+    return path
+
+
 def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pidfd: int):
     """The Plan of a joining task (pure): the helper, started by bwrap's
     joiner directly (it setns through `pidfd`) or by `firejail --join=PID`,
@@ -110,14 +143,20 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
     from agent_sandbox.launch.payloads import seccomp_payload
     from agent_sandbox.launch.select import helper_python
 
-    helper = helper_argv(python=helper_python(), env=True, seccomp=policy.seccomp, status=True,
+    python = helper_python() if selection.name == "bwrap" else join_python()
+    helper = helper_argv(python=python, env=True, seccomp=policy.seccomp, status=True,
                          argv_fd=True, chdir=policy.workdir, keep_fds=policy.keep_fds)
     join = ["--join-ns", ",".join(f"{kind}:{inode}" for kind, inode in spec.items())]
     if selection.name == "bwrap":
         join += ["--join", str(pidfd)]
         argv = helper[:-1] + join + ["--"]
     else:
-        argv = ([selection.path, "--quiet", "--keep-fd=all", f"--join={pid}", "--"]
+        # No `--` before the helper: with it firejail 0.9.72 runs the command
+        # through `bash -c`, a dumpable process inside the sandbox that a
+        # member could rewrite before the helper starts. Without it firejail
+        # execs the (absolute) interpreter path directly; --join takes what
+        # follows it as the command, so nothing after it is a firejail option.
+        argv = ([selection.path, "--quiet", "--keep-fd=all", f"--join={pid}"]
                 + helper[:-1] + join + ["--"])
     payloads = {"env": env_payload(policy.env), "argv": argv_payload(command)}
     if policy.seccomp:

@@ -25,7 +25,9 @@ Strategy
   orders the first launches of a key.
 * Every launch, the first included, joins: it connects, the holder checks
   the peer (SO_PEERCRED: same uid; same Slurm job by slurm_step of the peer's
-  pid, pinned by SO_PEERPIDFD) and answers with its project, backend and
+  pid; not itself sandboxed: no no_new_privs, no seccomp — a landlock task
+  can reach the socket; all read while SO_PEERPIDFD pins the pid, and
+  refused on kernels without it) and answers with its project, backend and
   chaperon directories and, by SCM_RIGHTS, a pidfd of the sandbox's init.
   The joiner refuses another project or backend, reads the namespaces of that
   pid while the pidfd proves it alive, and hands them to the helper, which
@@ -57,6 +59,39 @@ NAMESPACES = ("user", "mnt", "ipc", "net", "uts", "pid", "cgroup")
 WAITER = ["/bin/sh", "-c", "echo ready && read -r line"]
 READY_TIMEOUT = 60
 JOIN_TIMEOUT = 60
+
+
+# What shapes a sandbox, by Policy field: a task joins only a sandbox made
+# from the same ones, for the same submitting session (its chaperon serves
+# the task's Slurm calls). `protected` counts by path.
+SHAPING = ("backend", "project_dir", "home_access", "system_readonly", "home_readonly",
+           "home_writable", "home_seeded", "extra_writable", "hidden", "readonly_overlays",
+           "run_binds", "slurm_masks", "slurm_binaries", "devices", "private_tmp", "private_ipc",
+           "filter_passwd", "network_isolated", "seccomp", "seccomp_extra", "pinned")
+# Set by the chaperon's job wrapper (chaperon/jobwrap.py) to the id of the
+# session that submitted the job or step; the agent cannot set it.
+JOB_SESSION_ENV = "AGENT_SANDBOX_JOB_SESSION"
+
+
+def shape(policy, session: str) -> dict[str, str]:
+    """{part: digest} of what shapes `policy`'s sandbox, the submitting
+    session included: the holder publishes it, a joiner must match it."""
+    import hashlib
+
+    parts = {name: getattr(policy, name) for name in SHAPING}
+    parts["protected"] = sorted(p.path for p in policy.protected)
+    parts["session"] = session
+    return {name: hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()[:32]
+            for name, value in parts.items()}
+
+
+def shape_differs(theirs, ours: dict[str, str]) -> list[str]:
+    """The parts in which a holder's shape differs from ours (all, when it
+    published none)."""
+    if not isinstance(theirs, dict):
+        return sorted(ours)
+    return sorted(name for name in ours.keys() | theirs.keys()
+                  if theirs.get(name) != ours.get(name))
 
 
 # ---------------------------------------------------------------- identity
@@ -99,6 +134,21 @@ def _cgroup_agrees(pid: int, job: str) -> bool:
             return cgroup_agrees(handle.read(), job)
     except OSError:
         return False
+
+
+def _confined(pid: int) -> str | None:
+    """Why `pid` is inside some sandbox, or None: every sandboxed process has
+    no_new_privs (and usually a seccomp filter); a launcher has neither. So a
+    landlock task of the job, which can connect() to the holder's socket
+    (Landlock does not restrict that), is never handed another sandbox."""
+    with open(f"/proc/{pid}/status", "rb") as handle:
+        for line in handle:
+            name, _, value = line.partition(b":")
+            if name == b"NoNewPrivs" and value.strip() != b"0":
+                return "no_new_privs"
+            if name == b"Seccomp" and value.strip() != b"0":
+                return "a seccomp filter"
+    return None
 
 
 def cgroup_agrees(text: str, job: str) -> bool:
@@ -163,24 +213,26 @@ class Holder:
                                                           struct.calcsize("3i")))
         if uid != os.getuid():
             return f"uid {uid} is not the job's owner"
-        pinned = None
         try:
             pinned = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
         except OSError:
-            pass
+            # Without the pin the pid read may name another process by now
+            # (kernel < 6.5): fail closed.
+            return "this kernel cannot pin the peer (SO_PEERPIDFD, Linux 6.5)"
         try:
             step = slurm_step(pid)
-            if pinned is not None:
-                import signal
+            confined = _confined(pid)
+            import signal
 
-                signal.pidfd_send_signal(pinned, 0)   # the pid read was still the peer
+            signal.pidfd_send_signal(pinned, 0)   # the pid read was still the peer
         except OSError:
             return "the peer is gone"
         finally:
-            if pinned is not None:
-                os.close(pinned)
+            os.close(pinned)
         if step is None or step[0] != self.job:
             return f"the peer (pid {pid}) is not a process of job {self.job}"
+        if confined:
+            return f"the peer (pid {pid}) is itself sandboxed ({confined})"
         return None
 
     def serve(self, stop_fd: int) -> None:
@@ -258,12 +310,14 @@ class Holder:
         self.joined += 1
 
 
-def start_holder(key: str, job: str, dirfd: int, launch, *, close=()) -> None:
+def start_holder(key: str, job: str, dirfd: int, launch, *, close=(),
+                 shaped: dict | None = None) -> None:
     """Fork the holder of `key` and return once its socket answers; raise
     BackendUnavailable with its reason when it could not start. `launch`
     runs the ordinary launch of a command in the holder (a callable taking
     the command and a callback that gets the chaperon session and policy).
-    `close`: descriptors the holder must not keep (the lock)."""
+    `close`: descriptors the holder must not keep (the lock); `shaped`: the
+    launch's shape(), published to joiners."""
     sweep(dirfd, job)
     report_r, report_w = os.pipe()
     child = os.fork()
@@ -273,7 +327,7 @@ def start_holder(key: str, job: str, dirfd: int, launch, *, close=()) -> None:
             os.close(fd)
         code = 125
         try:
-            code = _hold(key, job, dirfd, launch, report_w)
+            code = _hold(key, job, dirfd, launch, report_w, shaped or {})
         except BaseException as exc:   # never back into the parent's code
             _report(report_w, f"error {exc}")
         finally:
@@ -292,10 +346,12 @@ def sweep(dirfd: int, job: str) -> None:
     more (one killed with its job); run under the per-host lock. A live
     holder of another job refuses the probe, so probing changes nothing."""
     host = socket.gethostname().split(".")[0]
-    ours = (f"{host}-{job}.sock", f"{host}-{job}.")
+    # Exactly this host's keys (key_for): on a shared home the hosts c1 and
+    # c1-2 must not take each other's sockets.
+    pattern = re.compile(rf"{re.escape(host)}-(\d+)(\.\w+)?\.sock")
     for name in os.listdir(f"/proc/self/fd/{dirfd}"):   # an O_PATH descriptor
-        if (name.startswith(f"{host}-") and name.endswith(".sock")
-                and not name.startswith(ours)):
+        match = pattern.fullmatch(name)
+        if match and match.group(1) != job:
             probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             try:
                 probe.connect(_address(dirfd, name))
@@ -318,7 +374,7 @@ def _report(fd: int, text: str) -> None:
         pass
 
 
-def _hold(key: str, job: str, dirfd: int, launch, report_w: int) -> int:
+def _hold(key: str, job: str, dirfd: int, launch, report_w: int, shaped: dict) -> int:
     """The holder process: the waiter runs in the sandbox with a pipe on each
     of stdin (closed to end it) and stdout (it says `ready`)."""
     import threading
@@ -356,7 +412,8 @@ def _hold(key: str, job: str, dirfd: int, launch, report_w: int) -> int:
     def started(session, policy):
         context["info"] = {"project": policy.project_dir, "backend": policy.backend,
                            "chaperon": session.directory if session else None,
-                           "staging": session.staging if session else None}
+                           "staging": session.staging if session else None,
+                           "shape": shaped}
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

@@ -7,7 +7,6 @@ from ..slurm.values import OTHER_CLUSTER, deny, flag
 from ..slurm.options import REQ, CommandSpec
 from ..others import sdiag
 from ..scope import self_names
-from ..refusal import Refusal
 from .common import binary_and_args, run_real
 
 SDIAG = CommandSpec("sdiag", [

@@ -43,7 +43,7 @@ def test_node_reasons_and_reservations_name_no_other_user(user, project, session
                     f"Reason={reason}"], check=True, capture_output=True)
     try:
         assert "root" in outside(user, "sinfo", "-R").stdout           # the real answer names root
-        assert f"[root@" in outside(user, "scontrol", "show", "node", node).stdout
+        assert "[root@" in outside(user, "scontrol", "show", "node", node).stdout
         for argv in (["sinfo", "-R"], ["sinfo", "-R", "-l"], ["sinfo", "-o", "%E|%u|%N"],
                      ["sinfo", "-o", "%E %U"], ["sinfo", "-O", "reason,user,userlong,nodelist"],
                      ["sinfo", "--json"], ["sinfo", "--yaml"], ["sinfo", "-R", "-h"],

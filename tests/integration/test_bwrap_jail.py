@@ -359,8 +359,11 @@ def test_placeholders_outlive_the_session_that_made_them_while_another_uses_them
     assert (project / "b-result").read_text().strip() == "refused"
     assert not (project / ".envrc").exists()                  # the last session removed it
     assert not (project / ".vscode").exists()
-    listed = user.home / ".local/state/agent-sandbox/placeholders"
-    assert not any(listed.glob("*.jsonl")) if listed.exists() else True
+    # This project's list of placeholders is gone (other projects' lists, e.g.
+    # those of an earlier test's killed launcher, are not this test's).
+    from agent_sandbox.launch.placeholders import _list_path
+
+    assert not os.path.exists(_list_path(str(user.home), os.path.realpath(project)))
 
 
 def test_user_config_tree_is_read_only_inside(jail, project):

@@ -13,7 +13,6 @@ import select
 import shutil
 import signal
 import subprocess
-import time
 
 import pytest
 

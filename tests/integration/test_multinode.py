@@ -5,7 +5,6 @@ so in the job's own output file (SPEC §9, "The compute side gives at least
 what the login side gave")."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest

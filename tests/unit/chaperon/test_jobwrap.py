@@ -18,7 +18,7 @@ JOBSTART = str(Path(__file__).resolve().parents[3] / "agent_sandbox" / "helper" 
 
 def config(launcher, backend="bwrap"):
     return {"launcher": launcher, "jobstart": JOBSTART, "job_backend": backend,
-            "overrides": {}}
+            "overrides": {}, "job_session": "s2"}
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def layout(tmp_path):
     return project, stage
 
 
-def run_wrapper(layout, launcher, backend="bwrap"):
+def run_wrapper(layout, launcher, backend="bwrap", env=None):
     project, stage = layout
     text = wrapper_script(config=config(launcher, backend), project_dir=str(project),
                           spec_path=str(stage / "spec.json"),
@@ -37,7 +37,8 @@ def run_wrapper(layout, launcher, backend="bwrap"):
     wrapper = stage / "wrapper"
     wrapper.write_text(text)
     return subprocess.run(["/usr/bin/python3", "-IS", str(wrapper)], capture_output=True,
-                          text=True, env={"SLURM_JOB_ID": "42", "PATH": "/usr/bin:/bin"},
+                          text=True, env={"SLURM_JOB_ID": "42", "PATH": "/usr/bin:/bin",
+                                          **(env or {})},
                           timeout=30)
 
 
@@ -46,6 +47,18 @@ def test_the_backend_is_pinned_unless_weaker_ones_are_allowed():
         "L", "run", "--job", "--job-shared", "--backend", "bwrap", "--project-dir", "/p", "--",
         "/usr/bin/python3", "-IS", "/j.py", "/s.json"]
     assert "--backend" not in launch_argv(config(["L"], backend=None), "/p", "/j.py", "/s")
+
+
+def test_the_launcher_is_told_the_submitting_session_whatever_the_environment(layout):
+    """The job's sandbox on a node is joined only by launches of the session
+    that submitted the job (launch/jobshare.py shape): the session comes from
+    the wrapper the chaperon wrote, never from the job's environment."""
+    project, stage = layout
+    result = run_wrapper(layout, ["/bin/sh", "-c", 'echo "$AGENT_SANDBOX_JOB_SESSION" > "$0"',
+                                  str(stage / "seen")],
+                         env={"AGENT_SANDBOX_JOB_SESSION": "s1"})
+    assert result.returncode == 0, result.stderr
+    assert (stage / "seen").read_text() == "s2\n"
 
 
 def test_a_missing_launcher_is_reported_in_the_output_file(layout):
@@ -115,3 +128,16 @@ def test_the_environment_cannot_steer_the_output_out_of_the_project(layout, tmp_
     assert result.returncode == 127
     assert not (tmp_path / "escaped.out").exists()
     assert not (project / "escaped.out").exists()
+
+
+def test_a_steps_tasks_are_told_the_submitting_session():
+    """srun's tasks start the launcher directly (no wrapper): the session
+    travels in the environment the chaperon gives the real srun."""
+    from types import SimpleNamespace
+
+    from chaperon.environment import command_env
+    from chaperon.submit import launcher_env
+
+    ctx = SimpleNamespace(config={"overrides": {}, "job_session": "s2"})
+    env = command_env([], validated=launcher_env(ctx))
+    assert env["AGENT_SANDBOX_JOB_SESSION"] == "s2"

@@ -147,7 +147,8 @@ def test_sockets_nobody_listens_on_are_swept_but_not_this_jobs(tmp_path, monkeyp
     monkeypatch.setattr(socket, "gethostname", lambda: "n1")
     dirfd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
     try:
-        for name in ("n1-7.sock", "n1-42.sock", "n1-42.3.sock", "n2-7.sock"):
+        # n1-2-7: job 7 of the host n1-2, sharing the home (not n1's to sweep)
+        for name in ("n1-7.sock", "n1-42.sock", "n1-42.3.sock", "n2-7.sock", "n1-2-7.sock"):
             dead = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             dead.bind(str(tmp_path / name))
             dead.close()                       # bound, never listening: stale
@@ -155,8 +156,135 @@ def test_sockets_nobody_listens_on_are_swept_but_not_this_jobs(tmp_path, monkeyp
         live.bind(str(tmp_path / "n1-8.sock"))
         live.listen(1)
         jobshare.sweep(dirfd, "42")
-        assert sorted(os.listdir(tmp_path)) == ["n1-42.3.sock", "n1-42.sock", "n1-8.sock",
-                                                "n2-7.sock"]
+        assert sorted(os.listdir(tmp_path)) == ["n1-2-7.sock", "n1-42.3.sock", "n1-42.sock",
+                                                "n1-8.sock", "n2-7.sock"]
         live.close()
     finally:
         os.close(dirfd)
+
+
+CONFINED_PEER = r'''
+import ctypes, socket, sys
+ctypes.CDLL(None).prctl(38, 1, 0, 0, 0)        # PR_SET_NO_NEW_PRIVS, as every sandboxed process has
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); c.connect(sys.argv[1])
+data, anc, _, _ = c.recvmsg(4096, socket.CMSG_SPACE(4))
+print(len(anc))
+'''
+
+
+def test_a_confined_peer_of_the_job_is_not_handed_the_sandbox(tmp_path, monkeypatch):
+    """A landlock task of the job can connect() to the holder's socket (Landlock
+    does not restrict that) and passes the job check: its no_new_privs (every
+    sandboxed process has it) is what refuses it (review of issue 14, finding 3)."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "3"))
+    path = str(tmp_path / "n1-42.sock")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(1)
+    holder = jobshare.Holder("42", {"project": "/p", "backend": "bwrap"},
+                             os.pidfd_open(os.getpid()), listener)
+    peer = subprocess.Popen([sys.executable, "-c", CONFINED_PEER, path], stdout=subprocess.PIPE,
+                            text=True)
+    conn, _ = listener.accept()
+    refused = holder.admit(conn)
+    holder._answer(conn)
+    out = peer.communicate(timeout=10)[0].strip()
+    assert refused == f"the peer (pid {peer.pid}) is itself sandboxed (no_new_privs)"
+    assert out == "0"
+
+
+def test_without_a_pinned_peer_the_holder_refuses(holder, monkeypatch):
+    """Where SO_PEERPIDFD is missing (kernel < 6.5) the peer's pid could be
+    reused between the check and the answer: fail closed (finding 7)."""
+    monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "3"))
+    monkeypatch.setattr(jobshare, "SO_PEERPIDFD", 0x7fff)   # an option no kernel has
+    made, dirfd = holder
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(jobshare._address(dirfd, "n1-42.sock"))
+    conn, _ = made.listener.accept()
+    assert "cannot pin the peer" in made.admit(conn)
+    conn.close()
+    client.close()
+
+
+# ---------------------------------------------------------------- shape (finding 2)
+def _policy(home, **changes):
+    from agent_sandbox.policy.resolve import resolve_policy
+    from tests.unit.homes import context, settings_for
+
+    return resolve_policy(settings_for(home, **changes), context(home), backend="bwrap")
+
+
+def _joined(info):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(info=info, pidfd=-1)
+
+
+def test_a_task_of_another_session_or_policy_does_not_join(tmp_path):
+    """A step from session S1 (network isolated) must not run in the sandbox
+    of session S2 of the same project (network open) nor use S2's chaperon;
+    nor a step from S2 with a different setting, nor one of S1 alone."""
+    from types import SimpleNamespace
+
+    from agent_sandbox.launch.jobjoin import _run_joined
+    from tests.unit.homes import make_home
+
+    home = make_home(tmp_path)
+    open_policy = _policy(home)
+    isolated = _policy(home, NETWORK_MODE="isolated")
+    holder = {"project": open_policy.project_dir, "backend": "bwrap",
+              "chaperon": "/elsewhere/s2", "staging": "/elsewhere/s2-staging",
+              "shape": jobshare.shape(open_policy, "S2")}
+    bwrap = SimpleNamespace(name="bwrap")
+    assert jobshare.shape_differs(holder["shape"], jobshare.shape(open_policy, "S2")) == []
+    for policy, session, differ in ((isolated, "S1", "network_isolated, session"),
+                                    (open_policy, "S1", "session"),
+                                    (isolated, "S2", "network_isolated")):
+        with pytest.raises(PolicyError, match=f"with other settings \\({differ} differ\\)"):
+            _run_joined(_joined(holder), ["true"], bwrap, policy, {}, (),
+                        jobshare.shape(policy, session))
+    # A holder that published no shape is refused too (fail closed).
+    bare = {k: v for k, v in holder.items() if k != "shape"}
+    with pytest.raises(PolicyError, match="other settings"):
+        _run_joined(_joined(bare), ["true"], bwrap, open_policy, {}, (),
+                    jobshare.shape(open_policy, "S2"))
+
+
+def test_firejail_execs_the_joining_helper_directly_with_the_execute_only_interpreter(
+        tmp_path, monkeypatch):
+    """`firejail --join=PID -- CMD` runs CMD through `bash -c`: a dumpable
+    process inside the sandbox before the helper starts. Without `--` it
+    execs CMD, here an execute-only interpreter (non-dumpable from exec)."""
+    from types import SimpleNamespace
+
+    from agent_sandbox.launch import jobjoin
+    from tests.unit.homes import make_home
+
+    monkeypatch.setattr(jobjoin, "join_python", lambda: "/prefix/venv/libexec/python3-join")
+    policy = _policy(make_home(tmp_path))
+    firejail = SimpleNamespace(name="firejail", path="/usr/bin/firejail")
+    plan = jobjoin.join_plan(policy, ["true"], firejail, {"mnt": 1, "pid": 2}, pid=77, pidfd=9)
+    assert list(plan.argv[:5]) == ["/usr/bin/firejail", "--quiet", "--keep-fd=all",
+                                   "--join=77", "/prefix/venv/libexec/python3-join"]
+    assert "--" not in plan.argv[:plan.argv.index("--join-ns")]
+
+
+def test_without_the_execute_only_interpreter_a_firejail_join_fails_closed(
+        tmp_path, monkeypatch):
+    import sys
+
+    from agent_sandbox.launch import jobjoin
+
+    monkeypatch.setattr(sys, "prefix", str(tmp_path))
+    (tmp_path / "libexec").mkdir()
+    with pytest.raises(PolicyError, match="reinstall agent-sandbox"):
+        jobjoin.join_python()
+    readable = tmp_path / "libexec" / "python3-join"
+    readable.write_bytes(b"")
+    readable.chmod(0o755)              # readable: the exec would leave it dumpable
+    with pytest.raises(PolicyError, match="not an execute-only root-owned file"):
+        jobjoin.join_python()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from agent_sandbox.launch import boundfiles
 from agent_sandbox.config import load as confload
-from agent_sandbox.backends import BACKENDS, bwrap, firejail, landlock as landlock_backend
+from agent_sandbox.backends import BACKENDS, bwrap
 from agent_sandbox.backends.base import Payload, PlanContext
 from agent_sandbox.policy.envfilter import removal_rule
 from agent_sandbox.policy.view import mount_ops
