@@ -1,8 +1,6 @@
 """GPU devices of a job: gres.conf and Slurm's indices → device files."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from agent_sandbox.policy import gres
