@@ -27,8 +27,11 @@ SUBMITTED = {
     "CONDA_PREFIX": "/opt/conda/envs/x", "CONDA_DEFAULT_ENV": "x", "MY_SETTING": "42",
 }
 JOB_SPECIFIC = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_TASK_PID", "_"}
+# AGENT_SANDBOX_JOB_SESSION: which session submitted the job (launch/jobshare.py,
+# set by the chaperon's wrapper: a task joins only that session's sandbox).
 SANDBOX_OWN = {"AGENT_SANDBOX", "AGENT_SANDBOX_CHAPERON", "AGENT_SANDBOX_SESSION",
-               "SANDBOX_BACKEND", "SANDBOX_PROJECT_DIR", "SANDBOX_QUIET"}
+               "AGENT_SANDBOX_JOB_SESSION", "SANDBOX_BACKEND", "SANDBOX_PROJECT_DIR",
+               "SANDBOX_QUIET"}
 
 
 def sandbox_own(inside: dict) -> set:
