@@ -18,10 +18,10 @@ import argparse
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
+
+from launch import measure, summary   # benchmarks/launch.py: one way to time a launch
 
 STANDIN = """#!/bin/sh
 d="${CODEX_HOME:-$HOME/.codex}"
@@ -29,24 +29,6 @@ d="${CODEX_HOME:-$HOME/.codex}"
   && mv "$d/config.toml.new" "$d/config.toml"
 exit 0
 """
-
-
-def measure(argv, runs, cwd, env) -> list[float]:
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        result = subprocess.run(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE)
-        times.append((time.perf_counter() - start) * 1000)
-        if result.returncode != 0:
-            sys.exit(f"{argv} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
-    return times
-
-
-def summary(name, times) -> str:
-    times = sorted(times)
-    p90 = times[int(len(times) * 0.9) - 1]
-    return f"{name:<34} median {statistics.median(times):7.1f} ms   p90 {p90:7.1f} ms"
 
 
 def main() -> int:

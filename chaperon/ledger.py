@@ -323,7 +323,8 @@ class Ledger:
             except OSError:
                 continue
         state = _FileState(None)
-        for path in taken:
+        read = []      # only what was read may be removed: a file that cannot be
+        for path in taken:   # read now stays (.compacting) for readers and the next fold
             try:
                 fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
@@ -332,6 +333,9 @@ class Ledger:
                 fcntl.flock(fd, fcntl.LOCK_EX)    # a writer inside its append finishes first
                 with os.fdopen(os.dup(fd), "rb") as handle:
                     _parse(handle.read(), state)
+                read.append(path)
+            except OSError:
+                continue
             finally:
                 os.close(fd)
         projects = {str(r.get("project")) for r in state.records} | {p for p, _ in state.gone}
@@ -345,12 +349,12 @@ class Ledger:
             os.fsync(directory)
         finally:
             os.close(directory)
-        for path in taken:
+        for path in read:
             try:
                 os.unlink(path)
             except OSError:
                 pass
-        return len(taken)
+        return len(read)
 
     def _rewrite(self, project: str, new: list[Record], forgotten: set[str]) -> None:
         """compact/<project>.jsonl with `new` added and `forgotten` removed,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shutil
 from urllib.parse import quote
 
@@ -143,6 +144,21 @@ def launcher_env(ctx) -> dict[str, str]:
     # step's tasks join only that session's sandbox (launch/jobshare.py shape).
     env["AGENT_SANDBOX_JOB_SESSION"] = ctx.config.get("job_session") or ""
     return env
+
+
+def tmp_key(env_in: dict[str, str] | None = None, job: str = "") -> str:
+    """The secret part of the job's private TMPDIR name (jobstart.py
+    private_tmpdir): fresh for a batch job or an allocation; for a step, the
+    one of the job it runs in, read from the caller's TMPDIR (which jobstart
+    set), so a job's steps share its TMPDIR on every node as Slurm's
+    job_container/tmpfs does. The caller runs inside that job: naming
+    another key only changes its own job's directory."""
+    if env_in and job.isdigit():
+        name = os.path.basename(env_in.get("TMPDIR", ""))
+        match = re.fullmatch(rf"agent-sandbox-job-{job}-([0-9a-f]{{32}})", name)
+        if match:
+            return match.group(1)
+    return os.urandom(16).hex()
 
 
 def new_stage(ctx, token: str) -> str:

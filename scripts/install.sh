@@ -38,9 +38,12 @@ install_missing() {
 install_missing bubblewrap firejail libseccomp2 util-linux passwd python3 python3-venv
 # The test extras also run MPI jobs (tests/integration/test_mpi.py): Open MPI with
 # mpi4py, and libpmix-dev, whose libpmix.so Slurm's mpi/pmix plugin loads (slurmd
-# loads it when it starts: start the clusters after this). Never in a production install.
+# loads it when it starts: start the clusters after this); and the clients the
+# network tests drive through the egress proxy (curl, git) and make their test CA
+# with (openssl). Never in a production install.
 case ",$extras," in
-    *,test,*) install_missing --no-install-recommends -- openmpi-bin python3-mpi4py libpmix-dev ;;
+    *,test,*) install_missing --no-install-recommends -- openmpi-bin python3-mpi4py libpmix-dev \
+                  curl git openssl ca-certificates ;;
 esac
 
 umask 022

@@ -10,7 +10,8 @@ execs the snapshotted job script with its arguments, or the task's command.
 SPEC is a JSON file in the chaperon's staging directory (read-only here):
 {"script": path, "args": [...]} (sbatch) or {"argv": [...]} (srun), with
 "workdir": dir, "links": [[requested, staged]], "env": {name: value} and,
-when the user gave one, "export". Both link ends may hold Slurm's filename
+when the user gave one, "export"; "tmp_key", the job's secret part of its
+private TMPDIR's name (private_tmpdir). Both link ends may hold Slurm's filename
 patterns (%j %A %a %x %u %N …).
 
 The restored environment is the one the real Slurm would give for the
@@ -113,14 +114,21 @@ def stub_dirs(current) -> list:
     return [d for d in current.get("PATH", "").split(":") if d in own]
 
 
-def private_tmpdir(current) -> str:
-    """A directory of this job on this node that only this user can use:
-    agent-sandbox-job-<id> in the sandbox's temporary directory (/tmp, or the
-    session's own $TMPDIR on landlock, which cannot make /tmp private), made
-    0700 (or taken when this user made it earlier: the tasks of a job share
-    it); anything else there — another user's, a symlink — is never used, a
-    fresh directory is made instead. The sandbox's $TMPDIR when none can be
-    made."""
+TMP_KEY = re.compile(r"[0-9a-f]{32}")
+
+
+def private_tmpdir(current, key: str = "") -> str:
+    """A directory of this job on this node that only this job can use:
+    agent-sandbox-job-<id>-<key> in the sandbox's temporary directory (/tmp,
+    or the session's own $TMPDIR on landlock, which cannot make /tmp
+    private), made 0700. `key` is the job's secret from the staged spec (the
+    chaperon draws it for a batch job or allocation, and a step's tasks get
+    the one of the job they run in), so no other sandbox can name the
+    directory beforehand: an existing one is taken only under that name,
+    this user's and 0700 (the job's other tasks made it, or the job was
+    requeued). Without a key a fresh directory is made; anything else there —
+    another user's, a symlink — is never used. The sandbox's $TMPDIR when
+    none can be made."""
     import stat
     import tempfile
 
@@ -129,17 +137,18 @@ def private_tmpdir(current) -> str:
     job = current.get("SLURM_JOB_ID", "")
     if not job.isdigit():
         return current.get("TMPDIR") or "/tmp"   # not a Slurm job: the sandbox's own
-    path = f"{base.rstrip('/')}/agent-sandbox-job-{job}"
-    try:
-        os.mkdir(path, 0o700)
-        return path
-    except FileExistsError:
-        info = os.lstat(path)
-        if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
-                and stat.S_IMODE(info.st_mode) == 0o700):
+    if TMP_KEY.fullmatch(key or ""):
+        path = f"{base.rstrip('/')}/agent-sandbox-job-{job}-{key}"
+        try:
+            os.mkdir(path, 0o700)
             return path
-    except OSError:
-        pass
+        except FileExistsError:
+            info = os.lstat(path)
+            if (stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid()
+                    and stat.S_IMODE(info.st_mode) == 0o700):
+                return path
+        except OSError:
+            pass
     try:
         return tempfile.mkdtemp(prefix=f"agent-sandbox-job-{job}.", dir=base)
     except OSError:
@@ -208,7 +217,7 @@ def job_environment(spec, current) -> dict:
         env.setdefault(name, value)
     if "PATH" in staged:
         env["PATH"] = ":".join(stub_dirs(current) + ([staged["PATH"]] if staged["PATH"] else []))
-    env["TMPDIR"] = private_tmpdir(current)
+    env["TMPDIR"] = private_tmpdir(current, spec.get("tmp_key", ""))
     defaults = dict(JOB_ENV)
     if current.get("SANDBOX_BACKEND") == "landlock":
         defaults.update(LANDLOCK_JOB_ENV)

@@ -449,28 +449,18 @@ def sandbox_member(root: int) -> int | None:
     ours and owned by us, the one with the lowest pid in there — bwrap's init
     (pid 1), or under firejail (whose pid 1 is root's) the waiter. It lives
     as long as the sandbox does."""
+    from agent_sandbox.launch.spawn import descendants
+
     best = None
-    todo, seen = [root], set()
-    while todo:
-        current = todo.pop()
-        if current in seen:
-            continue
-        seen.add(current)
+    for pid, fields in descendants(root):
         try:
-            with open(f"/proc/{current}/status", "rb") as handle:
-                fields = {}
-                for line in handle:
-                    name, _, value = line.partition(b":")
-                    fields[name] = value.split()
             inner = [int(p) for p in fields.get(b"NSpid", [])]
-            if (current != root and len(inner) > 1 and int(fields[b"Uid"][0]) == os.getuid()
-                    and (best is None or inner[-1] < best[0]) and _readable_ns(current)):
-                best = (inner[-1], current)
-            for task in os.listdir(f"/proc/{current}/task"):
-                with open(f"/proc/{current}/task/{task}/children", "rb") as handle:
-                    todo += [int(c) for c in handle.read().split()]
-        except (OSError, ValueError, KeyError, IndexError):
+            uid = int(fields[b"Uid"][0])
+        except (ValueError, KeyError, IndexError):
             continue
+        if (len(inner) > 1 and uid == os.getuid()
+                and (best is None or inner[-1] < best[0]) and _readable_ns(pid)):
+            best = (inner[-1], pid)
     return best[1] if best else None
 
 

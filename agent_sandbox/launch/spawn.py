@@ -291,26 +291,41 @@ def _command_group(plan, pid: int, fd, sink: list) -> int | None:
     return None
 
 
-def _host_pid(root: int, ns_pid: int) -> int | None:
-    """The descendant of `root` whose pid in its own namespace is `ns_pid`."""
+def descendants(root: int):
+    """(pid, fields of /proc/PID/status split on whitespace) for every
+    descendant of `root`, found through each thread's children list; a
+    process that vanishes or cannot be read is passed over (its children
+    are still walked when they can be listed)."""
     todo, seen = [root], set()
     while todo:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
+        if current != root:
+            try:
+                with open(f"/proc/{current}/status", "rb") as handle:
+                    fields = {name: value.split() for name, _, value in
+                              (line.partition(b":") for line in handle)}
+            except OSError:
+                fields = None
+            if fields is not None:
+                yield current, fields
         try:
-            with open(f"/proc/{current}/status", "rb") as handle:
-                for line in handle:
-                    if line.startswith(b"NSpid:"):
-                        fields = line.split()[1:]
-                        if current != root and len(fields) > 1 and int(fields[-1]) == ns_pid:
-                            return current
             for task in os.listdir(f"/proc/{current}/task"):
                 with open(f"/proc/{current}/task/{task}/children", "rb") as handle:
                     todo += [int(c) for c in handle.read().split()]
         except (OSError, ValueError):
             continue
+
+
+def _host_pid(root: int, ns_pid: int) -> int | None:
+    """The descendant of `root` whose pid in its own namespace is `ns_pid`."""
+    wanted = str(ns_pid).encode()
+    for pid, fields in descendants(root):
+        inner = fields.get(b"NSpid", [])
+        if len(inner) > 1 and inner[-1] == wanted:
+            return pid
     return None
 
 

@@ -140,5 +140,20 @@ def devices(environ, slurm_conf: str | None) -> tuple[str, ...]:
         match = _NVIDIA.fullmatch(path)
         if match:
             out += list(NVIDIA_CONTROL) + _nvidia_dri(int(match.group(1)))
-    # Device files only: a File= outside /dev is a site mistake, never bound.
-    return tuple(p for p in dict.fromkeys(out) if p.startswith("/dev/") and os.path.exists(p))
+    return tuple(dict.fromkeys(filter(None, map(device_node, out))))
+
+
+def device_node(path: str) -> str | None:
+    """`path` as the real path of a character or block device under /dev, or
+    None: a File= outside /dev (also through `..` or a symlink), a missing
+    one or one that is not a device node is a site mistake, never bound."""
+    import stat
+
+    real = os.path.realpath(path)
+    if not real.startswith("/dev/"):
+        return None
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return None
+    return real if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else None

@@ -21,6 +21,8 @@ from typing import NamedTuple
 from agent_sandbox.paths import RUN_DIR, STATE_DIR, user_config_dir
 from agent_sandbox.names import forced_env, slurm_commands
 from agent_sandbox.policy.envfilter import scrub
+from agent_sandbox.policy import siteconf
+from agent_sandbox.policy.siteconf import slurm_conf_path
 from agent_sandbox.errors import PolicyError
 
 # Always hidden, in every HOME_ACCESS mode; not configurable away (SPEC §4).
@@ -267,29 +269,20 @@ def _devices(settings, environ=None, site_conf: str | None = None) -> tuple[str,
                  if not any(fnmatch(p, b) for b in settings.DEVICES_BLACKLIST))
 
 
-def slurm_conf_path(settings, environ) -> str | None:
-    """The site's Slurm configuration for the chaperon: the SLURM_CONF of the
-    environment agent-sandbox was started from (outside any sandbox: a user's
-    second cluster, or a site's profile.d), else the admin's SLURM_CONF_PATH,
-    else None (Slurm's default). Never a value from inside a sandbox: the
-    chaperon gets it from the launcher, and jobs from slurmd."""
-    given = environ.get("SLURM_CONF", "")
-    if given.startswith("/"):
-        return os.path.normpath(given)
-    return settings.SLURM_CONF_PATH or None
-
-
 def _slurm_boundary(system: tuple[str, ...], environ,
                     site_conf: str | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
     def visible(path: str) -> bool:
         return any(_is_within(path, root) for root in system)
 
-    # The site's config directory is masked like /etc/slurm, unless it is a
-    # top-level tree (a slurm.conf directly in /etc stays readable: the
-    # boundary is the munge socket, which /run never shows).
+    # The site's config directory (a real path, siteconf.py) is masked like
+    # /etc/slurm wherever it is, not only under READONLY_MOUNTS (the view
+    # masks after the home and writable trees), unless it is a top-level tree
+    # (a slurm.conf directly in /etc stays readable: the boundary is the munge
+    # socket, which /run never shows).
     site_dir = os.path.dirname(site_conf) if site_conf else None
-    dirs = SLURM_CONFIG_DIRS + ((site_dir,) if site_dir and site_dir.count("/") >= 2 else ())
-    masks = tuple(dict.fromkeys(p for p in dirs if os.path.isdir(p) and visible(p)))
+    site = (site_dir,) if site_dir and site_dir.count("/") >= 2 and os.path.isdir(site_dir) else ()
+    masks = tuple(dict.fromkeys(
+        tuple(p for p in SLURM_CONFIG_DIRS if os.path.isdir(p) and visible(p)) + site))
     dirs = SLURM_BIN_DIRS + tuple(environ.get("PATH", "").split(":"))
     binaries = set()
     for directory in dict.fromkeys(d for d in dirs if d.startswith("/")):
@@ -368,6 +361,10 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     # read it); a hidden path under it is carved out like anywhere else.
     system = _existing(dict.fromkeys(tuple(settings.READONLY_MOUNTS) + ("/sys",)))
     site_conf = slurm_conf_path(settings, ctx.environ)
+    siteconf.check(site_conf, uid=ctx.uid,
+                   from_env=ctx.environ.get("SLURM_CONF", "").startswith("/"),
+                   writable=(project,) + home_writable + extra_writable
+                   + ((home,) if settings.HOME_ACCESS == "write" else ()))
     slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ, site_conf)
     for item in _protected(settings, project, home):
         if item.exists and os.path.islink(item.path):

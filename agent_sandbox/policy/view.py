@@ -296,11 +296,15 @@ class ViewBuilder:
     def system(self) -> None:
         for path in self.policy.system_readonly:
             self.grant(path, "ro")
+        for path in self.policy.slurm_binaries:
+            self.ops.append(RoBind("/dev/null", path))
+
+    def slurm_config(self) -> None:
+        """The Slurm configuration directories, emptied — after the home and
+        writable trees, so that a site directory in one of them is masked too."""
         for path in self.policy.slurm_masks:
             self.ops.append(Tmpfs(path, 0o755))
             self.remounts.append(path)
-        for path in self.policy.slurm_binaries:
-            self.ops.append(RoBind("/dev/null", path))
 
     def devices(self) -> None:
         self.ops.append(Proc("/proc"))
@@ -406,6 +410,7 @@ class ViewBuilder:
         self.run()
         self.home()
         self.writable()
+        self.slurm_config()
         self.overlays()
         self.ops.extend(RemountRo(path) for path in self.remounts)
         # The root itself is a tmpfs bwrap made; without this, /planted or

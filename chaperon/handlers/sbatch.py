@@ -38,7 +38,7 @@ from ..slurm.options import merge
 from ..slurm.sbatch_options import parse, parse_env
 from ..submit import (DEV_NULL, check_dependency, check_limits, check_writable, comment_tag,
                       copy_project_file, discard_stage, new_stage, open_project, output_pattern,
-                      read_project_file, staged_env, working_dir, write_staged)
+                      read_project_file, staged_env, tmp_key, working_dir, write_staged)
 from .common import run_real
 
 MAX_SCRIPT = 4 * 1024 * 1024
@@ -115,7 +115,7 @@ def _stage(ctx, project, cwd: str, merged, body: bytes, args: list[str], stage: 
         options.append(f"--input={stage}/input")
     spec = write_staged(stage, "spec.json", json.dumps(
         {"script": script, "args": args, "workdir": cwd, "links": links, "env": env,
-         **({"export": merged.last("export")} if merged.has("export") else {})}).encode())
+         "tmp_key": tmp_key(), **({"export": merged.last("export")} if merged.has("export") else {})}).encode())
     wrapper = write_staged(stage, "wrapper", wrapper_script(
         config=ctx.config, project_dir=ctx.project_dir, spec_path=spec,
         outputs=[(os.path.relpath(target, ctx.project_dir), staged)

@@ -35,7 +35,7 @@ from ..slurm.srun_options import (INPUT_ENV, STEP_FACTS, allocation_only, allowe
                                   parse_env)
 from ..submit import (DEV_NULL, check_dependency, check_limits, check_writable, comment_tag,
                       discard_stage, launcher_env, new_stage, open_project, staged_env, working_dir,
-                      write_staged)
+                      tmp_key, write_staged)
 from .common import run_real
 
 REBUILT = ("output", "error", "input", "export")
@@ -159,7 +159,7 @@ def handle(ctx, request, out) -> int:
         submit_dir = env_in.get("SLURM_SUBMIT_DIR") if step else None
         spec = write_staged(stage, "spec.json", json.dumps(
             {"argv": list(parsed.rest), "workdir": cwd, "env": env,
-             **({"submit_dir": submit_dir} if submit_dir else {})}).encode())
+             "tmp_key": tmp_key(env_in, job) if step else tmp_key(), **({"submit_dir": submit_dir} if submit_dir else {})}).encode())
     except BaseException:   # a Refusal included: dispatch prints it
         for fd in fds:
             os.close(fd)

@@ -8,6 +8,7 @@ between any two jobs (their ids)."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -26,8 +27,23 @@ SUBMITTED = {
     "CONDA_PREFIX": "/opt/conda/envs/x", "CONDA_DEFAULT_ENV": "x", "MY_SETTING": "42",
 }
 JOB_SPECIFIC = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_TASK_PID", "_"}
+# AGENT_SANDBOX_JOB_SESSION: which session submitted the job (launch/jobshare.py,
+# set by the chaperon's wrapper: a task joins only that session's sandbox).
 SANDBOX_OWN = {"AGENT_SANDBOX", "AGENT_SANDBOX_CHAPERON", "AGENT_SANDBOX_SESSION",
-               "SANDBOX_BACKEND", "SANDBOX_PROJECT_DIR", "SANDBOX_QUIET"}
+               "AGENT_SANDBOX_JOB_SESSION", "SANDBOX_BACKEND", "SANDBOX_PROJECT_DIR",
+               "SANDBOX_QUIET"}
+
+
+def sandbox_own(inside: dict) -> set:
+    """The sandbox's own variables and jobstart's MPI defaults (JOB_ENV; on
+    landlock LANDLOCK_JOB_ENV and Open MPI's session directory)."""
+    from agent_sandbox.paths import helper_module
+
+    jobstart = helper_module("jobstart")
+    own = SANDBOX_OWN | set(jobstart.JOB_ENV)
+    if inside.get("SANDBOX_BACKEND") == "landlock":
+        own |= set(jobstart.LANDLOCK_JOB_ENV) | {"OMPI_MCA_orte_top_session_dir"}
+    return own
 # The job script: its environment, NUL-separated (values may hold newlines),
 # and proof that the exported shell function is a function in the job.
 SCRIPT = "#!/bin/bash\nenv -0 > $1.env\nmodule load x > $1.module 2>&1\nexit 0\n"
@@ -65,8 +81,10 @@ def assert_slurms_environment(outside: dict, inside: dict) -> None:
     stubs = ("/run/agent-sandbox/bin" if inside["SANDBOX_BACKEND"] == "bwrap" else
              inside["AGENT_SANDBOX_CHAPERON"] + "/bin")
     assert inside["PATH"] == f"{stubs}:{outside['PATH']}"
-    assert inside["TMPDIR"].endswith(f"/agent-sandbox-job-{inside['SLURM_JOB_ID']}")
-    assert set(inside) - set(outside) == SANDBOX_OWN - set(outside)
+    # The job's private directory; its name carries the job's secret key.
+    assert re.fullmatch(rf".*/agent-sandbox-job-{inside['SLURM_JOB_ID']}-[0-9a-f]{{32}}",
+                        inside["TMPDIR"]), inside["TMPDIR"]
+    assert set(inside) - set(outside) == sandbox_own(inside) - set(outside)
     assert set(outside) - set(inside) == removed
     for name, value in outside.items():
         if name in removed | JOB_SPECIFIC | {"PATH", "TMPDIR"}:
@@ -114,7 +132,7 @@ def test_an_srun_task_gets_the_environment_slurm_gives(slurm_multinode, user, pr
     removed = {name for name in outside if name in SECRET_ENV and name != "ANTHROPIC_API_KEY"}
     assert inside["PATH"] == "/run/agent-sandbox/bin:" + outside["PATH"]
     assert inside["TMPDIR"].startswith("/tmp/agent-sandbox-job-")
-    assert set(inside) - set(outside) == SANDBOX_OWN - set(outside)
+    assert set(inside) - set(outside) == sandbox_own(inside) - set(outside)
     assert set(outside) - set(inside) == removed
     for name, value in outside.items():
         if name not in removed | {"PATH", "TMPDIR", "_"}:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -18,6 +19,17 @@ from tests.conftest import INSTALLED, PREFIX
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 SITE = f"{PREFIX}/venv/lib/python3.11/site-packages"
 SLURM_SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "slurm-cluster.sh"
+CTLD_PIDFILE = Path("/run/slurm/slurmctld.pid")    # scripts/slurm-cluster.sh SlurmctldPidFile
+
+
+def stop_slurmctld() -> None:
+    """SIGTERM the single-node cluster's slurmctld, by its pid file: the
+    multi-node test cluster's slurmctld (scripts/slurm-multinode.sh) runs
+    beside it and later tests use it (`pkill -x slurmctld` stopped both)."""
+    pid = int(CTLD_PIDFILE.read_text().split()[0])
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "slurmctld", \
+        f"{CTLD_PIDFILE} names pid {pid}, which is not slurmctld"
+    os.kill(pid, signal.SIGTERM)
 
 HOSTILE = r'''
 import json, os, subprocess, sys, threading, time
@@ -146,7 +158,7 @@ def test_hostile_clients_do_not_delay_others(user, project):
 
 
 def test_slurmctld_down_gives_the_real_error_not_a_hang(user, project):
-    subprocess.run(["pkill", "-x", "slurmctld"], check=True)
+    stop_slurmctld()
     try:
         time.sleep(1)
         real = subprocess.run(["squeue"], capture_output=True, text=True, timeout=120,
@@ -297,7 +309,7 @@ def test_slurmctld_restart_mid_burst_loses_and_doubles_nothing(user, project):
                             cwd=project, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     time.sleep(1.0)
-    subprocess.run(["pkill", "-x", "slurmctld"], check=True)
+    stop_slurmctld()
     time.sleep(1.0)
     subprocess.run(["bash", str(SLURM_SCRIPT), "start"], capture_output=True, check=True,
                    timeout=300)

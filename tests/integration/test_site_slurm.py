@@ -61,3 +61,4 @@ def test_a_submission_from_a_normal_shell_uses_the_site_config(user, project, ad
                        "--wait", "-o", "job.out", "--wrap", JOB], cwd=project, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert (project / "job.out").read_text().strip() == "cluster=asmultinode node=n1 sandbox=1"
+

@@ -124,3 +124,27 @@ def test_concurrent_writers_and_compactions_lose_no_record(tmp_path):
     assert set(reader.jobs("project")) == expected
     reader.compact()
     assert set(Ledger(state, "again", project).jobs("project")) == expected
+
+
+def test_a_session_file_that_cannot_be_read_is_never_removed(tmp_path, monkeypatch):
+    """A fold that cannot open a session file (another owner's, an I/O error)
+    leaves it for readers and the next fold: removing it lost its records
+    (seen with a second node's writer whose file the chaperon could not read)."""
+    ids = sessions(tmp_path, 20, 2, "p")
+    unreadable = Ledger(str(tmp_path), "s00003", str(tmp_path / "p")).path
+    real_open = os.open
+
+    def refusing_open(path, flags, *args, **kwargs):
+        if str(path).startswith(unreadable + ".") and not flags & (os.O_WRONLY | os.O_RDWR):
+            raise PermissionError(13, "Permission denied", path)
+        return real_open(path, flags, *args, **kwargs)
+
+    reader = Ledger(str(tmp_path), "reader", str(tmp_path / "p"))
+    monkeypatch.setattr(os, "open", refusing_open)
+    assert reader.compact_if_needed() == 19           # all but the unreadable one
+    monkeypatch.setattr(os, "open", real_open)
+    assert [n for n in os.listdir(reader.directory) if n.endswith(COMPACTING)], \
+        "the file the fold could not read was removed"
+    assert reader.compact() == 1                      # the next fold takes it
+    assert sorted(Ledger(str(tmp_path), "later", str(tmp_path / "p")).jobs("project")) == \
+        sorted(ids)

@@ -1,8 +1,6 @@
 """GPU devices of a job: gres.conf and Slurm's indices → device files."""
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from agent_sandbox.policy import gres
@@ -64,10 +62,24 @@ def test_a_jobs_gpus_are_bound_and_the_blacklist_still_applies(tmp_path):
 
 def test_nvidia_gpus_bring_their_control_devices(tmp_path, monkeypatch):
     (tmp_path / "gres.conf").write_text("Name=gpu File=/dev/nvidia[0-1]\n")
-    real_exists = os.path.exists
     fake = {"/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"}
-    monkeypatch.setattr(os.path, "exists", lambda p: p in fake or (
-        real_exists(p) and not p.startswith("/dev/nvidia")))
+    monkeypatch.setattr(gres, "device_node", lambda p: p if p in fake else None)
     env = {"SLURM_JOB_ID": "5", "SLURM_JOB_GPUS": "1", "SLURMD_NODENAME": "n1"}
     assert gres.devices(env, str(tmp_path / "slurm.conf")) == (
         "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm")
+
+
+def test_only_device_nodes_under_dev_are_bound(tmp_path):
+    """Finding 5 (review-jobs.md): File=/dev/../etc/passwd passed the
+    startswith("/dev/") check and was bound as a device."""
+    conf = tmp_path / "gres.conf"
+    conf.write_text("NodeName=n1 Name=gpu File=/dev/../etc/passwd\n"
+                    "NodeName=n1 Name=gpu File=/dev/shm\n"
+                    "NodeName=n1 Name=gpu File=/dev/stdin\n"
+                    "NodeName=n1 Name=gpu File=/dev/null\n")
+    env = {"SLURM_JOB_ID": "7", "SLURM_JOB_GPUS": "0,1,2,3", "SLURMD_NODENAME": "n1"}
+    assert gres.devices(env, str(tmp_path / "slurm.conf")) == ("/dev/null",)
+    assert gres.device_node("/dev/../etc/passwd") is None      # leaves /dev
+    assert gres.device_node("/dev/shm") is None                 # a directory
+    assert gres.device_node("/dev/fd") is None                  # a link out of /dev
+    assert gres.device_node("/dev/null") == "/dev/null"         # a character device

@@ -452,7 +452,11 @@ def test_protected_symlink_is_warned(home):
 
 
 # ---------------------------------------------------------------- the site's Slurm config
-def test_the_site_slurm_config_comes_from_the_launcher_then_the_admin_key(home, tmp_path):
+def test_the_site_slurm_config_comes_from_the_launcher_then_the_admin_key(home, tmp_path,
+                                                                         monkeypatch):
+    from agent_sandbox.policy import siteconf
+
+    monkeypatch.setattr(siteconf, "SHARED_TMP", ())   # the test's trees lie in /tmp
     site = tmp_path / "site" / "slurm"
     site.mkdir(parents=True)
     (site / "slurm.conf").write_text("ClusterName=x\n")
@@ -462,11 +466,15 @@ def test_the_site_slurm_config_comes_from_the_launcher_then_the_admin_key(home, 
     assert policy.slurm_conf == conf
     assert str(site) in policy.slurm_masks            # unreachable inside, as /etc/slurm
     assert "SLURM_CONF" not in policy.env             # removed by the policy
-    admin = settings_for(home, SLURM_CONF_PATH="/elsewhere/slurm.conf")
-    assert policy_for(home, admin).slurm_conf == "/elsewhere/slurm.conf"
+    (tmp_path / "elsewhere").mkdir()
+    (tmp_path / "elsewhere" / "slurm.conf").write_text("ClusterName=y\n")
+    elsewhere = str(tmp_path / "elsewhere" / "slurm.conf")
+    admin = settings_for(home, SLURM_CONF_PATH=elsewhere)
+    assert policy_for(home, admin).slurm_conf == elsewhere
     assert policy_for(home, admin, environ={"SLURM_CONF": conf}).slurm_conf == conf
     assert policy_for(home).slurm_conf is None
-    # A slurm.conf directly in a top-level tree does not mask that tree.
+    # A slurm.conf directly in a top-level tree does not mask that tree (a
+    # root-owned file there stands in for it).
     top = settings_for(home, READONLY_MOUNTS=("/etc",))
-    assert "/etc" not in policy_for(home, top, environ={"SLURM_CONF": "/etc/slurm.conf"}
+    assert "/etc" not in policy_for(home, top, environ={"SLURM_CONF": "/etc/hostname"}
                                     ).slurm_masks
