@@ -35,6 +35,11 @@ RUN_DIR = ".local/state/agent-sandbox-run"    # chaperon session directories (FI
 STAGING_DIR = ".local/share/agent-sandbox/jobs"   # per-project job staging, read-only inside
 
 
+def is_within(path: str, parent: str) -> bool:
+    """`path` is `parent` or below it (by name: both already normalised)."""
+    return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
 def user_config_dir(home: str) -> str:
     return os.path.join(home, CONFIG_DIR)
 

@@ -72,6 +72,29 @@ else:
         sys.exit(f"install.sh: AGENT_SANDBOX_ADMIN_DIR must be a normalised absolute path, not {admin_dir!r}")
     with open(site, "w") as out:
         out.write(f"# Written by scripts/install.sh: the admin directory of this install.\nADMIN_DIR = {admin_dir!r}\n")
+    import py_compile   # users cannot write the package's __pycache__: compiled here, once
+    py_compile.compile(site, doraise=True)
+PY
+# The launcher's entry script, in place of pip's: the interpreter in isolated
+# mode without `site` (-IS), the package's site-packages named explicitly.
+# PYTHON* variables and the user's site directory never reach the launcher,
+# and a warm launch pays neither for site (.pth files) nor for the `re`
+# import of pip's script (issue 19; benchmarks/launch.py). The venv holds
+# only our dependencies, none of which needs a .pth file.
+"$prefix/venv/bin/python" -I - "$prefix/venv" <<'PY'
+import os, sys, sysconfig
+venv = sys.argv[1]
+site_packages = sysconfig.get_path("purelib", vars={"base": venv})
+entry = os.path.join(venv, "bin", "agent-sandbox")
+with open(entry + ".tmp", "w") as out:
+    out.write(f"#!{venv}/bin/python -IS\n"
+              "# Written by scripts/install.sh (see there): isolated, without site.\n"
+              "import sys\n"
+              f"sys.path.append({site_packages!r})\n"
+              "from agent_sandbox.cli import main\n"
+              "sys.exit(main())\n")
+os.chmod(entry + ".tmp", 0o755)
+os.replace(entry + ".tmp", entry)
 PY
 chmod -R a+rX "$prefix"
 # An execute-only copy of the helper's interpreter (after the chmod above,

@@ -298,9 +298,6 @@ class Plan(NamedTuple):
     def __repr__(self) -> str:
         return f"Plan(backend={self.backend!r}, argv={self.argv!r})"
 
-    def render(self, fds: dict) -> list[str]:
-        return [a.prefix + str(fds[a.name]) if isinstance(a, FdRef) else a for a in self.argv]
-
     def missing(self, required) -> tuple[str, ...]:
         """Required guarantees not fully provided (partial is not enough)."""
         return tuple(g for g in required if g not in self.provides)

@@ -12,9 +12,8 @@ removes the directory in the normal exit paths.
 """
 from __future__ import annotations
 
-import json
 import os
-import signal
+import _signal as signal   # the C module: signal.py's enums import 1 ms a launch
 import sys
 
 from agent_sandbox.paths import PACKAGE_DIR, helper_path, run_dir, staging_root
@@ -204,6 +203,8 @@ class ChaperonSession:
         """Start the chaperon with the announcement FIFO and its configuration
         pipe, the only descriptors it inherits from us (SPAWN_LOCK: the
         backend is never spawned while they are inheritable)."""
+        import json   # here, at the first Slurm call: not on a launch's path
+
         from agent_sandbox.errors import say
         from agent_sandbox.launch.spawn import SPAWN_LOCK
 

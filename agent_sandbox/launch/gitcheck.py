@@ -12,7 +12,8 @@ would read their configuration.
   walk that never follows a symlink) and what git reads for each is
   recorded — configuration bytes (includes followed), redirecting
   `commondir` files, hook digests — with each repository's `.git` path and
-  gitdir inode, in `~/.local/state/agent-sandbox/git/<session>.json`
+  gitdir inode, in `~/.local/state/agent-sandbox/git/<session>.snapshot` (marshal:
+  no json import on a launch; an older version's `<session>.json` is still read)
   (hidden inside every sandbox), together with the protected files.
 - `finish` (end of the session, before its registry record goes): the walk
   again. A repository that was one at the start (same `.git` path, or same
@@ -34,13 +35,10 @@ would read their configuration.
 """
 from __future__ import annotations
 
-import json
+import marshal
 import os
-import shlex
 import stat
 import sys
-import time
-from typing import NamedTuple
 
 from agent_sandbox.policy import gitrepo
 
@@ -48,15 +46,35 @@ SUBDIR = "git"
 WALK_LIMIT = 200_000     # directory entries looked at for nested repositories
 CONTENT_LIMIT = 65536    # larger files are kept as a digest only
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"
+SNAPSHOT_SUFFIXES = (".snapshot", ".json")   # this version's; an older one's (JSON)
 
 
-class Finding(NamedTuple):
-    path: str
-    key: str
-    value: str
-    remedy: tuple[str, ...]
+class _Record:
+    """A few named fields (not typing.NamedTuple: typing and the modules it
+    imports are several milliseconds of every launch, which runs this)."""
+    __slots__ = ()
+
+    def __init__(self, *values):
+        for name, value in zip(self.__slots__, values, strict=True):
+            setattr(self, name, value)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and all(
+            getattr(self, n) == getattr(other, n) for n in self.__slots__)
+
+    def __iter__(self):
+        return (getattr(self, n) for n in self.__slots__)
+
+    def __repr__(self) -> str:
+        return type(self).__name__ + repr(tuple(self))
+
+
+class Finding(_Record):
+    __slots__ = ("path", "key", "value", "remedy")    # remedy: the argv that removes it
 
     def message(self) -> str:
+        import shlex
+
         from agent_sandbox.tools.logs import clean
 
         value = clean(self.value if len(self.value) <= 80 else self.value[:77] + "...")
@@ -91,10 +109,10 @@ def _state(home: str) -> str:
 
 
 # ---------------------------------------------------------------- reading a repository
-class Walk(NamedTuple):
-    found: list[str]          # `.git` entries and bare-looking directories
-    complete: bool            # False: stopped at the entry limit
-    unreadable: list[str]     # directories the walk could not list
+class Walk(_Record):
+    # found: `.git` entries and bare-looking directories; complete: False when
+    # stopped at the entry limit; unreadable: directories it could not list
+    __slots__ = ("found", "complete", "unreadable")
 
 
 def repositories(project: str, limit: int = WALK_LIMIT) -> Walk:
@@ -164,14 +182,13 @@ def _files_of(dotgit: str) -> tuple[list[str], list[str], list[str]]:
     return list(dict.fromkeys(configs)), redirected, list(dict.fromkeys(gitdirs))
 
 
-class Repository(NamedTuple):
-    """What git reads for one repository, as it is now."""
-    dotgit: str
-    identity: str | None
-    configs: dict[str, bytes]                      # path → bytes, includes followed
-    entries: dict[str, list[tuple[str, str]]]      # path → parsed (only where parsed)
-    commondirs: dict[str, bytes]                   # redirecting commondir files
-    hooks: dict[str, bytes]                        # executable hooks (a symlink: a marker)
+class Repository(_Record):
+    """What git reads for one repository, as it is now: its `.git` path, its
+    gitdir's identity (or None), configs (path → bytes, includes followed),
+    entries (path → parsed (key, value) pairs, only where parsed),
+    commondirs (the redirecting commondir files) and hooks (executable
+    hooks; a symlink: a marker)."""
+    __slots__ = ("dotgit", "identity", "configs", "entries", "commondirs", "hooks")
 
 
 def _hooks_in(directory: str) -> dict[str, bytes]:
@@ -192,10 +209,10 @@ def _hooks_in(directory: str) -> dict[str, bytes]:
     return hooks
 
 
-def read_repository(dotgit: str, home: str, git, *, parse_all: bool) -> Repository:
-    """Read what git reads for `dotgit`. Configuration is parsed where it
-    can name more files (includes, a hooks path) and, with `parse_all`,
-    everywhere (the end check needs every key)."""
+def read_repository(dotgit: str, home: str, git, *, parse=None) -> Repository:
+    """Read what git reads for `dotgit`. Configuration is parsed (a git call
+    each) where it can name more files (includes, a hooks path) and where
+    `parse(path, data)` says so (the end check: every file that changed)."""
     configs_paths, commondir_paths, gitdirs = _files_of(dotgit)
     gitdir = gitdirs[0] if gitdirs else None
     configs, entries, hooks_paths = {}, {}, []
@@ -210,7 +227,8 @@ def read_repository(dotgit: str, home: str, git, *, parse_all: bool) -> Reposito
             continue
         configs[path] = data
         lowered = data.lower()
-        if not parse_all and b"include" not in lowered and b"hookspath" not in lowered:
+        if not (parse and parse(path, data)) and b"include" not in lowered \
+                and b"hookspath" not in lowered:
             continue         # neither can be spelt without these letters: spare a git call
         entries[path] = gitrepo.config_entries(data, git)
         for key, value in entries[path]:      # follow includes, changed or not
@@ -264,7 +282,7 @@ def snapshot_repositories(project: str, home: str, git) -> tuple[dict[str, str],
     files: dict[str, str] = {}
     repos = []
     for dotgit in repositories(project).found:
-        repo = read_repository(dotgit, home, git, parse_all=False)
+        repo = read_repository(dotgit, home, git)
         for path, data in (*repo.configs.items(), *repo.commondirs.items(),
                            *repo.hooks.items()):
             files[path] = _stored(data)
@@ -279,12 +297,12 @@ def start(policy) -> str | None:
     key in the project is reported at the end)."""
     home = policy.home
     recover(home, environ=policy.env)
-    from agent_sandbox.policy.resolve import _is_within
+    from agent_sandbox.paths import is_within
 
     git = gitrepo.find_git(policy.env.get("PATH", ""))
-    git_items = [p for p in policy.protected if _is_within(p.path, policy.project_dir)]
+    git_items = [p for p in policy.protected if is_within(p.path, policy.project_dir)]
     directory = _state(home)
-    path = os.path.join(directory, f"{policy.session_id}.json")
+    path = os.path.join(directory, f"{policy.session_id}.snapshot")
     temp = os.path.join(directory, f".{policy.session_id}.tmp")
     files, repos = snapshot_repositories(policy.project_dir, home, git)
     files.update(snapshot_files(git_items))
@@ -296,7 +314,7 @@ def start(policy) -> str | None:
             record = {"session": policy.session_id, "project": policy.project_dir,
                       "started": os.fstat(fd).st_ctime, "files": files,
                       "repositories": repos}
-            os.write(fd, json.dumps(record).encode())
+            os.write(fd, marshal.dumps(record))
         finally:
             os.close(fd)
         os.replace(temp, path)
@@ -318,14 +336,18 @@ class _Evaluator:
             return set()
         return set(gitrepo.config_entries(bytes.fromhex(stored), self.git))
 
-    def known(self, repo: Repository) -> set | None:
+    def before(self, dotgit: str) -> dict | None:
+        """The repository's record at the start — by its `.git` path, or by
+        its gitdir's inode wherever the session moved it — or None when it
+        was no repository at the start (then nothing in it is the user's:
+        every code-running key counts, whatever its file's age)."""
+        gitdir = gitrepo.gitdir_of(dotgit)
+        identity = _identity(gitdir) if gitdir else None
+        return self.by_path.get(dotgit) or (self.by_identity.get(identity) if identity else None)
+
+    def known(self, before: dict) -> set:
         """Every (key, value) the repository's configuration held at the
-        start — the user's own, wherever the session moved it since — or
-        None when it was no repository at the start (then nothing in it is
-        the user's: every code-running key counts, whatever its file's age)."""
-        before = self.by_path.get(repo.dotgit) or self.by_identity.get(repo.identity)
-        if before is None:
-            return None
+        start: the user's own."""
         known: set = set()
         for path in before["configs"]:
             known |= self._entries(self.files.get(path))
@@ -338,23 +360,31 @@ class _Evaluator:
         self.findings[(finding.path, finding.key, finding.value)] = finding
 
     def repository(self, dotgit: str) -> None:
-        repo = read_repository(dotgit, self.home, self.git, parse_all=True)
-        known = self.known(repo)
+        """A file unchanged since the start is the user's own and is not
+        parsed (each parse is a git call: an unchanged repository costs
+        none); a repository new since the start is parsed whole."""
+        before = self.before(dotgit)
+        changed = (lambda path, data: True) if before is None else \
+            (lambda path, data: not self._unchanged(path, data))
+        repo = read_repository(dotgit, self.home, self.git, parse=changed)
+        known = None
         for path, data in repo.configs.items():
-            if known is not None and self._unchanged(path, data):
+            if not changed(path, data):
                 continue
-            old = self._entries(self.files.get(path)) if known is not None else set()
+            if before is not None and known is None:
+                known = self.known(before)
+            old = self._entries(self.files.get(path)) if before is not None else set()
             for key, value in repo.entries.get(path, []):
                 if gitrepo.is_code_key(key, value) and (key, value) not in old \
                         and (known is None or (key, value) not in known):
                     self.add(Finding(path, key, value,
                                      ("git", "config", "--file", path, "--unset-all", key)))
         for path, data in repo.commondirs.items():
-            if known is None or not self._unchanged(path, data):
+            if changed(path, data):
                 self.add(Finding(path, "commondir", data.decode("utf-8", "replace").strip(),
                                  ("rm", "--", path)))
         for path, data in repo.hooks.items():
-            if known is None or not self._unchanged(path, data):
+            if changed(path, data):
                 self.add(Finding(path, "hook", "", ("rm", "--", path)))
 
 
@@ -384,6 +414,10 @@ def _report(home: str, session: str, project: str, findings, walk: Walk, out) ->
                   "below it.\n")
     if not findings:
         return
+    import json
+    import shlex
+    import time
+
     from agent_sandbox.tools.logs import log_directory
 
     directory = log_directory(home)
@@ -407,13 +441,19 @@ def _report(home: str, session: str, project: str, findings, walk: Walk, out) ->
 def _check(path: str, home: str, git, out) -> None:
     try:
         with open(path, "rb") as handle:
-            record = json.loads(handle.read())
+            data = handle.read()
+        if data[:1] == b"{":     # an older version's snapshot
+            import json
+
+            record = json.loads(data)
+        else:
+            record = marshal.loads(data)
         project, session = str(record["project"]), str(record["session"])
         files = dict(record["files"])
         # A snapshot without repositories (an older version's) knows none:
         # everything is reported (fail closed).
         repos = [dict(r) for r in record.get("repositories", [])]
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (OSError, ValueError, EOFError, KeyError, TypeError, AttributeError):
         return
     findings, walk = evaluate(project, home, files, repos, git)
     _report(home, session, project, findings, walk, out)
@@ -440,7 +480,7 @@ def recover(home: str, *, environ=None, out=None) -> None:
     out = out or sys.stderr
     directory = _state(home)
     try:
-        names = [n for n in os.listdir(directory) if n.endswith(".json")]
+        names = [n for n in os.listdir(directory) if n.endswith(SNAPSHOT_SUFFIXES)]
     except OSError:
         return
     if not names:
@@ -454,7 +494,7 @@ def recover(home: str, *, environ=None, out=None) -> None:
                in (registry.LIVE, registry.FOREIGN)}
     git = gitrepo.find_git((environ or os.environ).get("PATH", ""))
     for name in names:
-        if name[:-len(".json")] in running:
+        if name.rpartition(".")[0] in running:
             continue
         path = os.path.join(directory, name)
         claimed = os.path.join(directory, f".{name}.{os.getpid()}.claimed")

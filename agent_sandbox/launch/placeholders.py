@@ -32,7 +32,6 @@ ignored by git until then.
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import stat
@@ -58,13 +57,13 @@ def _made_or_there(make, path: str, is_dir: bool) -> bool:
         raise OSError(errno.EEXIST, "exists and is not a placeholder") from None
 
 
-def create(policy) -> list[tuple[str, bool, bytes]]:
-    """Make the placeholders the plan mounts; return (path, is_dir, content)
-    of each thing made (missing parents included), oldest first."""
-    from agent_sandbox.policy.view import placeholder_candidates
-
+def create(candidates) -> list[tuple[str, bool, bytes]]:
+    """Make the placeholders the plan mounts (`candidates`: the compile's
+    policy/view.py placeholder_candidates, those missing now are made);
+    return (path, is_dir, content) of each thing made (missing parents
+    included), oldest first."""
     created = []
-    for item in placeholder_candidates(policy):
+    for item in candidates:
         if os.path.lexists(item.path):
             continue       # the user's own, or another session's placeholder
         try:
@@ -99,26 +98,31 @@ def _write_new(path: str, content: bytes) -> None:
         os.close(fd)
 
 
-@contextlib.contextmanager
-def project_lock(home: str, project: str):
+class project_lock:
     """Held while a session registers and makes placeholders, and while one
     unregisters and removes them. Best effort: without a state directory
-    there is no list either."""
-    path = _list_path(home, project)[:-len(".jsonl")] + ".lock"
-    fd = None
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        import fcntl
+    there is no list either. (A class, not contextlib: its import is a
+    millisecond of every launch.)"""
 
-        fcntl.flock(fd, fcntl.LOCK_EX)
-    except OSError:
-        pass
-    try:
-        yield
-    finally:
-        if fd is not None:
-            os.close(fd)     # releases the lock
+    def __init__(self, home: str, project: str):
+        self.path = _list_path(home, project)[:-len(".jsonl")] + ".lock"
+        self.fd = None
+
+    def __enter__(self) -> None:
+        try:
+            os.makedirs(os.path.dirname(self.path), mode=0o700, exist_ok=True)
+            self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              0o600)
+            import fcntl
+
+            fcntl.flock(self.fd, fcntl.LOCK_EX)
+        except OSError:
+            pass
+
+    def __exit__(self, *exc) -> None:
+        if self.fd is not None:
+            os.close(self.fd)     # releases the lock
+            self.fd = None
 
 
 def _list_path(home: str, project: str) -> str:
@@ -215,15 +219,13 @@ def _pattern(relative: str, is_dir: bool) -> bytes:
     return ("/" + escaped + ("/" if is_dir else "") + "\n").encode("utf-8", "surrogateescape")
 
 
-def _worktree_patterns(policy) -> list[bytes]:
-    from agent_sandbox.policy.view import placeholder_candidates
-    from agent_sandbox.policy.resolve import _is_within
+def _worktree_patterns(project: str, candidates) -> list[bytes]:
+    from agent_sandbox.paths import is_within
 
-    project = policy.project_dir
     dotgit = os.path.join(project, ".git")
     return [_pattern(os.path.relpath(item.path, project), item.is_dir)
-            for item in placeholder_candidates(policy)
-            if _is_within(item.path, project) and not _is_within(item.path, dotgit)
+            for item in candidates
+            if is_within(item.path, project) and not is_within(item.path, dotgit)
             and not os.path.lexists(item.path)]
 
 
@@ -279,11 +281,11 @@ def _edit_exclude(project: str, edit) -> None:
             os.close(fd)
 
 
-def exclude(policy) -> None:
+def exclude(project: str, candidates) -> None:
     """List this launch's work-tree placeholders in .git/info/exclude (under
     the project lock, before they are made)."""
-    patterns = _worktree_patterns(policy)
-    if not patterns or not os.path.isdir(os.path.join(policy.project_dir, ".git")):
+    patterns = _worktree_patterns(project, candidates)
+    if not patterns or not os.path.isdir(os.path.join(project, ".git")):
         return
 
     def add(old: bytes) -> bytes:
@@ -293,7 +295,7 @@ def exclude(policy) -> None:
             rest += b"\n"
         return rest + EXCLUDE_BEGIN + b"".join(merged) + EXCLUDE_END
 
-    _edit_exclude(policy.project_dir, add)
+    _edit_exclude(project, add)
 
 
 def _unexclude(project: str) -> None:

@@ -30,8 +30,13 @@ is stored with the ones it was compiled with (random, 48 and 32 bits) and a
 hit substitutes new ones in every string (and the session id in payload
 bytes). The chaperon itself is started from its stored configuration.
 
-Stored with marshal (no code runs on load); NamedTuples are stored by class
-name and rebuilt only for classes of this package that are NamedTuples. A
+Stored with marshal (no code runs on load). A NamedTuple is stored with its
+class name and field names and comes back as a *record*: a tuple of the same
+items with the same field names as attributes (and `_replace`), so that a
+hit imports none of the modules that define the classes (the policy, the
+backends, the configuration: no pydantic, no typer, no policy code). Code
+that runs a plan therefore reads fields and never calls a method of the
+plan's classes (spawn.render_argv, report.py dispatches on `kind`). A
 cache file is used only if it is a regular file owned by this user and
 writable by no one else, in a directory with the same properties, inside the
 hidden state directory; anything else — foreign, corrupt, stale — is a miss,
@@ -46,7 +51,7 @@ import os
 import sys
 from time import time_ns
 
-FORMAT = 1
+FORMAT = 2    # 2: records (class and field names) instead of imported classes
 MAX_BYTES = 8 << 20
 PLANS = "plans"
 RACY_NS = 100_000_000    # files changed this recently are not trusted to show the next change
@@ -241,7 +246,7 @@ def freeze(value):
             cls = type(value)
             if not cls.__module__.startswith("agent_sandbox."):
                 raise Uncacheable(f"{cls.__module__}.{cls.__qualname__}")
-            return (2, f"{cls.__module__}:{cls.__qualname__}", items)
+            return (2, f"{cls.__module__}:{cls.__qualname__}", tuple(cls._fields), items)
         if type(value) is not tuple:
             raise Uncacheable(type(value).__qualname__)
         return (0, items)
@@ -254,15 +259,31 @@ def freeze(value):
     raise Uncacheable(type(value).__qualname__)
 
 
-def _named_tuple(name: str):
-    module, _, qualname = name.partition(":")
-    if not module.startswith("agent_sandbox.") or "." in qualname or not qualname:
+def _record(name: str, fields: tuple):
+    """The class of the records that stand for a stored NamedTuple: a tuple
+    whose fields are read-only attributes, equal to the original (tuple
+    equality), with `_fields`, `_make` and `_replace`."""
+    if not (isinstance(name, str) and name.startswith("agent_sandbox.") and fields
+            and all(isinstance(f, str) and f.isidentifier() and not f.startswith("_")
+                    for f in fields) and len(set(fields)) == len(fields)):
         raise ValueError(name)
-    __import__(module)
-    cls = getattr(sys.modules[module], qualname)
-    if not (isinstance(cls, type) and issubclass(cls, tuple) and hasattr(cls, "_fields")):
-        raise ValueError(name)
-    return cls
+    from operator import itemgetter
+
+    def _replace(self, **changes):
+        unknown = set(changes) - set(fields)
+        if unknown:
+            raise ValueError(f"unknown fields {sorted(unknown)}")
+        return type(self)(changes.get(f, v) for f, v in zip(fields, self))
+
+    def __repr__(self):
+        return name.partition(":")[2] + "(" + ", ".join(
+            f"{f}={v!r}" for f, v in zip(fields, self)) + ")"
+
+    namespace = {"__slots__": (), "_fields": fields, "_replace": _replace,
+                 "_make": classmethod(lambda cls, items: cls(items)), "__repr__": __repr__}
+    for index, field in enumerate(fields):
+        namespace[field] = property(itemgetter(index))
+    return type(name.partition(":")[2], (tuple,), namespace)
 
 
 def thaw(value, swap_str, swap_bytes, classes: dict):
@@ -284,8 +305,11 @@ def thaw(value, swap_str, swap_bytes, classes: dict):
     if tag == 3:
         return frozenset(items)
     if tag == 2:
-        cls = classes.get(value[1]) or classes.setdefault(value[1], _named_tuple(value[1]))
-        return cls._make(items)
+        key = (value[1], value[2])
+        cls = classes.get(key) or classes.setdefault(key, _record(*key))
+        if len(items) != len(cls._fields):
+            raise ValueError(value[1])
+        return cls(items)
     raise ValueError(tag)
 
 

@@ -5,29 +5,31 @@ never printed (they may be API keys); names are.
 """
 from __future__ import annotations
 
-import shlex
-
-from agent_sandbox.backends.base import GUARANTEE_TEXT
 from agent_sandbox.paths import helper_module
-from agent_sandbox.policy.view import (Bind, Data, DevBind, File, ProfileLine, RoBind, Rule,
-                                       Symlink, Tmpfs)
 
 
 def _mount_line(op) -> str:
-    """One line of --dry-run's view, by the operation's type (policy/view.py)."""
-    if isinstance(op, (RoBind, Bind, DevBind)):
-        return f"{op.kind:<10} {op.dest}" + ("" if op.src == op.dest else f"  (from {op.src})")
-    if isinstance(op, Tmpfs):
+    """One line of --dry-run's view, by the operation's kind (policy/view.py;
+    the kind, not the class: a plan from the cache holds records)."""
+    kind = op.kind
+    if kind in ("ro-bind", "bind", "dev-bind"):
+        return f"{kind:<10} {op.dest}" + ("" if op.src == op.dest else f"  (from {op.src})")
+    if kind == "tmpfs":
         return f"{'tmpfs':<10} {op.dest}  (mode {op.mode:04o})"
-    if isinstance(op, Symlink):
+    if kind == "symlink":
         return f"{'symlink':<10} {op.dest} -> {op.target}"
-    if isinstance(op, (Data, File)):
-        return f"{op.kind:<10} {op.dest}  (from {op.payload})"
-    if isinstance(op, Rule):
+    if kind in ("ro-data", "file"):
+        return f"{kind:<10} {op.dest}  (from {op.payload})"
+    if kind == "landlock":
         return f"{_rights(op.access):<10} {op.path}"
-    if isinstance(op, ProfileLine):
+    if kind == "firejail":
         return op.line
-    return f"{op.kind:<10} {op.dest}"           # Proc, Dev, RemountRo
+    return f"{kind:<10} {op.dest}"           # proc, dev, remount-ro
+
+
+def _shown(arg) -> str:
+    """An argv item as --dry-run prints it: a descriptor reference as <fd:NAME>."""
+    return arg if isinstance(arg, str) else f"{arg.prefix}<fd:{arg.name}>"
 
 
 def _rights(access: int) -> str:
@@ -41,6 +43,8 @@ def _rights(access: int) -> str:
 
 
 def guarantee_lines(plan) -> list[str]:
+    from agent_sandbox.backends.base import GUARANTEE_TEXT   # not on a launch's path
+
     lines = [f"  yes     {g:<22} {GUARANTEE_TEXT[g]}" for g in plan.provides]
     lines += [f"  partial {g:<22} {why}" for g, why in plan.partial]
     lines += [f"  no      {g:<22} {why}" for g, why in plan.cannot]
@@ -122,6 +126,8 @@ def network_line(policy) -> str:
 
 
 def dry_run_report(policy, plan, denied) -> str:
+    import shlex   # (it imports re: kept off a launch's path)
+
     kept = sorted(set(policy.env) | set(plan.env))
     out = [
         "agent-sandbox: dry run — nothing was started",
@@ -157,7 +163,7 @@ def dry_run_report(policy, plan, denied) -> str:
         out.append("warnings:")
         out += [f"  {w}" for w in policy.warnings]
     out.append("argv:")
-    out.append("  " + shlex.join(str(a) for a in plan.argv))
+    out.append("  " + shlex.join(_shown(a) for a in plan.argv))
     if "argv" in plan.payloads:      # the command travels on a descriptor (firejail)
         command = plan.payloads["argv"].data.split(b"\0")
         out.append("  <fd:argv>: " + shlex.join(c.decode("utf-8", "replace") for c in command))

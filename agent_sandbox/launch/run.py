@@ -16,7 +16,6 @@ from __future__ import annotations
 import os
 import pwd
 import sys
-from typing import NamedTuple
 
 from agent_sandbox.errors import USAGE, BackendUnavailable, PolicyError, SandboxError, fail, say
 from agent_sandbox.launch.nesting import exec_nested, inside_sandbox
@@ -98,16 +97,25 @@ def check_required(plan, policy, settings, abi: int) -> None:
 
 
 # ---------------------------------------------------------------- payloads
-class Prepared(NamedTuple):
+class Prepared:
     """A launch up to its plan: what `run`, `--dry-run`, `explain` and the
-    outside submission all start from."""
-    settings: object
-    selection: object
-    policy: object
-    plan: object
-    denied: tuple
-    chaperon: object = None
-    cached: bool = False     # loaded from the compiled plan cache (plancache.py)
+    outside submission all start from. `cached`: loaded from the compiled
+    plan cache (plancache.py). `placeholders`: policy/view.py
+    placeholder_candidates, compiled with the policy; those missing at the
+    launch are made then. (A plain class: typing.NamedTuple costs a cached
+    launch several milliseconds of imports.)"""
+    __slots__ = ("settings", "selection", "policy", "plan", "denied", "chaperon", "cached",
+                 "placeholders")
+
+    def __init__(self, settings, selection, policy, plan, denied: tuple, chaperon=None,
+                 cached: bool = False, placeholders: tuple = ()):
+        self.settings, self.selection, self.policy, self.plan = settings, selection, policy, plan
+        self.denied, self.chaperon, self.cached = denied, chaperon, cached
+        self.placeholders = placeholders
+
+    def _replace(self, **changes) -> "Prepared":
+        return Prepared(**{name: changes.pop(name, getattr(self, name))
+                           for name in self.__slots__}, **changes)
 
 
 # The plan cache stores plans without their command: compiled with this one
@@ -172,7 +180,10 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         command = with_args(command, profile, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=session)
-    return Prepared(settings, selection, policy, plan, denied, session)
+    from agent_sandbox.policy.view import placeholder_candidates
+
+    return Prepared(settings, selection, policy, plan, denied, session,
+                    placeholders=placeholder_candidates(policy))
 
 
 def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None,
@@ -274,7 +285,7 @@ def _from_cache(cache, keep_fds, dry_run: bool, sessions: list):
         session = ChaperonSession.open(launch["chaperon"])
         sessions.append(session)
     return Prepared(None, None, launch["policy"], launch["plan"], launch["denied"], session,
-                    cached=True)
+                    cached=True, placeholders=launch["placeholders"])
 
 
 def _compile(recorder, command, **options) -> Prepared:
@@ -288,7 +299,7 @@ def _store(cache, recorder, prepared: Prepared) -> None:
     session = prepared.chaperon
     tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
-                           "denied": prepared.denied,
+                           "denied": prepared.denied, "placeholders": prepared.placeholders,
                            "chaperon": session.config if session else None},
                 prepared.policy.session_id, tag)
 
@@ -452,8 +463,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                         command=os.path.basename(command[0]))
                     if session:
                         session.attach(record)
-                    placeholders.exclude(policy)
-                    created = placeholders.create(policy)
+                    placeholders.exclude(policy.project_dir, prepared.placeholders)
+                    created = placeholders.create(prepared.placeholders)
                     placeholders.remember(policy.home, policy.project_dir, created)
                 snapshot = gitcheck.start(policy)
                 if plan.backend == "landlock":   # no PID namespace: orphans come back to us

@@ -9,7 +9,7 @@ by launch/terminal.py, imported only then.
 from __future__ import annotations
 
 import os
-import signal
+import _signal as signal   # the C module: signal.py's enums import 1 ms a launch
 
 from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError, say
 from agent_sandbox.launch.select import forget_probe
@@ -34,6 +34,12 @@ def _payload_fd(name: str, payload) -> int:
         os.lseek(fd, 0, os.SEEK_SET)
     os.set_inheritable(fd, True)
     return fd
+
+
+def render_argv(argv, fds: dict) -> list[str]:
+    """The argv with each descriptor reference (backends/base.py FdRef: a
+    name and a prefix, every other item is a string) as its number."""
+    return [a if isinstance(a, str) else a.prefix + str(fds[a.name]) for a in argv]
 
 
 def keep_fds_checked(requested) -> tuple[int, ...]:
@@ -134,7 +140,7 @@ def _run_plan(plan, keep_fds, pty, relay, title: str) -> int:
         _remove_scratch_dirs(scratch)
         raise BackendUnavailable(f"cannot prepare the sandbox's input {name or 'pipes'} — "
                                  f"{exc}. The command was not run.") from None
-    argv = plan.render(fds)
+    argv = render_argv(plan.argv, fds)
     launcher = _pdeathsig_wrapper() + argv
     try:
         # A helper that calls setsid() must not lead a process group already.

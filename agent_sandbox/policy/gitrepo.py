@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import os
 import stat
-from fnmatch import fnmatchcase
 
 from agent_sandbox.paths import read_regular
 
@@ -75,6 +74,8 @@ BOOLEANS = {"", "true", "false", "yes", "no", "on", "off", "1", "0"}
 
 
 def is_code_key(key: str, value: str) -> bool:
+    from fnmatch import fnmatchcase   # (it imports re: kept off a launch's path)
+
     lowered = key.lower()
     for pattern, condition in CODE_KEYS:
         if not fnmatchcase(lowered, pattern):

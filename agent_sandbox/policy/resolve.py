@@ -19,6 +19,7 @@ import os
 from typing import NamedTuple
 
 from agent_sandbox.paths import RUN_DIR, STATE_DIR, user_config_dir
+from agent_sandbox.paths import is_within as _is_within
 from agent_sandbox.names import forced_env, slurm_commands
 from agent_sandbox.policy.envfilter import scrub
 from agent_sandbox.policy import siteconf
@@ -130,10 +131,6 @@ class Policy(NamedTuple):
 
     def is_hidden(self, path: str) -> bool:
         return any(_is_within(path, h) for h in self.hidden)
-
-
-def _is_within(path: str, parent: str) -> bool:
-    return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
 def _home_path(home: str, entry: str) -> str:

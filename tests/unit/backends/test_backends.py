@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_sandbox.launch.spawn import render_argv
 from agent_sandbox.config import load as confload
 from agent_sandbox.launch import run as launcher, report
 from agent_sandbox.backends import BACKENDS as TABLE, Selection, Unavailable, bwrap, firejail, select
@@ -350,7 +351,7 @@ def test_firejail_environment_travels_on_a_descriptor(home):
     assert plan.payloads["argv"].data == b"claude"
     assert argv[argv.index("--quiet") - 1] == "/usr/bin/firejail"
     assert FdRef("profile", "--profile=/proc/self/fd/") in argv
-    assert plan.render({n: 9 for n in plan.payloads} | {"status": 9, "lifeline": 9}).count(
+    assert render_argv(plan.argv, {n: 9 for n in plan.payloads} | {"status": 9, "lifeline": 9}).count(
         "--profile=/proc/self/fd/9") == 1
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_sandbox.launch.spawn import render_argv
 from agent_sandbox.launch import report
 from agent_sandbox.backends import bwrap
 from agent_sandbox.backends.base import FdRef, Payload, Plan, PlanContext
@@ -584,7 +585,7 @@ def test_render_substitutes_fd_numbers(home):
     assert set(plan.payloads) == refs - {"status"}
     assert plan.status_fd == "status"
     fds = {name: 100 + i for i, name in enumerate(sorted(refs))}
-    rendered = plan.render(fds)
+    rendered = render_argv(plan.argv, fds)
     assert len(rendered) == len(plan.argv)
     assert all(isinstance(a, str) for a in rendered)
     assert not any("<fd:" in a for a in rendered)
@@ -654,7 +655,7 @@ def test_no_environment_value_in_argv(home):
     assert plan.env["ANTHROPIC_API_KEY"] == SECRET
     assert plan.env["EXTRA_VALUE"] == "sandbox-env-value-zz9"
     assert "GH_TOKEN" not in plan.env
-    rendered = plan.render({a.name: 3 for a in plan.argv if isinstance(a, FdRef)})
+    rendered = render_argv(plan.argv, {a.name: 3 for a in plan.argv if isinstance(a, FdRef)})
     for secret in (SECRET, OTHER_SECRET, "sandbox-env-value-zz9", "/home/forged"):
         assert not any(secret in arg for arg in rendered), secret
     assert "ANTHROPIC_API_KEY" not in " ".join(rendered)

@@ -200,7 +200,7 @@ def test_repositories_walk_is_bounded_and_finds_bare_ones(tmp_path):
     found, complete, _ = gitcheck.repositories(str(tmp_path))
     assert complete and sorted(found) == sorted([str(tmp_path / "a/b/.git"), str(bare),
                                                  str(bare / "x/.git")])
-    assert gitcheck.repositories(str(tmp_path), limit=1)[1] is False
+    assert gitcheck.repositories(str(tmp_path), limit=1).complete is False
 
 
 def test_exclude_block_is_added_merged_and_removed():

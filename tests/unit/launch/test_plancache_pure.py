@@ -23,7 +23,12 @@ def test_a_plan_survives_the_round_trip_with_the_session_substituted():
                 env={"A": SID}, provides=("fs.hidden",), cannot=(("x", "y"),),
                 spawn_ruleset={"paths": [("ro", "/")]})
     back = _thaw(freeze({"plan": plan, "set": frozenset({"a"})}))
-    assert type(back["plan"]) is Plan and type(back["plan"].argv[1]) is FdRef
+    # A record, not the class (a hit imports none of the plan's modules),
+    # with the same fields, equal to the original as a tuple.
+    assert back["plan"]._fields == Plan._fields and back["plan"].argv[1] == FdRef("marker",
+                                                                                  "--fd ")
+    assert back["plan"].argv[1].name == "marker" and back["plan"].argv[1].prefix == "--fd "
+    assert back["plan"]._replace(backend="x").backend == "x"
     assert back["plan"].argv[2] == f"/x/{NEW}" and back["plan"].env == {"A": NEW}
     assert back["plan"].payloads["marker"].data == f"session={NEW}\n".encode()
     assert back["plan"].spawn_ruleset == {"paths": [("ro", "/")]}
@@ -39,12 +44,28 @@ def test_only_named_tuples_of_this_package_are_rebuilt():
         raise AssertionError("a foreign class was frozen")
     except plancache.Uncacheable:
         pass
-    for name in ("os:stat_result", "agent_sandbox.paths:os", "agent_sandbox.launch.run:run"):
+    for name, fields in (("os:stat_result", ("a",)), ("agent_sandbox.x:Y", ("_bad",)),
+                         ("agent_sandbox.x:Y", ("a b",)), ("agent_sandbox.x:Y", ("a", "a")),
+                         ("agent_sandbox.x:Y", ())):
         try:
-            _thaw((2, name, ()))
+            _thaw((2, name, fields, (1,) * len(fields)))
             raise AssertionError(name)
         except (ValueError, AttributeError, TypeError):
             pass
+    try:
+        _thaw((2, "agent_sandbox.x:Y", ("a", "b"), (1,)))    # fields and items differ
+        raise AssertionError("a record with a missing item")
+    except ValueError:
+        pass
+
+
+def test_a_record_is_rebuilt_without_importing_its_module():
+    import sys
+
+    record = _thaw((2, "agent_sandbox.no_such_module:Plan", ("backend", "argv"),
+                    ("bwrap", (0, ("a",)))))
+    assert record.backend == "bwrap" and record.argv == ("a",)
+    assert "agent_sandbox.no_such_module" not in sys.modules
 
 
 def test_a_directory_only_stated_is_fingerprinted_without_its_times(tmp_path):
