@@ -36,6 +36,7 @@ import errno
 import os
 import stat
 
+from agent_sandbox import jsonlite
 from agent_sandbox.errors import PolicyError
 
 SUBDIR = "placeholders"
@@ -138,10 +139,8 @@ def remember(home: str, project: str, created: list) -> None:
     each, so concurrent sessions do not overwrite each other)."""
     if not created:
         return
-    import json
-
     path = _list_path(home, project)
-    lines = "".join(json.dumps([p, d, c.hex()]) + "\n" for p, d, c in created).encode()
+    lines = b"".join(jsonlite.dumps([p, d, c.hex()]) + b"\n" for p, d, c in created)
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
@@ -177,14 +176,12 @@ def release(home: str, project: str, session: str, created: list) -> None:
     if _others_running(home, project, session):
         return
     _unexclude(project)
-    import json
-
     entries = []
     try:
         with open(path, "rb") as handle:
             for line in handle:
                 try:
-                    p, d, c = json.loads(line)
+                    p, d, c = jsonlite.loads(line)
                     entries.append((p, bool(d), bytes.fromhex(c)))
                 except (ValueError, TypeError):
                     continue

@@ -17,11 +17,13 @@ counted: their processes cannot be checked from here, so they are left for
 `agent-sandbox status` on their own host to judge.
 
 Writing costs one small file (well under a millisecond): this module imports
-only os (a record is written by `dumps`, not json).
+only os, and jsonlite (json's C parts, without json's 3 ms of imports).
 """
 from __future__ import annotations
 
 import os
+
+from agent_sandbox import jsonlite
 
 SUBDIR = "sessions"
 TEMP_GRACE = 60.0        # seconds before an unreadable or half-written file is removed
@@ -105,35 +107,14 @@ def register(home: str, *, session: str, backend: str, project: str,
 def set_chaperon(path: str, pid: int) -> None:
     """Name the chaperon's pid in this launcher's record once it was started
     on demand (launch/chaperon.py); best effort, like `register`."""
-    import json
-
     try:
         with open(path, "rb") as handle:
-            record = json.loads(handle.read())
+            record = jsonlite.loads(handle.read())
         record["chaperon_pid"] = pid
     except (OSError, ValueError, TypeError):
         return
     _write(path, os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".pid.tmp"),
            record)
-
-
-def dumps(record: dict) -> bytes:
-    """json.dumps(record) for a flat record of strings, numbers, booleans and
-    None, byte for byte, without importing json (its decoder imports re: ~3
-    ms of every launch); strings go through json's own C encoder."""
-    from _json import encode_basestring_ascii as string
-
-    def value(item) -> str:
-        if item is None or isinstance(item, bool):
-            return {None: "null", True: "true", False: "false"}[item]
-        if isinstance(item, str):
-            return string(item)
-        if isinstance(item, int) or (isinstance(item, float) and item - item == 0):
-            return repr(item)       # json's form of an int or a finite float
-        raise TypeError(f"not a flat record: {type(item).__name__}")
-
-    return ("{" + ", ".join(f"{string(str(k))}: {value(v)}" for k, v in record.items())
-            + "}").encode()
 
 
 def _write(path: str, temp: str, record: dict) -> bool:
@@ -142,7 +123,7 @@ def _write(path: str, temp: str, record: dict) -> bool:
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)
         try:
-            os.write(fd, dumps(record))
+            os.write(fd, jsonlite.dumps(record))
         finally:
             os.close(fd)
         os.replace(temp, path)
@@ -166,13 +147,11 @@ def unregister(path: str | None) -> None:
 # ---------------------------------------------------------------- reading (status)
 def is_live(home: str, session: str) -> bool:
     """Whether `session` has a record whose launcher runs here now."""
-    import json
-
     if not session or "/" in session or session.startswith("."):
         return False
     try:
         with open(os.path.join(registry_dir(home), f"{session}.json"), "rb") as handle:
-            record = json.loads(handle.read())
+            record = jsonlite.loads(handle.read())
     except (OSError, ValueError):
         return False
     return judge(record, host=host_name(), boot=boot_id(), lookup=lookup_proc) == LIVE
@@ -200,8 +179,6 @@ def read(home: str, *, now: float) -> tuple[list[tuple[str, dict]], list[str]]:
     """([(path, record)], [paths of leftovers to delete]): parsed records, and
     files that can no longer be a record being written (temporary or
     unreadable files older than TEMP_GRACE)."""
-    import json
-
     directory = registry_dir(home)
     records, junk = [], []
     try:
@@ -214,7 +191,7 @@ def read(home: str, *, now: float) -> tuple[list[tuple[str, dict]], list[str]]:
         if name.endswith(".json") and not name.startswith("."):
             try:
                 with open(path, "rb") as handle:
-                    record = json.loads(handle.read(65536))
+                    record = jsonlite.loads(handle.read(65536))
             except (OSError, ValueError):
                 record = None
             if isinstance(record, dict):

@@ -370,12 +370,12 @@ def _sandbox_init_pid(fd, sink: list) -> int | None:
     if fd is None:
         return None
     _drain(fd, sink)
-    import json
+    from agent_sandbox import jsonlite
 
     for line in "".join(sink).splitlines():
         if '"child-pid"' in line:
             try:
-                return int(json.loads(line)["child-pid"])
+                return int(jsonlite.loads(line)["child-pid"])
             except (ValueError, KeyError):
                 return None
     return None
