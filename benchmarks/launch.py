@@ -10,9 +10,13 @@ Prints the median (and p90) wall time of:
   * agent-sandbox run -- sinfo -h       (with --slurm: a Slurm call, which starts
                                          the chaperon; beside `sinfo -h` outside)
   * bwrap --ro-bind / / --unshare-all --die-with-parent true   (the bare primitive)
+  * the plan's own bwrap                (the warm plan's argv and payloads, spawned
+                                         by this script: what the sandbox itself
+                                         costs, without any launcher)
   * python3 -I -S -c pass               (the interpreter floor)
 and checks the target of issue 19: warm launch median <= bare bwrap median +
-2 x the interpreter floor. Exit 0 when the target holds, 1 otherwise.
+2 x the interpreter floor. Exit 0 when the target holds, 1 otherwise. It also
+prints the launcher's own share: warm launch minus the plan's own bwrap.
 
 With --baseline PATH (another install, e.g. the commit before a change, built
 with scripts/install.sh into another prefix) that install's launch is
@@ -45,6 +49,68 @@ def measure(argv, runs, cwd, env, before=None) -> list[float]:
         if result.returncode != 0:
             sys.exit(f"{argv[0]} failed ({result.returncode}): {result.stderr.decode()[-500:]}")
     return times
+
+
+class PlanSpawner:
+    """The warm plan of the cache, spawned without the launcher (setpriv and
+    bwrap with the plan's argv, environment and payloads; its placeholders
+    and chaperon directory made as a launch makes them): the sandbox's own
+    cost. Reads the newest plan in the cache with the install's own code."""
+
+    def __init__(self, agent_sandbox: str, plans: str):
+        import glob
+        import marshal
+        import sysconfig
+
+        venv = os.path.dirname(os.path.dirname(os.path.realpath(agent_sandbox)))
+        sys.path.append(sysconfig.get_path("purelib", vars={"base": venv}))
+        from agent_sandbox.launch import placeholders, plancache
+        from agent_sandbox.launch.run import COMMAND_SLOT
+        from agent_sandbox.launch.spawn import _pdeathsig_wrapper, render_argv
+
+        newest = max(glob.glob(os.path.join(plans, "*.marshal")), key=os.path.getmtime)
+        with open(newest, "rb") as handle:
+            frozen = marshal.loads(handle.read())[3]
+        launch = plancache.thaw(frozen["launch"], lambda s: s, lambda b: b, {})
+        self.plan, self.render = launch["plan"], render_argv
+        assert self.plan.argv[-1] == COMMAND_SLOT, "the cached plan has no command slot"
+        self.wrapper = _pdeathsig_wrapper()
+        self.directory = (launch["chaperon"] or {}).get("session_dir")
+        self.placeholders, self.candidates = placeholders, launch["placeholders"]
+
+    def measure(self, runs: int) -> list[float]:
+        """Made and removed around each run, as a launch does: a placeholder
+        left between runs would change the launcher's cached inputs."""
+        times = []
+        for _ in range(runs):
+            if self.directory:
+                os.makedirs(self.directory, exist_ok=True)
+            made = self.placeholders.create(self.candidates)
+            fds = {}
+            status_read, fds[self.plan.status_fd] = os.pipe()
+            for name, payload in self.plan.payloads.items():
+                if payload.path:
+                    fds[name] = os.open(payload.path, os.O_RDONLY)
+                else:
+                    fds[name] = os.memfd_create(name, 0)
+                    os.write(fds[name], payload.data)
+                    os.lseek(fds[name], 0, os.SEEK_SET)
+            for fd in fds.values():
+                os.set_inheritable(fd, True)
+            argv = self.wrapper + self.render(self.plan.argv[:-1] + ("true",), fds)
+            start = time.perf_counter()
+            pid = os.posix_spawn(argv[0], argv, self.plan.env)
+            _, status = os.waitpid(pid, 0)
+            times.append((time.perf_counter() - start) * 1000)
+            for fd in [status_read, *fds.values()]:
+                os.close(fd)
+            for path, is_dir, _ in reversed(made):
+                (os.rmdir if is_dir else os.unlink)(path)
+            if self.directory:
+                os.rmdir(self.directory)
+            if status:
+                sys.exit(f"the plan's bwrap failed ({status})")
+        return times
 
 
 def summary(name, times) -> str:
@@ -88,12 +154,17 @@ def main() -> int:
         cases["baseline run -- true"] = [args.baseline, "run", "--", "true"]
         measure(cases["baseline run -- true"], 3, project, env)
     measure(cases[warm], 3, project, env)   # warm the caches
+    own = "the plan's own bwrap (no launcher)"
     results = {}
+    os.chdir(project)
+    spawner = PlanSpawner(args.agent_sandbox, plans)
     # Interleave the cases so that machine noise hits all of them alike.
     for _ in range(args.runs):
         for name, argv in cases.items():
             results.setdefault(name, []).extend(measure(argv, 1, project, env,
                                                         before.get(name)))
+            if name == warm:
+                results.setdefault(own, []).extend(spawner.measure(1))
     for name, times in results.items():
         print(summary(name, times))
     launch = statistics.median(results[warm])
@@ -104,6 +175,9 @@ def main() -> int:
         print(f"against the baseline install: {launch:.1f} vs {base:.1f} ms "
               f"({(launch / base - 1) * 100:+.1f}%)")
     target = bare + 2 * floor
+    sandbox = statistics.median(results[own])
+    print(f"the launcher's own share: {launch - sandbox:.1f} ms over the plan's own bwrap "
+          f"({sandbox:.1f} ms; the interpreter alone is {floor:.1f} ms)")
     print(f"cold cache: {statistics.median(results[cold]):.1f} ms; warm: {launch:.1f} ms")
     verdict = "PASS" if launch <= target else "FAIL"
     print(f"warm launch {launch:.1f} ms, target <= bare bwrap + 2 x python3 -I -S = "

@@ -59,6 +59,7 @@ def test_every_input_changed_in_turn_gives_a_fresh_compile(user, project, admin)
     token = "export GITHUB_TOKEN=ghp_" + "a" * 36 + "\n"
     user.set_config(BASE)
     cloud = user.home / ".aws-plancache-test"
+    bashrc = (user.home / ".bashrc").read_text()     # the session fixture's: put back after
     # (what changes, the change, the launch's options, environment, working directory)
     changes = [
         ("user config", lambda: user.set_config(BASE + "SECRETS_IN_BOUND_FILES=off\n"), (), None, None),
@@ -93,7 +94,7 @@ def test_every_input_changed_in_turn_gives_a_fresh_compile(user, project, admin)
     finally:
         user.set_config("")
         shutil.rmtree(cloud, ignore_errors=True)
-        (user.home / ".bashrc").unlink(missing_ok=True)
+        user.write(".bashrc", bashrc)    # later tests expect the fixture's (order-independent)
         shutil.rmtree(other, ignore_errors=True)
 
 
