@@ -63,7 +63,7 @@ class PlanSpawner:
         import sysconfig
 
         venv = os.path.dirname(os.path.dirname(os.path.realpath(agent_sandbox)))
-        sys.path.append(sysconfig.get_path("purelib", vars={"base": venv}))
+        sys.path.append(sysconfig.get_path("purelib", "venv", vars={"base": venv}))
         from agent_sandbox.launch import placeholders, plancache
         from agent_sandbox.launch.run import COMMAND_SLOT
         from agent_sandbox.launch.spawn import _pdeathsig_wrapper, render_argv

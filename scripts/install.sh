@@ -84,7 +84,7 @@ PY
 "$prefix/venv/bin/python" -I - "$prefix/venv" <<'PY'
 import os, sys, sysconfig
 venv = sys.argv[1]
-site_packages = sysconfig.get_path("purelib", vars={"base": venv})
+site_packages = sysconfig.get_path("purelib", "venv", vars={"base": venv})
 entry = os.path.join(venv, "bin", "agent-sandbox")
 with open(entry + ".tmp", "w") as out:
     out.write(f"#!{venv}/bin/python -IS\n"
