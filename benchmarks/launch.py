@@ -14,6 +14,10 @@ Prints the median (and p90) wall time of:
                                          by this script: what the sandbox itself
                                          costs, without any launcher)
   * python3 -I -S -c pass               (the interpreter floor)
+  * agent-sandbox claude --version      (the claude profile with a stand-in agent,
+                                         a shell script printing a version, first
+                                         on PATH; profiles are compiled at every
+                                         launch) beside the stand-in run outside
 and checks the target of issue 19: warm launch median <= bare bwrap median +
 2 x the interpreter floor. Exit 0 when the target holds, 1 otherwise. It also
 prints the launcher's own share: warm launch minus the plan's own bwrap.
@@ -136,6 +140,14 @@ def main() -> int:
                          "plans")
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.path.expanduser("~"),
            "LANG": "C.UTF-8", "SANDBOX_QUIET": "1"}
+    standin_dir = os.path.join(os.path.dirname(project), "bin")
+    os.makedirs(standin_dir, exist_ok=True)
+    standin = os.path.join(standin_dir, "claude")
+    with open(standin, "w") as handle:
+        handle.write('#!/bin/sh\necho "1.0.0 (Claude Code stand-in)"\n')
+    os.chmod(standin, 0o755)
+    agent_env = dict(env, PATH=f"{standin_dir}:{env['PATH']}")
+    agent = "agent-sandbox claude --version"
     warm = "agent-sandbox run -- true"
     cold = "agent-sandbox run -- true (cold cache)"
     cases = {
@@ -145,6 +157,9 @@ def main() -> int:
                          "true"],
         "python3 -I -S -c pass": ["/usr/bin/python3", "-I", "-S", "-c", "pass"],
     }
+    cases[agent] = [args.agent_sandbox, "claude", "--version"]
+    cases["stand-in claude --version"] = [standin, "--version"]
+    envs = {agent: agent_env}
     before = {cold: lambda: shutil.rmtree(plans, ignore_errors=True)}
     if args.slurm:
         cases["agent-sandbox run -- sinfo -h"] = [args.agent_sandbox, "run", "--", "sinfo",
@@ -152,6 +167,8 @@ def main() -> int:
         cases["sinfo -h (outside)"] = ["sinfo", "-h"]
     if args.baseline:
         cases["baseline run -- true"] = [args.baseline, "run", "--", "true"]
+        cases["baseline claude --version"] = [args.baseline, "claude", "--version"]
+        envs["baseline claude --version"] = agent_env
         measure(cases["baseline run -- true"], 3, project, env)
     measure(cases[warm], 3, project, env)   # warm the caches
     own = "the plan's own bwrap (no launcher)"
@@ -161,7 +178,8 @@ def main() -> int:
     # Interleave the cases so that machine noise hits all of them alike.
     for _ in range(args.runs):
         for name, argv in cases.items():
-            results.setdefault(name, []).extend(measure(argv, 1, project, env,
+            results.setdefault(name, []).extend(measure(argv, 1, project,
+                                                        envs.get(name, env),
                                                         before.get(name)))
             if name == warm:
                 results.setdefault(own, []).extend(spawner.measure(1))
@@ -175,6 +193,13 @@ def main() -> int:
         print(f"against the baseline install: {launch:.1f} vs {base:.1f} ms "
               f"({(launch / base - 1) * 100:+.1f}%)")
     target = bare + 2 * floor
+    own_start = statistics.median(results["stand-in claude --version"])
+    profile = statistics.median(results[agent])
+    line = (f"claude --version (stand-in): {profile:.1f} ms, bound {target + own_start:.1f} ms "
+            f"(target + the stand-in's own {own_start:.1f} ms)")
+    if args.baseline:
+        line += f"; baseline {statistics.median(results['baseline claude --version']):.1f} ms"
+    print(line)
     sandbox = statistics.median(results[own])
     print(f"the launcher's own share: {launch - sandbox:.1f} ms over the plan's own bwrap "
           f"({sandbox:.1f} ms; the interpreter alone is {floor:.1f} ms)")

@@ -1,9 +1,15 @@
-"""`python3 -I -m egress SPEC_PATH`: the session's egress proxy (docs/network.md).
+"""`python3 -I -m egress SPEC_PATH [--listen-fd N]`: the session's egress
+proxy (docs/network.md).
 
 The launcher starts it outside the sandbox with a pipe on stdin whose write
 end only the launcher holds. It checks the spec (egress/spec.py; a bad one:
 exit 125 and one `agent-sandbox:` line on stderr), opens the audit log,
-binds the Unix socket (0600), prints `ready`, and serves until stdin reaches
+binds the Unix socket (0600) — or, with --listen-fd, serves the listening
+socket the launcher bound and handed it (the launcher then starts the
+sandbox without waiting for the proxy: a connection made before the proxy
+accepts waits in the socket's backlog; the launcher reads the spec to it
+through a pipe, SPEC_PATH /dev/fd/N, so the keys never touch the disk) —
+prints `ready`, and serves until stdin reaches
 end of file, SIGTERM/SIGINT/SIGHUP, or the death of its parent
 (PR_SET_PDEATHSIG sends SIGTERM): the proxy never outlives the launcher.
 It holds the real API keys: it makes itself undumpable (PR_SET_DUMPABLE 0).
@@ -60,6 +66,16 @@ def _bind(path: str) -> socket.socket:
     return listener
 
 
+def _inherited(fd: int, path: str) -> socket.socket:
+    """The listening socket the launcher bound at `path` and handed over."""
+    listener = socket.socket(fileno=fd)
+    if (listener.family != socket.AF_UNIX or listener.type != socket.SOCK_STREAM
+            or listener.getsockname() != path):
+        raise OSError(f"descriptor {fd} is not the listening socket at {path}")
+    listener.setblocking(False)
+    return listener
+
+
 async def _run(proxy, listener) -> None:
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
@@ -87,8 +103,12 @@ def main(argv: list[str]) -> int:
     from egress.server import Proxy
     from egress.spec import SpecError, load, load_hook
 
+    listen_fd = None
+    if len(argv) == 3 and argv[1] == "--listen-fd" and argv[2].isdigit():
+        listen_fd, argv = int(argv[2]), argv[:1]
     if len(argv) != 1:
-        print("agent-sandbox: usage: python3 -I -m egress SPEC_PATH", file=sys.stderr)
+        print("agent-sandbox: usage: python3 -I -m egress SPEC_PATH [--listen-fd N]",
+              file=sys.stderr)
         return 125
     try:
         spec = load(argv[0])
@@ -108,7 +128,8 @@ def main(argv: list[str]) -> int:
               file=sys.stderr)
         return 125
     try:
-        listener = _bind(spec.socket)
+        listener = _bind(spec.socket) if listen_fd is None else _inherited(listen_fd,
+                                                                           spec.socket)
     except OSError as exc:
         print(f"agent-sandbox: egress proxy: cannot bind {spec.socket} — {exc}",
               file=sys.stderr)

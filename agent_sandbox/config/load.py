@@ -281,13 +281,16 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
     layers = gather_layers(home=home, user=user, admin_path=admin_path, profile=profile)
     overrides = env_overrides(environ) + [("flag", k, v) for k, v in (flags or {}).items()]
     inputs = (__version__, home, user, tuple(layers), tuple(overrides), project_dir)
-    # One cache file per install: two installs of the same version (a site's
-    # old and new one, a benchmark's baseline) would otherwise evict each
-    # other's entry on every launch and pay pydantic's import each time.
+    # One cache file per install and profile: two installs of the same
+    # version (a site's old and new one, a benchmark's baseline), or a user
+    # alternating `agent-sandbox claude` and `agent-sandbox run`, would
+    # otherwise evict each other's entry on every launch and pay pydantic's
+    # import (~100 ms) each time.
     from zlib import crc32
 
     install = f"{crc32(defaults_path().encode()):08x}"
-    cache_file = os.path.join(state_dir(home), "cache", f"config-{install}.marshal")
+    kind = f"-{crc32(profile.name.encode()):08x}" if profile is not None else ""
+    cache_file = os.path.join(state_dir(home), "cache", f"config-{install}{kind}.marshal")
     if cache:
         cached = load_cache(cache_file, inputs)
         if cached is not None:

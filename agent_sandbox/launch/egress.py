@@ -35,7 +35,7 @@ from agent_sandbox.errors import SandboxError
 
 READY_TIMEOUT = 10.0
 SOCKET_NAME = "proxy.sock"
-SPEC_NAME = "spec.json"
+SPEC_NAME = "spec.json"   # where versions before issue 19 wrote the spec (sweep)
 
 
 class Broker(NamedTuple):
@@ -174,47 +174,88 @@ class EgressSession:
 
     @classmethod
     def start(cls, planned: EgressPlan, session_id: str) -> "EgressSession":
-        spec = {"socket": planned.socket, "rules": planned.rules, "audit": planned.audit,
-                "brokers": planned.brokers, "session": session_id}
+        """Bind the session's socket here, then start the proxy with it: the
+        sandbox can start at once (a connection made before the proxy
+        accepts waits in the backlog; `ready` is checked once the sandbox
+        runs). The spec — the real API keys among it — goes to the proxy
+        through a pipe, never through a file."""
+        import socket
+
+        spec = json.dumps({"socket": planned.socket, "rules": planned.rules,
+                           "audit": planned.audit, "brokers": planned.brokers,
+                           "session": session_id}).encode()
         sweep(os.path.dirname(planned.directory))
+        listener = None
         try:
             os.mkdir(planned.directory, 0o700)
             os.makedirs(os.path.dirname(planned.audit), mode=0o700, exist_ok=True)
             os.close(os.open(planned.audit, os.O_WRONLY | os.O_CREAT | os.O_APPEND
                              | os.O_CLOEXEC, 0o600))
-            spec_path = os.path.join(planned.directory, SPEC_NAME)
-            fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                json.dump(spec, handle)
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            old = os.umask(0o177)
+            try:
+                listener.bind(planned.socket)
+            finally:
+                os.umask(old)
+            os.chmod(planned.socket, 0o600)
+            listener.listen(512)
         except OSError as exc:
+            if listener is not None:
+                listener.close()
             _remove(planned.directory)
             raise SandboxError(
                 f"cannot prepare the egress proxy — {exc.strerror or exc} at "
-                f"{exc.filename or planned.directory}. Free space or fix the permissions "
-                "there, or set NETWORK_MODE=open or isolated; the command was not run.") from None
+                f"{getattr(exc, 'filename', None) or planned.directory}. Free space or fix "
+                "the permissions there, or set NETWORK_MODE=open or isolated; the command "
+                "was not run.") from None
+        from agent_sandbox.launch.spawn import SPAWN_LOCK
+
         in_read, in_write = os.pipe()
         out_read, out_write = os.pipe()
+        spec_read, spec_write = os.pipe()
         env = {k: v for k, v in os.environ.items()
                if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "USER", "LOGNAME")}
-        argv = [sys.executable, "-I", "-m", "egress", spec_path]
+        argv = [sys.executable, "-I", "-m", "egress", f"/dev/fd/{spec_read}",
+                "--listen-fd", str(listener.fileno())]
         try:
-            pid = os.posix_spawn(sys.executable, argv, env, setpgroup=0,
-                                 setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE),
-                                 file_actions=[(os.POSIX_SPAWN_DUP2, in_read, 0),
-                                               (os.POSIX_SPAWN_DUP2, out_write, 1)])
+            with SPAWN_LOCK:     # inheritable only for this child (launch/spawn.py)
+                for fd in (spec_read, listener.fileno()):
+                    os.set_inheritable(fd, True)
+                try:
+                    pid = os.posix_spawn(
+                        sys.executable, argv, env, setpgroup=0,
+                        setsigdef=(signal.SIGINT, signal.SIGTERM, signal.SIGPIPE),
+                        file_actions=[(os.POSIX_SPAWN_DUP2, in_read, 0),
+                                      (os.POSIX_SPAWN_DUP2, out_write, 1)])
+                finally:
+                    for fd in (spec_read, listener.fileno()):
+                        os.set_inheritable(fd, False)
         except OSError as exc:
-            for fd in (in_read, in_write, out_read, out_write):
+            for fd in (in_read, in_write, out_read, out_write, spec_read, spec_write):
                 os.close(fd)
+            listener.close()
             _remove(planned.directory)
             raise SandboxError(f"cannot start the egress proxy — {exc}. Set "
                                "NETWORK_MODE=open or isolated; the command was not run.") from None
-        os.close(in_read)
-        os.close(out_write)
+        # Ours closed: once the proxy is gone nobody listens (ECONNREFUSED
+        # inside, not a connection waiting forever).
+        listener.close()
+        for fd in (in_read, out_write, spec_read):
+            os.close(fd)
+        try:
+            view = memoryview(spec)
+            while view:
+                view = view[os.write(spec_write, view):]
+        except OSError:
+            pass     # it died at once: `ready` says so
+        finally:
+            os.close(spec_write)
         return cls(planned, pid, in_write, out_read)
 
     def ready(self) -> None:
-        """Wait for the proxy's `ready` (it starts while the launcher builds
-        the plan), then remove the spec: called before the sandbox starts."""
+        """Wait for the proxy's `ready`: called once the sandbox was started
+        (launch/spawn.py after_spawn); a proxy that did not start ends the
+        session with this message."""
         if self._stdout is None:
             return
         try:
@@ -226,11 +267,7 @@ class EgressSession:
             raise SandboxError("the egress proxy did not start (its message is above) — "
                                "NETWORK_MODE=allowlist needs it. Check `agent-sandbox config "
                                "show` (ALLOWED_HOSTS) or set NETWORK_MODE=open or isolated; "
-                               "the command was not run.", reason="egress_failed")
-        try:
-            os.unlink(os.path.join(self.plan.directory, SPEC_NAME))   # the keys leave the disk
-        except OSError:
-            pass
+                               "the command was stopped.", reason="egress_failed")
 
     def stop(self) -> None:
         """EOF on the proxy's stdin, then up to 2 s, then SIGKILL; the directory goes."""

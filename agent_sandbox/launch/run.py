@@ -419,9 +419,6 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             if prepared.cached or slotted:
                 prepared = with_command(prepared, command)
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
-            for started in sessions:
-                if hasattr(started, "ready"):
-                    started.ready()     # the egress proxy: before anything else is made
             if on_prepared is not None:
                 on_prepared(session, policy)
             if dry_run:
@@ -471,8 +468,13 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     from agent_sandbox.launch import reap
 
                     reaping.append(reap.become_subreaper())
+                # The egress proxy starts beside the sandbox (its socket is
+                # bound already); that it runs is checked once both started.
+                proxies = [s for s in sessions if hasattr(s, "ready")]
                 return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
-                                title=policy.prompt + os.path.basename(command[0]))
+                                title=policy.prompt + os.path.basename(command[0]),
+                                after_spawn=(lambda: [p.ready() for p in proxies])
+                                if proxies else None)
             finally:
                 if any(reaping):
                     survivors.extend(reap.sweep())

@@ -97,25 +97,29 @@ def _seal_inherited(keep) -> None:
                 pass                      # not open (the listing's own descriptor)
 
 
-def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "") -> int:
+def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "",
+             after_spawn=None) -> int:
     """Start the backend with the plan's payloads and environment, forward
     signals to the command, return its exit code (125 for setup failures).
     `keep_fds`: caller descriptors the command keeps (--keep-fd).
     `terminal`: run on a relayed pseudo-terminal (the plan's helper takes it
-    as controlling terminal), the outer terminal titled `title`."""
+    as controlling terminal), the outer terminal titled `title`.
+    `after_spawn()`: called once the backend runs (the egress proxy's
+    readiness, checked while the sandbox starts); a SandboxError from it
+    kills the sandbox, waits for it, and is raised."""
     pty = relay = None
     if terminal:
         from agent_sandbox.launch import terminal as relay
 
         pty = relay.open_pty()
     try:
-        return _run_plan(plan, keep_fds, pty, relay, title)
+        return _run_plan(plan, keep_fds, pty, relay, title, after_spawn)
     finally:
         if pty:
             pty.close()
 
 
-def _run_plan(plan, keep_fds, pty, relay, title: str) -> int:
+def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None) -> int:
     fds: dict[str, int] = {}
     ours: list[int] = []        # our ends of pipes, open for the sandbox's lifetime
     read_status = None
@@ -185,6 +189,19 @@ def _run_plan(plan, keep_fds, pty, relay, title: str) -> int:
                  if not pty or s not in (signal.SIGWINCH, signal.SIGCONT)]
     previous = {s: signal.signal(s, forward) for s in forwarded}
     try:
+        if after_spawn is not None:
+            try:
+                after_spawn()
+            except BaseException:
+                for target in (lambda: os.killpg(pid, signal.SIGKILL),
+                               lambda: os.kill(pid, signal.SIGKILL)):
+                    try:
+                        target()
+                        break
+                    except OSError:
+                        continue
+                os.waitpid(pid, 0)
+                raise
         if pty:
             status = relay.relay(pty, pid, title=title)
         else:

@@ -600,3 +600,26 @@ def test_a_job_does_not_inherit_the_sessions_relay(net, job_mode):
     proxy, fetched = result.stdout.splitlines()
     assert fetched == "hello from pkg.test"
     assert proxy == ("no proxy" if job_mode == "open" else "http://127.0.0.1:3128")
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_proxy_that_cannot_start_stops_the_session_with_its_cause(net, backend):
+    """The sandbox starts beside the proxy (issue 19: the proxy's start is off
+    the critical path; its socket is bound by the launcher): a proxy that
+    never says `ready` ends the session, the command is stopped before it
+    could finish, and the refusal names the cause — never a session that
+    silently runs on."""
+    user = net.user
+    user.set_config(net.config)
+    good = net.hook.read_text()
+    net.hook.write_text(json.dumps({"hosts": 5}))       # the proxy fails on it at start
+    marker = net.project / "finished"
+    try:
+        result = user.sandbox("/bin/sh", "-c", f"sleep 30; touch {marker}",
+                              options=("--backend", backend), cwd=net.project, timeout=120)
+        assert result.returncode == 125, (result.returncode, result.stderr)
+        assert "the egress proxy did not start" in result.stderr, result.stderr
+        assert not marker.exists(), "the command ran on after its proxy failed"
+        wait_for(lambda: leftovers(user) == [], what="every process gone")
+    finally:
+        net.hook.write_text(good)
