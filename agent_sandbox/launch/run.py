@@ -111,7 +111,7 @@ class Prepared(NamedTuple):
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
             profile=None, keep_fds=(), chaperon=None, terminal: bool = False,
-            agent_copy=None, egress=None, job: bool = False) -> Prepared:
+            agent_copy=None, egress=None, job: bool = False, shared_memory=None) -> Prepared:
     """The one sequence resolve → (chaperon) → (egress) → payloads → plan.
     `chaperon` is a callable (settings, policy) -> ChaperonSession | None run
     after the policy is known and before the plan is built, so the plan is
@@ -121,7 +121,10 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     `terminal`: the session runs on a relayed pseudo-terminal. `agent_copy`:
     a callable (policy) -> policy that puts a profile's configuration on its
     guarded session copy (agentcopy.py); the caller finishes it. `job`: a
-    batch job or step on a compute node (JOB_NETWORK_MODE applies)."""
+    batch job or step on a compute node (JOB_NETWORK_MODE applies).
+    `shared_memory`: a callable (policy) -> policy that grants a landlock
+    job's shared-memory directory on this node (jobshm.py); the caller
+    releases it."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile, job=job)
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
@@ -157,6 +160,8 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         policy = with_egress(policy, egress_plan.socket, egress_plan.port,
                              egress_plan.env_changes)
         command = with_args(command, profile, egress_plan.args)   # Codex: -c openai_base_url
+    if shared_memory is not None:
+        policy = shared_memory(policy)
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=session)
     return Prepared(settings, selection, policy, plan, denied, session)
@@ -259,6 +264,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     copies: list = []
     reaping: list = []      # landlock: the launcher is the session's subreaper (reap.py)
     survivors: list = []
+    shm: list = []          # a landlock job's shared-memory directory (jobshm.py)
 
     def start_copy(policy):
         from agent_sandbox.launch import agentcopy
@@ -283,6 +289,17 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         sessions.append(ChaperonSession.start(settings, policy))
         return sessions[-1]
 
+    def start_shm(policy):
+        from agent_sandbox.launch import jobshm
+
+        if dry_run or not job_shared or policy.backend != "landlock":
+            return policy
+        held = jobshm.start(command)
+        if held is None:
+            return policy
+        shm.append(held)
+        return jobshm.with_job_shm(policy, held)
+
     def start_egress(settings, policy, profile):
         from agent_sandbox.launch import egress
 
@@ -298,7 +315,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             prepared = prepare(command, project_dir=project_dir, backend=backend,
                                environ=environ, profile=profile, keep_fds=keep_fds,
                                chaperon=start_chaperon, agent_copy=start_copy,
-                               egress=start_egress, job=job,
+                               egress=start_egress, job=job, shared_memory=start_shm,
                                # A native terminal only when both ends are one.
                                terminal=not dry_run and os.isatty(0) and os.isatty(1))
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
@@ -361,6 +378,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         finally:
             for started in sessions:   # also one whose plan was refused
                 started.stop()
+            for held in shm:           # after the sandbox: the last task out removes it
+                held.release()
             if copies:     # after the placeholders: the guarded merge of the agent's settings
                 from agent_sandbox.launch import agentcopy
 
