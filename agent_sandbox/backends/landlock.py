@@ -22,7 +22,8 @@ no deny rule, so everything follows from that:
   hidden paths and the user config tree.
 * PRIVATE_TMP: /tmp is shared, so the sandbox gets a fresh per-session
   directory as $TMPDIR (the launcher creates and removes it) and /tmp itself
-  is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is not granted.
+  is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is not granted
+  (a job's launch gets its own directory there, by descriptor: jobshm.py).
 * PROTECTED_PATHS inside the project cannot be kept read-only: carving the
   project would forbid creating anything at its top level and in .git. This
   is reported (fs.protected: no), never silently claimed.
