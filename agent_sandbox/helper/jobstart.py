@@ -41,8 +41,8 @@ not writable there; set for each task, a step's tasks inherit the batch
 script's environment); and the shared-memory segments go into the job's
 directory on the node, the one writable path all of the job's tasks there
 share (AGENT_SANDBOX_JOB_SHM, made and granted by the launcher:
-launch/jobshm.py; set for each task like the session directory, since a
-step's tasks would inherit the batch node's). A launch
+launch/jobshm.py; it replaces an inherited one of ours, since a step's
+tasks would inherit the batch node's, but not a directory the user chose). A launch
 without that directory keeps ranks on one node on TCP (btl ^vader) instead
 of failing to attach each other's segments.
 """
@@ -106,6 +106,7 @@ def link(requested: str, staged: str, workdir: str, env) -> None:
 JOB_ENV = {"PMIX_MCA_gds": "hash"}
 LANDLOCK_JOB_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
 SHM_ENV = "AGENT_SANDBOX_JOB_SHM"   # the job's shared-memory directory (launch/jobshm.py)
+SHM_PREFIX = "/dev/shm/agent-sandbox-job-"   # jobshm.directory's names
 
 
 STUB_BIN = "/run/agent-sandbox/bin"   # bwrap's stubs (chaperon/wire/session.py)
@@ -229,8 +230,10 @@ def job_environment(spec, current) -> dict:
         if current.get("TMPDIR"):   # this task's own: a step inherits its job's
             env["OMPI_MCA_orte_top_session_dir"] = current["TMPDIR"] + "/ompi"
         shm = current.get(SHM_ENV)
-        if shm:     # this node's, granted by the launcher: never the batch node's
-            env["OMPI_MCA_btl_vader_backing_directory"] = shm
+        if shm:     # this node's, granted by the launcher; a user's own value stays
+            backing = env.get("OMPI_MCA_btl_vader_backing_directory", "")
+            if not backing or backing.startswith(SHM_PREFIX):   # unset, or the batch node's
+                env["OMPI_MCA_btl_vader_backing_directory"] = shm
         else:       # no directory to share: TCP rather than failing to attach
             defaults["OMPI_MCA_btl"] = "^vader"
     for name, value in defaults.items():

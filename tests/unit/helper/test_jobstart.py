@@ -30,10 +30,14 @@ def test_a_landlock_launch_without_the_directory_keeps_ranks_on_tcp():
 
 
 def test_a_tasks_shared_memory_directory_is_its_nodes_not_the_batch_nodes():
-    spec = {**SPEC, "env": {"OMPI_MCA_btl_vader_backing_directory": "/dev/shm/batch-node"}}
-    env = jobstart.job_environment(spec, {"SANDBOX_BACKEND": "landlock", "TMPDIR": "/t",
-                                          "AGENT_SANDBOX_JOB_SHM": "/dev/shm/this-node"})
-    assert env["OMPI_MCA_btl_vader_backing_directory"] == "/dev/shm/this-node"
+    here = "/dev/shm/agent-sandbox-job-7-" + "1" * 32
+    current = {"SANDBOX_BACKEND": "landlock", "TMPDIR": "/t", "AGENT_SANDBOX_JOB_SHM": here}
+    batch_node = {"OMPI_MCA_btl_vader_backing_directory": here[:-32] + "2" * 32}
+    env = jobstart.job_environment({**SPEC, "env": batch_node}, current)
+    assert env["OMPI_MCA_btl_vader_backing_directory"] == here
+    chosen = {"OMPI_MCA_btl_vader_backing_directory": "/p/shm"}     # the user's own wins
+    env = jobstart.job_environment({**SPEC, "env": chosen}, current)
+    assert env["OMPI_MCA_btl_vader_backing_directory"] == "/p/shm"
 
 
 def test_a_tasks_session_directory_is_its_own_not_the_batch_scripts():

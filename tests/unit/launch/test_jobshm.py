@@ -12,7 +12,7 @@ import pytest
 
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.launch import jobshm
-from agent_sandbox.paths import helper_path
+from agent_sandbox.paths import helper_module, helper_path
 
 KEY = "0123456789abcdef" * 2
 
@@ -104,3 +104,9 @@ def test_a_directory_removed_under_a_new_task_is_made_again(tmp_path, monkeypatc
     assert len(calls) == 2 and os.path.isdir(path)
     assert os.fstat(held.fd).st_ino == os.stat(path).st_ino
     held.release()
+
+
+def test_jobstart_knows_the_launchers_variable_and_names():
+    jobstart = helper_module("jobstart")
+    assert jobshm.SHM_ENV == jobstart.SHM_ENV
+    assert jobshm.directory("42", KEY, "n1").startswith(jobstart.SHM_PREFIX)
