@@ -17,12 +17,12 @@ import json
 import os
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
 
 from agent_sandbox.launch import jobshm
+from tests.adversarial.test_job_sandbox_join import until
 from tests.conftest import INSTALLED
 
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
@@ -51,13 +51,6 @@ def submit(cluster, user, project, *args: str) -> str:
     job = result.stdout.strip()
     assert result.returncode == 0 and job.isdigit(), result.stdout + result.stderr
     return job
-
-
-def until(condition, what: str, seconds: float = 60):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {seconds}s"
-        time.sleep(0.2)
 
 
 def job_state(cluster, user, job: str) -> dict:
