@@ -267,9 +267,12 @@ class FdRef(NamedTuple):
 
 class Payload(NamedTuple):
     """Bytes handed to the backend through a file descriptor: literal data, or
-    the contents of a host file the launcher opens (seeded home files)."""
+    the contents of a host file the launcher opens (seeded home files); or
+    `fd`, a descriptor the launcher opened and checked already (a landlock
+    job's shared-memory directory), handed on as a duplicate."""
     data: bytes | None = None
     path: str | None = None
+    fd: int | None = None
 
 
 class Plan(NamedTuple):

@@ -22,7 +22,8 @@ no deny rule, so everything follows from that:
   hidden paths and the user config tree.
 * PRIVATE_TMP: /tmp is shared, so the sandbox gets a fresh per-session
   directory as $TMPDIR (the launcher creates and removes it) and /tmp itself
-  is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is not granted.
+  is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is not granted
+  (a job's launch gets its own directory there, by descriptor: jobshm.py).
 * PROTECTED_PATHS inside the project cannot be kept read-only: carving the
   project would forbid creating anything at its top level and in .git. This
   is reported (fs.protected: no), never silently claimed.
@@ -37,8 +38,8 @@ from __future__ import annotations
 import marshal
 import os
 
-from agent_sandbox.backends.base import (HELPER_PYTHON, FunctionBackend, Guarantees, Payload,
-                                         Plan, PlanContext, fd_hygiene, helper_argv,
+from agent_sandbox.backends.base import (HELPER_PYTHON, FdRef, FunctionBackend, Guarantees,
+                                         Payload, Plan, PlanContext, fd_hygiene, helper_argv,
                                          helper_command, helper_path, relay_args, scoping)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module, user_config_dir
@@ -255,10 +256,18 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                        chdir=policy.workdir, new_session=True,
                        controlling_tty=policy.terminal, lifeline=True, status=True,
                        cleanup=tmpdir, keep_fds=policy.keep_fds, relay=relay_args(policy))
+    shown = list(spec["paths"])
+    if policy.job_shm:
+        # The job's shared-memory directory (launch/jobshm.py): granted by the
+        # descriptor the launcher checked, so no name is looked up again.
+        shm_path, shm_fd = policy.job_shm
+        ours["shm"] = Payload(fd=shm_fd)
+        argv[-1:] = ["--landlock-dir", FdRef("shm"), "--"]
+        shown.append((RW, shm_path))
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,
-                mounts=tuple(Rule(access, path) for access, path in spec["paths"]),
+                mounts=tuple(Rule(access, path) for access, path in shown),
                 view_title="Landlock rules", status_fd="status", started='"helper-exec"',
                 lifeline_fd="lifeline", scratch_dirs=(tmpdir,) if tmpdir else (),
                 own_session=True, notes=notes(policy, landlock_abi=landlock_abi))

@@ -38,9 +38,13 @@ sandbox of its own (LANDLOCK_JOB_ENV): cross-memory attach is denied by
 design (SPEC §7), so no single-copy; Open MPI's session directory goes
 into the task's private $TMPDIR (the one PMIx names, in the node's /tmp, is
 not writable there; set for each task, a step's tasks inherit the batch
-script's environment); and two tasks share no writable directory for a
-shared-memory segment, so ranks on one node talk over TCP (btl ^vader)
-instead of failing to attach each other's segments.
+script's environment); and the shared-memory segments go into the job's
+directory on the node, the one writable path all of the job's tasks there
+share (AGENT_SANDBOX_JOB_SHM, made and granted by the launcher:
+launch/jobshm.py; it replaces an inherited one of ours, since a step's
+tasks would inherit the batch node's, but not a directory the user chose). A launch
+without that directory keeps ranks on one node on TCP (btl ^vader) instead
+of failing to attach each other's segments.
 """
 import json
 import os
@@ -100,7 +104,9 @@ def link(requested: str, staged: str, workdir: str, env) -> None:
 
 
 JOB_ENV = {"PMIX_MCA_gds": "hash"}
-LANDLOCK_JOB_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none", "OMPI_MCA_btl": "^vader"}
+LANDLOCK_JOB_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
+SHM_ENV = "AGENT_SANDBOX_JOB_SHM"   # the job's shared-memory directory (launch/jobshm.py)
+SHM_PREFIX = "/dev/shm/agent-sandbox-job-"   # jobshm.directory's names
 
 
 STUB_BIN = "/run/agent-sandbox/bin"   # bwrap's stubs (chaperon/wire/session.py)
@@ -223,6 +229,13 @@ def job_environment(spec, current) -> dict:
         defaults.update(LANDLOCK_JOB_ENV)
         if current.get("TMPDIR"):   # this task's own: a step inherits its job's
             env["OMPI_MCA_orte_top_session_dir"] = current["TMPDIR"] + "/ompi"
+        shm = current.get(SHM_ENV)
+        if shm:     # this node's, granted by the launcher; a user's own value stays
+            backing = env.get("OMPI_MCA_btl_vader_backing_directory", "")
+            if not backing or backing.startswith(SHM_PREFIX):   # unset, or the batch node's
+                env["OMPI_MCA_btl_vader_backing_directory"] = shm
+        else:       # no directory to share: TCP rather than failing to attach
+            defaults["OMPI_MCA_btl"] = "^vader"
     for name, value in defaults.items():
         env.setdefault(name, value)
     # Slurm's working directory for the job is the chaperon's stage; the

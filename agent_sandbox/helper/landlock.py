@@ -172,6 +172,8 @@ def restrict_self(spec: dict) -> int:
     are skipped: a missing grant can only make the sandbox stricter. A path
     that is a symlink when the rule is added is skipped too (O_NOFOLLOW): the
     plan named its real path, and a link planted since must not widen it.
+    A path given as an int is a descriptor the caller opened and checked
+    (the launcher's, inherited): used as it is, never reopened by name.
     Returns the number of rules added."""
     import _struct
 
@@ -184,7 +186,8 @@ def restrict_self(spec: dict) -> int:
     try:
         for access, path in spec["paths"]:
             try:
-                fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = os.dup(path) if isinstance(path, int) else \
+                    os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 continue
             try:

@@ -25,6 +25,10 @@ Options (descriptors are inherited file descriptor numbers):
                     from what it passes on, so the exact environment travels
                     here instead; never in argv, which every user can read)
   --landlock FD     a marshalled ruleset (see landlock.ruleset)
+  --landlock-dir FD one more writable directory of that ruleset, by the
+                    descriptor the launcher opened and checked (a landlock
+                    job's shared-memory directory, launch/jobshm.py): never
+                    looked up by name again; closed before exec
   --seccomp FD      a BPF program (struct sock_filter array)
   --argv FD         the command, NUL-separated, instead of after `--`
                     (firejail refuses more than 127 arguments in all)
@@ -185,7 +189,7 @@ def parse(argv: list[str]) -> dict:
             "max_abi": None,
             "degrade": False, "probe": False, "pid_namespace": False, "argv": None,
             "cleanup": None, "keep_fds": [], "relay": None, "command": [], "join": None,
-            "join_ns": None}
+            "join_ns": None, "landlock_dirs": []}
     i = 0
     try:
         while i < len(argv):
@@ -208,6 +212,9 @@ def parse(argv: list[str]) -> dict:
                 i += 3
             elif arg == "--keep-fd":
                 opts["keep_fds"].append(int(argv[i + 1]))
+                i += 2
+            elif arg == "--landlock-dir":
+                opts["landlock_dirs"].append(int(argv[i + 1]))
                 i += 2
             elif arg == "--max-abi":
                 opts["max_abi"] = int(argv[i + 1])
@@ -518,6 +525,10 @@ def main(argv: list[str]) -> int:
         spec = None
         if opts["landlock"] is not None:
             spec = marshal.loads(_read_fd(opts["landlock"]))
+            if opts["landlock_dirs"]:
+                rw = _landlock().READ | _landlock().WRITE
+                spec = dict(spec, paths=tuple(spec["paths"]) + tuple(
+                    (rw, fd) for fd in opts["landlock_dirs"]))
         bpf = _read_fd(opts["seccomp"]) if opts["seccomp"] is not None else None
         for fd, path in opts["seeds"]:
             write_seed(_read_fd(fd), path)

@@ -38,8 +38,9 @@ Strategy
   gone (the kernel would kill the members if its init ended first).
 * Joined tasks get no Landlock domain of their own: two sibling domains may
   not ptrace each other, and process_vm_readv (CMA) is a ptrace access.
-* landlock has no namespaces to join: each task keeps its own sandbox and
-  jobstart sets Open MPI's shared memory without single-copy.
+* landlock has no namespaces to join: each task keeps its own sandbox; the
+  job's ranks on a node share memory without single-copy through the job's
+  directory in /dev/shm (launch/jobshm.py), and jobstart points Open MPI there.
 """
 from __future__ import annotations
 

@@ -57,7 +57,9 @@ JOB_LINES = {
     "landlock": "every task is a sandbox of its own (no namespaces to share) and "
                 "cross-memory attach between ranks is denied — Open MPI runs without "
                 "single-copy (OMPI_MCA_btl_vader_single_copy_mechanism=none), its session "
-                "directory in $TMPDIR, ranks on one node over TCP (OMPI_MCA_btl=^vader)",
+                "directory in $TMPDIR; ranks on one node share memory through a per-job "
+                "directory in /dev/shm that only the job's sandboxes on that node may write "
+                "(OMPI_MCA_btl_vader_backing_directory; no single-copy/CMA)",
 }
 JOB_SHARED = ("the batch script and every task on a node share one sandbox (MPI shared "
               "memory and CMA work); a joined task gets no Landlock domain of its own")

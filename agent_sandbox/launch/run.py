@@ -127,7 +127,7 @@ SLOT_BACKENDS = ("bwrap", "landlock")
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
             profile=None, keep_fds=(), chaperon=None, terminal: bool = False,
-            agent_copy=None, egress=None, job: bool = False,
+            agent_copy=None, egress=None, job: bool = False, shared_memory=None,
             command_slot: bool = False) -> Prepared:
     """The one sequence resolve → (chaperon) → (egress) → payloads → plan.
     `chaperon` is a callable (settings, policy) -> ChaperonSession | None run
@@ -139,8 +139,11 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     a callable (policy) -> policy that puts a profile's configuration on its
     guarded session copy (agentcopy.py); the caller finishes it. `job`: a
     batch job or step on a compute node (JOB_NETWORK_MODE applies).
-    `command_slot`: plan COMMAND_SLOT in place of the command where the
-    backend allows it (the plan cache; with_command puts the command in)."""
+    `shared_memory`: a callable (policy) -> policy that grants a landlock
+    job's shared-memory directory on this node (jobshm.py); the caller
+    releases it. `command_slot`: plan COMMAND_SLOT in place of the command
+    where the backend allows it (the plan cache; with_command puts the
+    command in)."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile, job=job)
     if command_slot and selection.name in SLOT_BACKENDS and profile is None:
@@ -178,6 +181,8 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         policy = with_egress(policy, egress_plan.socket, egress_plan.port,
                              egress_plan.env_changes)
         command = with_args(command, profile, egress_plan.args)   # Codex: -c openai_base_url
+    if shared_memory is not None:
+        policy = shared_memory(policy)
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=session)
     from agent_sandbox.policy.view import placeholder_candidates
@@ -352,6 +357,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     copies: list = []
     reaping: list = []      # landlock: the launcher is the session's subreaper (reap.py)
     survivors: list = []
+    shm: list = []          # a landlock job's shared-memory directory (jobshm.py)
 
     def start_copy(policy):
         from agent_sandbox.launch import agentcopy
@@ -386,6 +392,17 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 sessions.append(ChaperonSession.start(settings, policy))
         return sessions[-1]
 
+    def start_shm(policy):
+        from agent_sandbox.launch import jobshm
+
+        if dry_run or not job_shared or policy.backend != "landlock":
+            return policy
+        held = jobshm.start(command)
+        if held is None:
+            return policy
+        shm.append(held)
+        return jobshm.with_job_shm(policy, held)
+
     def start_egress(settings, policy, profile):
         from agent_sandbox.launch import egress
 
@@ -409,6 +426,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                                     backend=backend, environ=environ, profile=profile,
                                     keep_fds=keep_fds, chaperon=start_chaperon,
                                     agent_copy=start_copy, egress=start_egress, job=job,
+                                    shared_memory=start_shm,
                                     terminal=not dry_run and terminal,
                                     command_slot=cache is not None)
                 slotted = COMMAND_SLOT in prepared.plan.argv
@@ -489,6 +507,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         finally:
             for started in sessions:   # also one whose plan was refused
                 started.stop()
+            for held in shm:           # after the sandbox: the last task out removes it
+                held.release()
             if copies:     # after the placeholders: the guarded merge of the agent's settings
                 from agent_sandbox.launch import agentcopy
 

@@ -26,7 +26,9 @@ RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGT
 
 def _payload_fd(name: str, payload) -> int:
     """An inheritable descriptor the backend reads the payload from."""
-    if payload.path is not None:
+    if payload.fd is not None:
+        fd = os.dup(payload.fd)
+    elif payload.path is not None:
         fd = os.open(payload.path, os.O_RDONLY | os.O_NOFOLLOW)
     else:
         fd = os.memfd_create(name, 0)

@@ -125,6 +125,9 @@ class Policy(NamedTuple):
     egress_socket: str | None = None
     relay_port: int = 0
     landlock_partial: bool = False
+    # A landlock job's shared-memory directory on this node (launch/jobshm.py):
+    # (host path, descriptor the launcher opened and checked). A launch fact.
+    job_shm: tuple = ()
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"

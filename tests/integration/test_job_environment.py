@@ -36,13 +36,16 @@ SANDBOX_OWN = {"AGENT_SANDBOX", "AGENT_SANDBOX_CHAPERON", "AGENT_SANDBOX_SESSION
 
 def sandbox_own(inside: dict) -> set:
     """The sandbox's own variables and jobstart's MPI defaults (JOB_ENV; on
-    landlock LANDLOCK_JOB_ENV and Open MPI's session directory)."""
+    landlock LANDLOCK_JOB_ENV, Open MPI's session directory and the job's
+    shared-memory directory, launch/jobshm.py)."""
     from agent_sandbox.paths import helper_module
 
     jobstart = helper_module("jobstart")
     own = SANDBOX_OWN | set(jobstart.JOB_ENV)
     if inside.get("SANDBOX_BACKEND") == "landlock":
-        own |= set(jobstart.LANDLOCK_JOB_ENV) | {"OMPI_MCA_orte_top_session_dir"}
+        own |= set(jobstart.LANDLOCK_JOB_ENV) | {"OMPI_MCA_orte_top_session_dir",
+                                                 "OMPI_MCA_btl_vader_backing_directory",
+                                                 jobstart.SHM_ENV}
     return own
 # The job script: its environment, NUL-separated (values may hold newlines),
 # and proof that the exported shell function is a function in the job.

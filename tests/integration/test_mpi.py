@@ -5,7 +5,10 @@ cluster, with its default transports — shared memory with single-copy (CMA)
 between ranks of a node, TCP between nodes. Before one sandbox per node, two
 ranks on one node crashed in the shared-memory transport (each task had its
 own user, PID and IPC namespaces). On landlock every task is a sandbox of its
-own by design, and the job runs with jobstart's Open MPI settings."""
+own by design, and the job runs with jobstart's Open MPI settings: shared
+memory without single-copy, its segments in the job's directory in /dev/shm
+(launch/jobshm.py) — forced there for the ranks on one node
+(OMPI_MCA_btl=self,vader), so a fall-back to TCP fails the test."""
 from __future__ import annotations
 
 import re
@@ -50,8 +53,10 @@ def ranks(path: Path) -> list[tuple]:
 @pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
 def test_an_mpi_ring_runs_on_one_node_and_on_two_nodes(slurm_multinode, user, project, backend):
     user.write(str((project / "ring.py").relative_to(user.home)), RING)
+    # On landlock the ranks on one node must use shared memory (vader), nothing else.
+    script = ("OMPI_MCA_btl=self,vader " + SCRIPT) if backend == "landlock" else SCRIPT
     result = sandboxed_sbatch(slurm_multinode, user, project, "-N2", "-n4",
-                              "--ntasks-per-node=2", "-o", "job.out", "--wrap", SCRIPT,
+                              "--ntasks-per-node=2", "-o", "job.out", "--wrap", script,
                               options=("--backend", backend))
     job_out = (project / "job.out").read_text() if (project / "job.out").exists() else ""
     assert result.returncode == 0, result.stdout + result.stderr + job_out

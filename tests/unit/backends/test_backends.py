@@ -250,6 +250,29 @@ def test_landlock_plan_runs_the_helper_with_seccomp_session_and_lifeline(home):
     assert spec["scoped"] == 3 and spec["fs"] == ll.fs_rights(7)
 
 
+def test_a_landlock_jobs_shared_memory_directory_is_granted_by_descriptor(home):
+    """launch/jobshm.py: the directory the launcher checked reaches the helper
+    as a descriptor (--landlock-dir), listed in the view, never in argv."""
+    shm = "/dev/shm/agent-sandbox-job-42-" + "ab" * 16
+    policy = policy_for(home, backend="landlock")._replace(job_shm=(shm, 7))
+    plan = plan_for("landlock", policy)
+    argv = list(plan.argv)
+    assert argv[argv.index("--landlock-dir") + 1] == FdRef("shm")
+    assert plan.payloads["shm"] == Payload(fd=7)
+    assert landlock_rules(plan)[shm] == "rw"
+    assert not any(shm in str(a) for a in argv)
+    spec = marshal.loads(plan.payloads["landlock"].data)
+    assert shm not in [path for _, path in spec["paths"]]      # not looked up by name
+
+
+def test_the_landlock_report_says_how_a_jobs_ranks_share_memory(home):
+    policy = policy_for(home, backend="landlock")
+    text = report.dry_run_report(policy, plan_for("landlock", policy), ())
+    jobs = next(line for line in text.splitlines() if line.startswith("jobs:"))
+    assert "per-job directory in /dev/shm" in jobs and "no single-copy/CMA" in jobs
+    assert "TCP" not in jobs
+
+
 def test_landlock_denies_ptrace_in_its_seccomp_list():
     from agent_sandbox.policy.seccomp import deny_list
 

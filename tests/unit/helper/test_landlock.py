@@ -116,17 +116,46 @@ for path in ({str(allowed / 'f')!r}, {str(outside / 'f')!r}, {str(link / 'g')!r}
     assert outcomes == ["ok", str(errno.EACCES), str(errno.EACCES)]
 
 
+def test_the_helper_grants_a_directory_by_the_descriptor_it_was_given(tmp_path):
+    """--landlock-dir FD (a landlock job's shared-memory directory,
+    launch/jobshm.py): the directory the launcher opened is the one granted,
+    even when its name now points elsewhere, and the command never gets FD."""
+    shm, swapped = tmp_path / "shm", tmp_path / "swapped"
+    shm.mkdir()
+    fd = os.open(shm, os.O_PATH | os.O_DIRECTORY)
+    shm.rename(swapped)
+    (tmp_path / "shm").mkdir()                   # a new entry under the old name
+    abi = ll.abi_version()
+    spec = ll.ruleset(abi, fs=ll.fs_rights(abi), paths=[(ll.READ, "/")])
+    r, w = os.pipe()
+    os.write(w, marshal.dumps(spec))
+    os.close(w)
+    try:
+        result = run_helper(
+            "--landlock", str(r), "--landlock-dir", str(fd), "--", "/bin/sh", "-c",
+            f"touch {swapped}/a && echo granted; touch {tmp_path}/shm/b || echo denied; "
+            f"ls /proc/self/fd | wc -l", pass_fds=(r, fd))
+    finally:
+        os.close(r)
+        os.close(fd)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["granted", "denied", "4"]   # 0-2 and ls's own
+    assert (swapped / "a").exists() and not (tmp_path / "shm" / "b").exists()
+
+
 # ---------------------------------------------------------------- helper arguments
 def test_helper_parses_its_options():
     opts = sandbox_exec.parse(["--env", "3", "--landlock", "4", "--seccomp", "5", "--seed", "6",
                                "/h/.bashrc", "--chdir", "/p", "--new-session", "--lifeline",
                                "7", "--status", "8", "--pid-namespace", "--max-abi", "3",
-                               "--degrade", "--cleanup", "/tmp/t", "--", "cmd", "--", "-x"])
+                               "--degrade", "--cleanup", "/tmp/t", "--landlock-dir", "9",
+                               "--landlock-dir", "10", "--", "cmd", "--", "-x"])
     assert opts["env"] == 3 and opts["landlock"] == 4 and opts["seccomp"] == 5
     assert opts["seeds"] == [(6, "/h/.bashrc")]
     assert opts["chdir"] == "/p" and opts["new_session"] and opts["pid_namespace"]
     assert opts["lifeline"] == 7 and opts["status"] == 8
     assert opts["max_abi"] == 3 and opts["degrade"] and opts["cleanup"] == "/tmp/t"
+    assert opts["landlock_dirs"] == [9, 10]
     assert opts["command"] == ["cmd", "--", "-x"]
 
 
@@ -137,8 +166,8 @@ def test_helper_refuses_bad_options(argv):
         sandbox_exec.parse(argv)
 
 
-def run_helper(*args, input_fd=None, **kwargs):
-    fds = (input_fd,) if input_fd is not None else ()
+def run_helper(*args, input_fd=None, pass_fds=(), **kwargs):
+    fds = ((input_fd,) if input_fd is not None else ()) + tuple(pass_fds)
     return subprocess.run(helper_command(sys.executable) + list(args), pass_fds=fds,
                           capture_output=True, text=True, **kwargs)
 
