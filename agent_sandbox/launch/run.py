@@ -301,6 +301,11 @@ def _compile(recorder, command, **options) -> Prepared:
 
 
 def _store(cache, recorder, prepared: Prepared) -> None:
+    """A plan holding a descriptor this launch opened (a landlock job's
+    shared-memory directory, jobshm.py) is never stored: the number means
+    nothing to a later process."""
+    if any(getattr(p, "fd", None) is not None for p in prepared.plan.payloads.values()):
+        return
     session = prepared.chaperon
     tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
