@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from agent_sandbox.backends.base import Payload, env_payload
+from agent_sandbox.backends.base import Payload
 from agent_sandbox.config.load import ENV_OVERRIDES
 from agent_sandbox.launch import jobcache
 from agent_sandbox.launch.jobcache import MARK, PER_TASK, JobCache
