@@ -20,8 +20,9 @@ from agent_sandbox.errors import PolicyError
 def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, resolve,
                launch, job: bool = False) -> int | None:
     """The command's exit code, or None when this launch shares nothing.
-    `resolve` and `launch` are run.resolve and run.run (passed in: run.py
-    imports this module)."""
+    `resolve` and `launch` are run.resolve (served from the plan cache:
+    jobcache.cached_resolve) and run.run (passed in: run.py imports this
+    module)."""
     import fcntl
 
     from agent_sandbox.launch import jobshare

@@ -267,11 +267,16 @@ def environ_home() -> str:
 def _plan_cache(options: tuple, environ, profile):
     """This launch's slot in the compiled plan cache (plancache.py), or None
     for the launches it does not serve: agent profiles (session copies, the
-    agent resolved on PATH) and Slurm jobs and steps (task descriptors,
-    per-node inputs) are compiled every time."""
-    if profile is not None or any(name in environ for name in
-                                  ("SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_FD")):
+    agent resolved on PATH) are compiled every time. Slurm jobs and steps
+    have their own key (jobcache.py: per-task values substituted)."""
+    if profile is not None:
         return None
+    from agent_sandbox.launch.jobcache import is_job
+
+    if is_job(environ):
+        from agent_sandbox.launch.jobcache import JobCache
+
+        return JobCache(options, environ, environ_home(), keep_fds=options[2])
     from agent_sandbox.launch.plancache import Cache
 
     return Cache(options, environ, environ_home())
@@ -308,6 +313,7 @@ def _store(cache, recorder, prepared: Prepared) -> None:
         return
     session = prepared.chaperon
     tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
+    cache.settings = prepared.settings    # a job's entry checks SANDBOX_ENV (jobcache.py)
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
                            "denied": prepared.denied, "placeholders": prepared.placeholders,
                            "chaperon": session.config if session else None},
@@ -348,12 +354,13 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     if inside_sandbox(environ) and not dry_run:
         return exec_nested(command, environ)
     if job_shared and not dry_run:
+        from agent_sandbox.launch.jobcache import cached_resolve
         from agent_sandbox.launch.jobjoin import run_shared
 
         try:
             code = run_shared(command, project_dir=project_dir, backend=backend,
-                              environ=environ, keep_fds=keep_fds, resolve=resolve, launch=run,
-                              job=job)
+                              environ=environ, keep_fds=keep_fds, launch=run, job=job,
+                              resolve=cached_resolve(resolve, environ_home()))
         except SandboxError as exc:
             return fail(exc)
         if code is not None:
@@ -426,7 +433,9 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 if cache is not None and not dry_run:
                     from agent_sandbox.launch.plancache import Recorder
 
-                    recorder = Recorder(cache.ignore(environ_home()))
+                    # (a job's cache may bring its own: jobcache.py)
+                    recorder = getattr(cache, "Recorder", Recorder)(
+                        cache.ignore(environ_home()))
                 prepared = _compile(recorder, command, project_dir=project_dir,
                                     backend=backend, environ=environ, profile=profile,
                                     keep_fds=keep_fds, chaperon=start_chaperon,
