@@ -48,7 +48,6 @@ holder's pidfd and namespaces).
 from __future__ import annotations
 
 import os
-import re
 
 from agent_sandbox.launch.plancache import Cache, Recorder
 
@@ -77,7 +76,12 @@ PER_TASK = frozenset({
 IN_CHAPERON = {"AGENT_SANDBOX_JOB_SESSION": "job_session"}
 MARK = "\x00per-task"       # a per-task value in the key (no real value holds NUL)
 STAGE = "\x00a chaperon stage"
-_STAGE_NAME = re.compile(r"[0-9a-f]{16}")
+
+
+def _stage_name(name: str) -> bool:
+    """16 lower-case hex digits (chaperon/paths.py's names; no `re`: this
+    module is imported by every launch)."""
+    return len(name) == 16 and all(c in "0123456789abcdef" for c in name)
 
 
 def is_job(environ) -> bool:
@@ -107,8 +111,8 @@ def stage_cwd(home: str, cwd: str) -> str | None:
 
     parent, name = os.path.split(cwd)
     root, project = os.path.split(parent)
-    if (root != staging_root(home) or not _STAGE_NAME.fullmatch(project)
-            or not _STAGE_NAME.fullmatch(name)):
+    if (root != staging_root(home) or not _stage_name(project)
+            or not _stage_name(name)):
         return None
     return os.path.join(parent, STAGE)
 
