@@ -88,8 +88,10 @@ site_packages = sysconfig.get_path("purelib", "venv", vars={"base": venv})
 entry = os.path.join(venv, "bin", "agent-sandbox")
 with open(entry + ".tmp", "w") as out:
     out.write(f"#!{venv}/bin/python -IS\n"
-              "# Written by scripts/install.sh (see there): isolated, without site.\n"
+              "# Written by scripts/install.sh (see there): isolated, without site;\n"
+              "# what site does for a virtual environment, done here.\n"
               "import sys\n"
+              f"sys.prefix = sys.exec_prefix = {venv!r}\n"
               f"sys.path.append({site_packages!r})\n"
               "from agent_sandbox.cli import main\n"
               "sys.exit(main())\n")
