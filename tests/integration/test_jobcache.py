@@ -170,5 +170,8 @@ def test_a_sessions_later_jobs_and_steps_compile_nothing(user, project, backend)
     assert len(sessions) == 3, sessions
     written = [path.stat().st_mtime for path in plans(user).iterdir()]
     end = float((project / "end1").read_text())
-    assert len(written) >= 3, written     # the session's, and its jobs' and steps'
+    # The session's, and its jobs' and steps' — on landlock a step's launch
+    # holds the descriptor of the job's shared-memory directory (jobshm.py,
+    # opened and checked at each launch) and is never stored (run._store).
+    assert len(written) >= (2 if backend == "landlock" else 3), written
     assert max(written) <= end, (written, end)
