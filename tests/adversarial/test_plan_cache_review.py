@@ -1,0 +1,130 @@
+"""Attack review of the compiled plan cache (issue 19, "a cached plan must
+never be weaker than a fresh one"). Each test is one attack on an input
+that decides the plan; it fails on the code the attack worked against.
+
+The derived caches (cache/config-*.marshal, seccomp.marshal,
+boundfiles.marshal, probe-*.marshal) decide a compile as much as a plan
+file does — the whole configuration, the seccomp program, the "no secret in
+the bound files" verdict — and the plan recorder ignores them, so a compile
+that used a planted one is then stored as the user's own trusted plan. They
+must obey the plan file's rule: a file owned by another user, or that others
+can write, is never used.
+"""
+from __future__ import annotations
+
+import json
+import marshal
+import os
+import shutil
+
+import pytest
+
+from tests.conftest import INSTALLED
+
+HIT = "plan:      from the compiled plan cache"
+MISS = "plan:      compiled now"
+BASE = "CHAPERON=false\n"
+# struct sock_filter {BPF_RET|BPF_K, 0, 0, SECCOMP_RET_ALLOW}: a program that denies nothing.
+ALLOW_ALL = b"\x06\x00\x00\x00\x00\x00\xff\x7f"
+
+
+def _cache(user):
+    return user.home / ".local/state/agent-sandbox/cache"
+
+
+def _launch(user, project, *options, env=None):
+    result = user.run([INSTALLED, "run", *options, "--", "true"], cwd=project,
+                      env=env or user.env())
+    assert result.returncode == 0, result.stderr
+
+
+def _dry_run(user, project, *options, env=None) -> str:
+    result = user.run([INSTALLED, "run", "--dry-run", *options, "--", "true"], cwd=project,
+                      env=env or user.env())
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _plant(path, data: bytes, how: str, user, other_user) -> None:
+    """Replace `path` with `data`: a file another user wrote (`foreign`), or
+    the user's own that everyone can write (`writable`)."""
+    path.unlink(missing_ok=True)
+    path.write_bytes(data)
+    if how == "foreign":
+        os.chown(path, other_user.pw_uid, other_user.pw_gid)
+        path.chmod(0o644)
+    else:
+        os.chown(path, user.uid, user.gid)
+        path.chmod(0o666)
+
+
+@pytest.mark.parametrize("how", ["foreign", "writable"])
+def test_a_configuration_cache_written_by_another_user_is_not_used(user, project, other_user,
+                                                                   how):
+    """Another user who can write the cache file (or a world-writable one)
+    replaces the validated configuration: SECCOMP=false, HOME_ACCESS=write.
+    The next compile must validate the configuration again (and the plan
+    cache must not store the weaker plan as the user's own)."""
+    user.set_config(BASE)
+    shutil.rmtree(_cache(user), ignore_errors=True)
+    _launch(user, project)
+    _launch(user, project)
+    assert HIT in _dry_run(user, project)
+    [config] = _cache(user).glob("config-*.marshal")
+    inputs, result = marshal.loads(config.read_bytes())
+    values = dict(result[0], SECCOMP=False, HOME_ACCESS="write")
+    _plant(config, marshal.dumps((inputs, (values,) + tuple(result[1:]))), how, user,
+           other_user)
+    shutil.rmtree(_cache(user) / "plans")
+    report = _dry_run(user, project)
+    assert MISS in report
+    assert "SECCOMP=false" not in report and "(write)" not in report, report
+    assert "yes     seccomp" in report, report
+
+
+@pytest.mark.parametrize("how", ["foreign", "writable"])
+def test_a_seccomp_program_written_by_another_user_is_not_loaded(user, project, probes,
+                                                                 other_user, how):
+    """The cached BPF program replaced by one that allows everything: the
+    syscalls the policy denies must still answer EPERM."""
+    user.set_config(BASE)
+    shutil.rmtree(_cache(user), ignore_errors=True)
+    _launch(user, project)
+    program = _cache(user) / "seccomp.marshal"
+    inputs, data = marshal.loads(program.read_bytes())
+    assert isinstance(data, bytes) and len(data) > 8
+    _plant(program, marshal.dumps((inputs, ALLOW_ALL)), how, user, other_user)
+    shutil.rmtree(_cache(user) / "plans", ignore_errors=True)
+    result = user.sandbox("/usr/bin/python3", probes / "syscalls.py", cwd=project)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert {k: v for k, v in report["native"].items() if v != 1} == {}, report["native"]
+
+
+@pytest.mark.parametrize("how", ["foreign", "writable"])
+def test_a_bound_file_verdict_written_by_another_user_is_not_trusted(user, project,
+                                                                     other_user, how):
+    """A "clean" verdict planted for a ~/.bashrc that exports a token: the
+    token must still be blanked inside."""
+    token = "ghp_" + "b" * 36
+    user.set_config(BASE + "HOME_ACCESS=read\n")
+    bashrc = user.write(".bashrc", "# the user's bashrc\n")
+    try:
+        shutil.rmtree(_cache(user), ignore_errors=True)
+        _launch(user, project)
+        verdict = _cache(user) / "boundfiles.marshal"
+        inputs, answer = marshal.loads(verdict.read_bytes())
+        assert answer == "clean"
+        bashrc.write_text(f"export GITHUB_TOKEN={token}\n")
+        stat = os.stat(bashrc, follow_symlinks=False)
+        key = (stat.st_dev, stat.st_ino, stat.st_mode, stat.st_size, stat.st_mtime_ns,
+               stat.st_ctime_ns)
+        files = tuple((path, source, key if path == str(bashrc) else old)
+                      for path, source, old in inputs[-1])
+        assert any(path == str(bashrc) for path, _, _ in files), inputs
+        _plant(verdict, marshal.dumps((inputs[:-1] + (files,), "clean")), how, user, other_user)
+        shutil.rmtree(_cache(user) / "plans", ignore_errors=True)
+        result = user.sandbox("cat", str(bashrc), cwd=project)
+        assert token not in result.stdout, "the planted verdict let the token in"
+    finally:
+        user.write(".bashrc", "# test user's bashrc\n")
