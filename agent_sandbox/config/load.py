@@ -305,13 +305,34 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
 
 def load_cache(path: str, inputs):
     """The cached result for exactly these inputs, else None. marshal is the
-    fastest reader Python has; an unreadable or foreign file is a miss."""
+    fastest reader Python has. These caches decide a launch as much as a plan
+    file does (the configuration, the seccomp program, the bound-file
+    verdict, the backend probe), so the plan cache's rule applies: only a
+    regular file of this user's that no one else can write, in directories
+    with the same property (the cache directory and the state directory
+    above it). Anything else — foreign, writable by others, a symlink,
+    corrupt — is a miss, never an error."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            directory = os.path.dirname(path)
+            if not (_own(os.fstat(handle.fileno()), stat.S_ISREG)
+                    and _own(os.lstat(directory), stat.S_ISDIR)
+                    and _own(os.lstat(os.path.dirname(directory)), stat.S_ISDIR)):
+                return None
             stored_inputs, result = marshal.load(handle)
     except (OSError, EOFError, ValueError, TypeError):
         return None
     return result if stored_inputs == inputs else None
+
+
+def _own(info, kind) -> bool:
+    """This user's, of the right kind, and writable by no one else."""
+    return (kind(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
 
 
 def store_cache(path: str, inputs, result) -> None:
@@ -319,7 +340,8 @@ def store_cache(path: str, inputs, result) -> None:
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         temp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         with os.fdopen(fd, "wb") as handle:
             marshal.dump((inputs, result), handle)
         os.replace(temp, path)

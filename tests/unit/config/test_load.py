@@ -566,3 +566,28 @@ def test_sandbox_prompt_is_plain_text(tmp_path, value, accepted):
     else:
         with pytest.raises(ConfigError, match="SANDBOX_PROMPT"):
             load()
+
+
+def test_a_derived_cache_file_is_used_only_when_it_is_the_users_own(tmp_path):
+    """load_cache (config, seccomp, bound-file and probe caches) obeys the
+    plan cache's rule: not a symlink, owned by this user, writable by no one
+    else, in a cache directory and state directory with the same property."""
+    state = tmp_path / "state"
+    (state / "cache").mkdir(parents=True, mode=0o700)
+    state.chmod(0o700)
+    path = state / "cache" / "x.marshal"
+    confload.store_cache(str(path), ("in",), "out")
+    assert confload.load_cache(str(path), ("in",)) == "out"
+    assert confload.load_cache(str(path), ("other",)) is None
+    path.chmod(0o666)
+    assert confload.load_cache(str(path), ("in",)) is None
+    path.chmod(0o600)
+    for directory in (state / "cache", state):
+        directory.chmod(0o777)
+        assert confload.load_cache(str(path), ("in",)) is None
+        directory.chmod(0o700)
+    link = state / "cache" / "link.marshal"
+    link.symlink_to(path)
+    assert confload.load_cache(str(link), ("in",)) is None
+    os.chown(path, 12345, 12345)
+    assert confload.load_cache(str(path), ("in",)) is None
