@@ -17,9 +17,12 @@ import marshal
 import os
 import shutil
 
+import subprocess
+from pathlib import Path
+
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.conftest import INSTALLED, PREFIX
 
 HIT = "plan:      from the compiled plan cache"
 MISS = "plan:      compiled now"
@@ -128,3 +131,45 @@ def test_a_bound_file_verdict_written_by_another_user_is_not_trusted(user, proje
         assert token not in result.stdout, "the planted verdict let the token in"
     finally:
         user.write(".bashrc", "# test user's bashrc\n")
+
+
+# A module of the installed package updated in place (a site's security fix,
+# a `git pull` in a source-tree install): the session marker gains a line.
+UPDATE = b"""
+
+_marker_before_update = marker_payload
+
+
+def marker_payload(policy):
+    from agent_sandbox.backends.base import Payload
+
+    return Payload(data=_marker_before_update(policy).data + b"updated=yes\\n")
+"""
+
+
+def _installed(relative: str) -> Path:
+    result = subprocess.run([f"{PREFIX}/venv/bin/python", "-I", "-c",
+                             "import agent_sandbox, os; print(os.path.dirname(agent_sandbox.__file__))"],
+                            cwd="/", capture_output=True, text=True, check=True)
+    return Path(result.stdout.strip()) / relative
+
+
+def test_an_update_of_the_installed_code_is_in_force_at_the_next_launch(user, project):
+    """The plan is a function of the code that compiled it, but the install
+    stamp covers only __init__.py, plancache.py and resolve.py: an update of
+    any other module (backends, view, payloads, seccomp, envfilter…) left
+    every cached plan in force, the old code's."""
+    user.set_config(BASE)
+    _launch(user, project)
+    _launch(user, project)
+    assert HIT in _dry_run(user, project)
+    module = _installed("launch/payloads.py")
+    original, before = module.read_bytes(), module.stat()
+    try:
+        module.write_bytes(original + UPDATE)
+        result = user.sandbox("cat", "/run/agent-sandbox/session", cwd=project)
+        assert result.returncode == 0, result.stderr
+        assert "updated=yes" in result.stdout, "the cached plan of the old code ran"
+    finally:
+        module.write_bytes(original)
+        os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
