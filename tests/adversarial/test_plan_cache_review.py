@@ -173,3 +173,35 @@ def test_an_update_of_the_installed_code_is_in_force_at_the_next_launch(user, pr
     finally:
         module.write_bytes(original)
         os.utime(module, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+
+def _processes_of(uid: int) -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as handle:
+                if any(line.split()[1:2] == [str(uid)] for line in handle
+                       if line.startswith("Uid:")):
+                    count += 1
+        except OSError:
+            pass
+    return count
+
+
+def test_a_backend_probe_that_failed_for_lack_of_resources_is_not_remembered(user, project):
+    """One launch made while the user's processes are at their limit (an
+    agent in another session forking up to RLIMIT_NPROC, a job's cgroup):
+    bwrap cannot make its namespaces (EAGAIN), auto falls back to a weaker
+    backend — and the failed probe was cached until the next reboot, so
+    every later launch (and the plans the cache stores from them) ran on
+    landlock although bwrap works again."""
+    user.set_config(BASE)
+    shutil.rmtree(_cache(user), ignore_errors=True)
+    limit = _processes_of(user.uid) + 2     # the launcher and one child, not bwrap's own
+    squeezed = user.run(["prlimit", f"--nproc={limit}", INSTALLED, "run", "--dry-run", "--",
+                         "true"], cwd=project)
+    assert "bwrap probe failed" in squeezed.stdout, squeezed.stdout + squeezed.stderr
+    report = _dry_run(user, project)
+    assert "backend:   bwrap" in report, report.splitlines()[1]
