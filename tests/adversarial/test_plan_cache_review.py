@@ -205,3 +205,103 @@ def test_a_backend_probe_that_failed_for_lack_of_resources_is_not_remembered(use
     assert "bwrap probe failed" in squeezed.stdout, squeezed.stdout + squeezed.stderr
     report = _dry_run(user, project)
     assert "backend:   bwrap" in report, report.splitlines()[1]
+
+
+# ---------------------------------------------------------------- full-plan equivalence
+# Run as the user with the installed interpreter: the plan the cache would
+# give this launch (None on a miss) and a fresh compile's, each with its
+# session id masked, compared as a whole — argv, every payload's bytes, the
+# environment's values, the policy — not the --dry-run text, which prints
+# neither payloads nor variable values.
+ORACLE = '''
+import json, os, sys
+from agent_sandbox.launch import run as launch
+from agent_sandbox.launch.plancache import Cache, freeze, thaw
+
+NEW = "c0ffeec0ffee"
+
+def canonical(value, session):
+    return freeze(thaw(freeze(value), lambda s: s.replace(session, "<session>"),
+                       lambda b: b.replace(session.encode(), b"<session>"), {}))
+
+def differences(a, b, where=""):
+    if type(a) is not type(b) or not isinstance(a, tuple) or len(a) != len(b):
+        return [] if a == b else [f"{where}: {a!r:.300} != {b!r:.300}"]
+    return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}/{i}")]
+
+cache = Cache((None, None, (), False, False), os.environ, launch.environ_home())
+loaded = cache.load(NEW, "0badf00d")
+prepared = launch.prepare(["true"], project_dir=None, backend=None, environ=os.environ,
+                          command_slot=True)
+fresh = {"policy": prepared.policy, "plan": prepared.plan, "denied": prepared.denied,
+         "chaperon": None}
+print(json.dumps({"hit": loaded is not None, "differences": [] if loaded is None else
+                  differences(canonical(loaded, NEW),
+                              canonical(fresh, prepared.policy.session_id))}))
+'''
+
+
+def _oracle(user, project) -> dict:
+    script = user.project / "plan-oracle.py"
+    if not script.exists():
+        script.write_text(ORACLE)
+        script.chmod(0o644)
+    result = user.run([f"{PREFIX}/venv/bin/python", str(script)], cwd=project)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_each_input_changed_in_turn_gives_exactly_the_fresh_plan(user, project, admin):
+    """The inputs test_plancache's equivalence test does not change, each in
+    turn, compared on the whole plan: after each change the cache either
+    misses or gives exactly what a fresh compile gives."""
+    azure = user.home / ".azure"
+    confd = user.home / ".config/agent-sandbox/conf.d"
+    shutil.rmtree(azure, ignore_errors=True)
+    shutil.rmtree(confd, ignore_errors=True)
+    user.set_config(BASE + "PRIVATE_TMP=false\n")
+    dotgit = project / ".git"
+
+    def own(*paths):
+        for path in paths:
+            os.chown(path, user.uid, user.gid)
+
+    def git_repository():
+        (dotgit / "hooks").mkdir(parents=True)
+        (dotgit / "config").write_text("[core]\n\tbare = false\n")
+        (dotgit / "HEAD").write_text("ref: refs/heads/main\n")
+        own(dotgit, dotgit / "hooks", dotgit / "config", dotgit / "HEAD")
+
+    def submodule():
+        module = dotgit / "modules" / "lib"
+        module.mkdir(parents=True)
+        (module / "HEAD").write_text("ref: refs/heads/main\n")
+        own(module.parent, module, module / "HEAD")
+
+    def conf_d():
+        confd.mkdir()
+        (confd / "review.conf").write_text(f"PROJECT_MATCH=({project})\nHOME_ACCESS=restricted\n")
+        own(confd, confd / "review.conf")
+
+    changes = [
+        ("an admin floor is added", lambda: admin("PRIVATE_TMP=true\n")),
+        ("a conf.d file matches the project", conf_d),
+        ("a credential directory appears", lambda: (azure.mkdir(), own(azure))),
+        ("the project becomes a git repository", git_repository),
+        ("a submodule's gitdir appears", submodule),
+        ("the seeded ~/.gitconfig changes (same size)",
+         lambda: user.write(".gitconfig", "[user]\n\tname = Evil User\n")),
+    ]
+    try:
+        for name, change in changes:
+            _launch(user, project)
+            _launch(user, project)
+            assert _oracle(user, project) == {"hit": True, "differences": []}, name
+            change()
+            after = _oracle(user, project)
+            assert after["differences"] == [], (name, after["differences"])
+    finally:
+        shutil.rmtree(azure, ignore_errors=True)
+        shutil.rmtree(confd, ignore_errors=True)
+        user.write(".gitconfig", "[user]\n\tname = Test User\n")
+        (user.project / "plan-oracle.py").unlink(missing_ok=True)
