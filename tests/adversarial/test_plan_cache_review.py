@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, PREFIX
+from tests.conftest import INSTALLED, PREFIX, SECRET_ENV
 
 HIT = "plan:      from the compiled plan cache"
 MISS = "plan:      compiled now"
@@ -205,6 +205,27 @@ def test_a_backend_probe_that_failed_for_lack_of_resources_is_not_remembered(use
     assert "bwrap probe failed" in squeezed.stdout, squeezed.stdout + squeezed.stderr
     report = _dry_run(user, project)
     assert "backend:   bwrap" in report, report.splitlines()[1]
+
+
+
+def test_a_credential_the_sandbox_removes_is_not_written_to_disk(user, project):
+    """GH_TOKEN, AWS_SECRET_ACCESS_KEY, VAULT_TOKEN: the environment filter
+    keeps them out of the sandbox and agent-sandbox held them in memory only.
+    The plan cache's key holds the caller's whole environment, values
+    included, so every launch with a distinct environment leaves a file in
+    the state directory with the credentials, never removed (home snapshots,
+    backups, a token revoked long ago). Comparing a digest of the
+    environment decides the same."""
+    user.set_config(BASE)
+    shutil.rmtree(_cache(user), ignore_errors=True)
+    _launch(user, project)
+    _launch(user, project)
+    assert HIT in _dry_run(user, project)
+    state = user.home / ".local/state"
+    found = [(name, str(path)) for path in state.rglob("*") if path.is_file()
+             for name in ("GH_TOKEN", "AWS_SECRET_ACCESS_KEY", "VAULT_TOKEN")
+             if SECRET_ENV[name].encode() in path.read_bytes()]
+    assert found == []
 
 
 # ---------------------------------------------------------------- full-plan equivalence
