@@ -228,6 +228,46 @@ def test_a_credential_the_sandbox_removes_is_not_written_to_disk(user, project):
     assert found == []
 
 
+
+@pytest.mark.parametrize("how", ["relative", "symlink"])
+def test_a_conf_d_file_applies_to_the_project_it_matches_not_to_the_same_spelling(
+        user, project, how):
+    """conf.d's PROJECT_MATCH is decided on the project's real path, but the
+    validated configuration was cached under the --project-dir string: a
+    launch with `--project-dir .` (or through a symlink retargeted since) in
+    another project got the matched project's settings — here a trusted
+    project's HOME_ACCESS=read, the home readable in an untrusted one."""
+    trusted, other = project / "trusted", project / "other"
+    for path in (trusted, other):
+        path.mkdir()
+        os.chown(path, user.uid, user.gid)
+    confd = user.home / ".config/agent-sandbox/conf.d"
+    shutil.rmtree(confd, ignore_errors=True)
+    user.set_config(BASE)
+    user.write(".config/agent-sandbox/conf.d/trusted.conf",
+               f"PROJECT_MATCH=({trusted})\nHOME_ACCESS=read\n")
+    link = project / "current"
+    try:
+        if how == "relative":
+            spelling, first, second = ".", trusted, other
+        else:
+            link.symlink_to(trusted)
+            spelling, first, second = str(link), project, project
+        report = user.run([INSTALLED, "run", "--dry-run", "--project-dir", spelling, "--",
+                           "true"], cwd=first).stdout
+        assert "(read)" in report.split("home:", 1)[1].splitlines()[0], report
+        if how == "symlink":
+            link.unlink()
+            link.symlink_to(other)
+        report = user.run([INSTALLED, "run", "--dry-run", "--project-dir", spelling, "--",
+                           "true"], cwd=second).stdout
+        assert f"project:   {other} " in report, report
+        assert "(tmpwrite)" in report.split("home:", 1)[1].splitlines()[0], report
+    finally:
+        link.unlink(missing_ok=True)
+        shutil.rmtree(confd, ignore_errors=True)
+
+
 # ---------------------------------------------------------------- full-plan equivalence
 # Run as the user with the installed interpreter: the plan the cache would
 # give this launch (None on a miss) and a fresh compile's, each with its
