@@ -280,7 +280,10 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
                   profile=None) -> Settings:
     layers = gather_layers(home=home, user=user, admin_path=admin_path, profile=profile)
     overrides = env_overrides(environ) + [("flag", k, v) for k, v in (flags or {}).items()]
-    inputs = (__version__, home, user, tuple(layers), tuple(overrides), project_dir)
+    # The project as spelt and as it really is: PROJECT_MATCH decides on both
+    # (`--project-dir .`, a symlink retargeted since, are the same string).
+    real = os.path.realpath(project_dir) if project_dir else None
+    inputs = (__version__, home, user, tuple(layers), tuple(overrides), project_dir, real)
     # One cache file per install: two installs of the same version (a site's
     # old and new one, a benchmark's baseline) would otherwise evict each
     # other's entry on every launch and pay pydantic's import each time.

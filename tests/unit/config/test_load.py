@@ -591,3 +591,26 @@ def test_a_derived_cache_file_is_used_only_when_it_is_the_users_own(tmp_path):
     assert confload.load_cache(str(link), ("in",)) is None
     os.chown(path, 12345, 12345)
     assert confload.load_cache(str(path), ("in",)) is None
+
+
+def test_the_cached_configuration_is_per_real_project_not_per_spelling(home, no_admin, tmp_path,
+                                                                       monkeypatch):
+    """PROJECT_MATCH decides on the real path: `--project-dir .` in two
+    projects must not share one cached configuration."""
+    trusted, other = tmp_path / "trusted", tmp_path / "other"
+    trusted.mkdir()
+    other.mkdir()
+    conf_d = home / ".config" / "agent-sandbox" / "conf.d"
+    conf_d.mkdir()
+    (conf_d / "t.conf").write_text(f"PROJECT_MATCH=({trusted})\nHOME_ACCESS=read\n")
+    state = home / ".local" / "state"
+    state.mkdir(parents=True)
+    for path in (home, home / ".local", state):
+        path.chmod(0o755)
+    results = []
+    for project in (trusted, other):
+        monkeypatch.chdir(project)
+        results.append(confload.load_settings(home=str(home), user=USER, environ={},
+                                               admin_path=no_admin, project_dir=".",
+                                               cache=True).HOME_ACCESS)
+    assert results == ["read", "tmpwrite"]
