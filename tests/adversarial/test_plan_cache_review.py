@@ -35,6 +35,15 @@ def _cache(user):
     return user.home / ".local/state/agent-sandbox/cache"
 
 
+@pytest.fixture
+def clean_cache(user):
+    """cache/ emptied before and after: a planted or poisoned file must not
+    outlive its test (on code that trusts it, it would weaken the next ones)."""
+    shutil.rmtree(_cache(user), ignore_errors=True)
+    yield _cache(user)
+    shutil.rmtree(_cache(user), ignore_errors=True)
+
+
 def _launch(user, project, *options, env=None):
     result = user.run([INSTALLED, "run", *options, "--", "true"], cwd=project,
                       env=env or user.env())
@@ -63,13 +72,12 @@ def _plant(path, data: bytes, how: str, user, other_user) -> None:
 
 @pytest.mark.parametrize("how", ["foreign", "writable"])
 def test_a_configuration_cache_written_by_another_user_is_not_used(user, project, other_user,
-                                                                   how):
+                                                                   clean_cache, how):
     """Another user who can write the cache file (or a world-writable one)
     replaces the validated configuration: SECCOMP=false, HOME_ACCESS=write.
     The next compile must validate the configuration again (and the plan
     cache must not store the weaker plan as the user's own)."""
     user.set_config(BASE)
-    shutil.rmtree(_cache(user), ignore_errors=True)
     _launch(user, project)
     _launch(user, project)
     assert HIT in _dry_run(user, project)
@@ -87,11 +95,10 @@ def test_a_configuration_cache_written_by_another_user_is_not_used(user, project
 
 @pytest.mark.parametrize("how", ["foreign", "writable"])
 def test_a_seccomp_program_written_by_another_user_is_not_loaded(user, project, probes,
-                                                                 other_user, how):
+                                                                 other_user, clean_cache, how):
     """The cached BPF program replaced by one that allows everything: the
     syscalls the policy denies must still answer EPERM."""
     user.set_config(BASE)
-    shutil.rmtree(_cache(user), ignore_errors=True)
     _launch(user, project)
     program = _cache(user) / "seccomp.marshal"
     inputs, data = marshal.loads(program.read_bytes())
@@ -106,14 +113,14 @@ def test_a_seccomp_program_written_by_another_user_is_not_loaded(user, project, 
 
 @pytest.mark.parametrize("how", ["foreign", "writable"])
 def test_a_bound_file_verdict_written_by_another_user_is_not_trusted(user, project,
-                                                                     other_user, how):
+                                                                     other_user, clean_cache,
+                                                                     how):
     """A "clean" verdict planted for a ~/.bashrc that exports a token: the
     token must still be blanked inside."""
     token = "ghp_" + "b" * 36
     user.set_config(BASE + "HOME_ACCESS=read\n")
     bashrc = user.write(".bashrc", "# the user's bashrc\n")
     try:
-        shutil.rmtree(_cache(user), ignore_errors=True)
         _launch(user, project)
         verdict = _cache(user) / "boundfiles.marshal"
         inputs, answer = marshal.loads(verdict.read_bytes())
@@ -190,7 +197,8 @@ def _processes_of(uid: int) -> int:
     return count
 
 
-def test_a_backend_probe_that_failed_for_lack_of_resources_is_not_remembered(user, project):
+def test_a_backend_probe_that_failed_for_lack_of_resources_is_not_remembered(user, project,
+                                                                            clean_cache):
     """One launch made while the user's processes are at their limit (an
     agent in another session forking up to RLIMIT_NPROC, a job's cgroup):
     bwrap cannot make its namespaces (EAGAIN), auto falls back to a weaker
@@ -198,7 +206,6 @@ def test_a_backend_probe_that_failed_for_lack_of_resources_is_not_remembered(use
     every later launch (and the plans the cache stores from them) ran on
     landlock although bwrap works again."""
     user.set_config(BASE)
-    shutil.rmtree(_cache(user), ignore_errors=True)
     limit = _processes_of(user.uid) + 2     # the launcher and one child, not bwrap's own
     squeezed = user.run(["prlimit", f"--nproc={limit}", INSTALLED, "run", "--dry-run", "--",
                          "true"], cwd=project)
