@@ -277,7 +277,8 @@ def test_a_conf_d_file_applies_to_the_project_it_matches_not_to_the_same_spellin
 
 # ---------------------------------------------------------------- full-plan equivalence
 # Run as the user with the installed interpreter: the plan the cache would
-# give this launch (None on a miss) and a fresh compile's, each with its
+# give this launch (None on a miss) and a fresh compile's (no cache of any
+# kind), each with its
 # session id masked, compared as a whole — argv, every payload's bytes, the
 # environment's values, the policy — not the --dry-run text, which prints
 # neither payloads nor variable values.
@@ -299,6 +300,11 @@ def differences(a, b, where=""):
 
 cache = Cache((None, None, (), False, False), os.environ, launch.environ_home())
 loaded = cache.load(NEW, "0badf00d")
+# Fresh means fresh: no derived cache either (configuration, seccomp program,
+# bound-file verdict, probe), whose staleness the plan would inherit.
+import agent_sandbox.config.load as confload
+confload.load_cache = lambda path, inputs: None
+confload.store_cache = lambda path, inputs, result: None
 prepared = launch.prepare(["true"], project_dir=None, backend=None, environ=os.environ,
                           command_slot=True)
 fresh = {"policy": prepared.policy, "plan": prepared.plan, "denied": prepared.denied,
