@@ -278,10 +278,9 @@ def test_a_conf_d_file_applies_to_the_project_it_matches_not_to_the_same_spellin
 # ---------------------------------------------------------------- full-plan equivalence
 # Run as the user with the installed interpreter: the plan the cache would
 # give this launch (None on a miss) and a fresh compile's (no cache of any
-# kind), each with its
-# session id masked, compared as a whole — argv, every payload's bytes, the
-# environment's values, the policy — not the --dry-run text, which prints
-# neither payloads nor variable values.
+# kind), each with its session id masked, compared as a whole — argv, every
+# payload's bytes, the environment's values, the policy — not the --dry-run
+# text, which prints neither payloads nor variable values.
 ORACLE = '''
 import json, os, sys
 from agent_sandbox.launch import run as launch
