@@ -12,8 +12,9 @@ open) and fingerprints every path asked about *before* the call answers: its
 lstat and stat (device, inode, mode, owner, size, mtime, ctime — a config
 edit or a new entry in a listed directory changes them), or the content for
 /proc and /sys. A later launch is a hit only when its context (identity and
-groups, environment, working directory, options, host, kernel, boot,
-installed package) is equal and every recorded path still has the same
+groups, a digest of the environment — its values hold credentials —,
+working directory, options, host, kernel, boot, every module of the
+installed code) is equal and every recorded path still has the same
 fingerprint. A change that happens during the compile leaves the old
 fingerprint behind, so the next launch recomputes; a file read or listed
 that changed within RACY_NS before the compile is not trusted to show its
@@ -23,7 +24,8 @@ process started during the compile) makes the compile uncacheable: when in
 doubt, recompute. The
 derived caches in the state directory's cache/ (config, seccomp, probe,
 bound-file verdicts) are not recorded: each checks its own inputs, which the
-compile observes.
+compile observes, and trusts only the user's own files (the rule below,
+config/load.py load_cache).
 
 Fresh at every launch: the session id and the chaperon's directory. A plan
 is stored with the ones it was compiled with (random, 48 and 32 bits) and a
