@@ -378,3 +378,73 @@ def test_each_input_changed_in_turn_gives_exactly_the_fresh_plan(user, project, 
         shutil.rmtree(confd, ignore_errors=True)
         user.write(".gitconfig", "[user]\n\tname = Test User\n")
         (user.project / "plan-oracle.py").unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------- coarse timestamps
+@pytest.fixture
+def coarse_config_dir(user, tmp_path):
+    """~/.config/agent-sandbox on a file system whose times have whole seconds
+    (ext4 with 128-byte inodes, as ext3, Lustre and some NFS servers give):
+    a loop mount over it for one test."""
+    image = tmp_path / "coarse.img"
+    with open(image, "wb") as handle:
+        handle.truncate(16 << 20)
+    made = subprocess.run(["mkfs.ext4", "-q", "-F", "-I", "128", str(image)],
+                          capture_output=True, text=True)
+    assert made.returncode == 0, f"mkfs.ext4 (e2fsprogs) is needed: {made.stderr}"
+    target = user.home / ".config/agent-sandbox"
+    target.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-o", "loop", str(image), str(target)],
+                             capture_output=True, text=True)
+    assert mounted.returncode == 0, f"a loop mount is needed: {mounted.stderr}"
+    try:
+        os.chown(target, user.uid, user.gid)
+        target.chmod(0o755)
+        shutil.rmtree(target / "lost+found", ignore_errors=True)
+        yield target
+    finally:
+        subprocess.run(["umount", str(target)], check=True)
+
+
+def test_a_same_size_edit_in_the_same_second_as_the_compile_is_seen(user, project,
+                                                                   coarse_config_dir):
+    """RACY_NS (100 ms) is one clock tick of a local file system, but where
+    times have whole seconds a file written at S.9 carries the time S.0: a
+    compile at S.95 trusted it, stored its plan, and an edit of the same size
+    later in that second (written in place) left every fingerprint equal —
+    the cache kept hiding the old directory and showed the new one."""
+    data_a, data_b = user.home / "data-a", user.home / "data-b"
+    for directory in (data_a, data_b):
+        shutil.rmtree(directory, ignore_errors=True)
+        user.write(f"{directory.name}/secret", f"secret of {directory.name}\n", 0o600)
+    config = coarse_config_dir / "sandbox.conf"
+
+    def write_config(hidden) -> None:
+        with open(config, "w") as handle:      # in place: the same inode
+            handle.write(f"{BASE}HOME_ACCESS=read\nEXTRA_BLOCKED_PATHS+=({hidden})\n")
+        os.chown(config, user.uid, user.gid)
+
+    import time
+
+    try:
+        write_config(data_b)
+        _launch(user, project)      # the probe and the derived caches are in place
+        for _attempt in range(8):
+            # Everything below within one second of the file system's clock.
+            time.sleep(1.02 - time.time() % 1)
+            write_config(data_a)
+            before = os.stat(config)
+            time.sleep(0.15)        # older than RACY_NS for the compile
+            _launch(user, project)  # compiles and stores: data-a hidden
+            write_config(data_b)    # same size, same second
+            after = os.stat(config)
+            if (before.st_ctime_ns, before.st_mtime_ns) == (after.st_ctime_ns,
+                                                            after.st_mtime_ns):
+                break
+        else:
+            pytest.fail("could not compile and edit within one second (machine too slow)")
+        result = user.sandbox("cat", str(data_b / "secret"), cwd=project)
+        assert "secret of data-b" not in result.stdout, "the cached plan of the old config ran"
+    finally:
+        shutil.rmtree(data_a, ignore_errors=True)
+        shutil.rmtree(data_b, ignore_errors=True)
