@@ -18,7 +18,8 @@ installed code) is equal and every recorded path still has the same
 fingerprint. A change that happens during the compile leaves the old
 fingerprint behind, so the next launch recomputes; a file read or listed
 that changed within RACY_NS before the compile is not trusted to show its
-next change in its times (one clock tick): that compile is not stored.
+next change in its times (one clock tick; COARSE_RACY_NS where the file
+system keeps whole seconds): that compile is not stored.
 Anything the recorder cannot describe (a descriptor-relative call, a
 process started during the compile) makes the compile uncacheable: when in
 doubt, recompute. The
@@ -52,6 +53,10 @@ FORMAT = 1
 MAX_BYTES = 8 << 20
 PLANS = "plans"
 RACY_NS = 100_000_000    # files changed this recently are not trusted to show the next change
+# A time in whole seconds comes from a file system that keeps no finer ones
+# (ext3, ext4 with 128-byte inodes, Lustre, some NFS servers; FAT: two): its
+# tick is that long, so is the window in which the next change can keep it.
+COARSE_RACY_NS = 2_000_000_000
 
 _OBSERVING = ("stat", "lstat", "listdir", "scandir", "readlink", "access", "open")
 _STARTING = ("posix_spawn", "posix_spawnp", "fork", "system", "execv", "execve")
@@ -127,7 +132,8 @@ class Recorder:
         self.ignore = tuple(p.rstrip("/") + "/" for p in ignore)
         self.paused = 0
         self._saved: list = []
-        self.racy = time_ns() - RACY_NS
+        now = time_ns()
+        self.racy, self.coarse_racy = now - RACY_NS, now - COARSE_RACY_NS
 
     def note(self, path, dir_fd=None, kind: int = CONTENT) -> None:
         if self.paused:
@@ -154,9 +160,14 @@ class Recorder:
             self.paused -= 1
         # "Racy" files (as git calls them): changed so recently that another
         # change within the same clock tick would leave size and times alone.
-        if kind == CONTENT and any(isinstance(f, tuple) and len(f) > 7 and f[7] > self.racy
+        if kind == CONTENT and any(isinstance(f, tuple) and len(f) > 7 and self._racy(f[7])
                                    for f in print_):
             self.give_up(f"{path} changed during the compile")
+
+    def _racy(self, ctime_ns: int) -> bool:
+        if ctime_ns % 1_000_000_000:
+            return ctime_ns > self.racy
+        return ctime_ns > self.coarse_racy
 
     def give_up(self, why: str) -> None:
         if not self.paused and self.cacheable:
