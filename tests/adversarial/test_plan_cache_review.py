@@ -12,12 +12,14 @@ can write, is never used.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import marshal
 import os
 import shutil
 
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -381,18 +383,17 @@ def test_each_input_changed_in_turn_gives_exactly_the_fresh_plan(user, project, 
 
 
 # ---------------------------------------------------------------- coarse timestamps
-@pytest.fixture
-def coarse_config_dir(user, tmp_path):
-    """~/.config/agent-sandbox on a file system whose times have whole seconds
-    (ext4 with 128-byte inodes, as ext3, Lustre and some NFS servers give):
-    a loop mount over it for one test."""
-    image = tmp_path / "coarse.img"
+@contextlib.contextmanager
+def _coarse_mount(user, scratch, target):
+    """`target` on a file system whose times have whole seconds (ext4 with
+    128-byte inodes, as ext3, Lustre and some NFS servers give): a loop
+    mount, owned by the user, for one test."""
+    image = scratch / "coarse.img"
     with open(image, "wb") as handle:
         handle.truncate(16 << 20)
     made = subprocess.run(["mkfs.ext4", "-q", "-F", "-I", "128", str(image)],
                           capture_output=True, text=True)
     assert made.returncode == 0, f"mkfs.ext4 (e2fsprogs) is needed: {made.stderr}"
-    target = user.home / ".config/agent-sandbox"
     target.mkdir(parents=True, exist_ok=True)
     mounted = subprocess.run(["mount", "-o", "loop", str(image), str(target)],
                              capture_output=True, text=True)
@@ -404,6 +405,24 @@ def coarse_config_dir(user, tmp_path):
         yield target
     finally:
         subprocess.run(["umount", str(target)], check=True)
+
+
+@pytest.fixture
+def coarse_config_dir(user, tmp_path):
+    """~/.config/agent-sandbox on a whole-second file system."""
+    with _coarse_mount(user, tmp_path, user.home / ".config/agent-sandbox") as target:
+        yield target
+
+
+def _within_one_second(steps, same) -> None:
+    """Run `steps` (returning a value) at the start of a second until
+    `same(value)` says they all happened within it (the file system's tick);
+    a machine too slow for that fails the test, never passes it."""
+    for _attempt in range(8):
+        time.sleep(1.02 - time.time() % 1)
+        if same(steps()):
+            return
+    pytest.fail("could not compile and edit within one second (machine too slow)")
 
 
 def test_a_same_size_edit_in_the_same_second_as_the_compile_is_seen(user, project,
@@ -424,27 +443,57 @@ def test_a_same_size_edit_in_the_same_second_as_the_compile_is_seen(user, projec
             handle.write(f"{BASE}HOME_ACCESS=read\nEXTRA_BLOCKED_PATHS+=({hidden})\n")
         os.chown(config, user.uid, user.gid)
 
-    import time
+    def compile_and_edit():
+        write_config(data_a)
+        before = os.stat(config)
+        time.sleep(0.15)        # older than RACY_NS for the compile
+        _launch(user, project)  # compiles (and stores, on the old code): data-a hidden
+        write_config(data_b)    # same size, same second
+        return before, os.stat(config)
 
     try:
         write_config(data_b)
         _launch(user, project)      # the probe and the derived caches are in place
-        for _attempt in range(8):
-            # Everything below within one second of the file system's clock.
-            time.sleep(1.02 - time.time() % 1)
-            write_config(data_a)
-            before = os.stat(config)
-            time.sleep(0.15)        # older than RACY_NS for the compile
-            _launch(user, project)  # compiles and stores: data-a hidden
-            write_config(data_b)    # same size, same second
-            after = os.stat(config)
-            if (before.st_ctime_ns, before.st_mtime_ns) == (after.st_ctime_ns,
-                                                            after.st_mtime_ns):
-                break
-        else:
-            pytest.fail("could not compile and edit within one second (machine too slow)")
+        _within_one_second(compile_and_edit, lambda stats: len({
+            (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for st in stats}) == 1)
         result = user.sandbox("cat", str(data_b / "secret"), cwd=project)
         assert "secret of data-b" not in result.stdout, "the cached plan of the old config ran"
     finally:
         shutil.rmtree(data_a, ignore_errors=True)
         shutil.rmtree(data_b, ignore_errors=True)
+
+
+def test_a_bound_file_verdict_is_not_kept_for_a_same_size_edit_in_its_second(user, project,
+                                                                           tmp_path,
+                                                                           clean_cache):
+    """The bound-file verdict cache ("no secret in any of them", by stat) had
+    no racy rule at all: on a whole-second file system a file checked clean
+    and then given a token of the same size within that second kept its
+    verdict, and every later launch — fresh compile or not — bound it as it
+    is."""
+    token = "ghp_" + "c" * 36
+    secret_line = f"export GH_TOKEN={token}\n"
+    clean_line = "#" * (len(secret_line) - 1) + "\n"
+    with _coarse_mount(user, tmp_path, user.home / "coarse") as coarse:
+        rc = coarse / "rc"
+        user.set_config(BASE + "HOME_READONLY+=(coarse/rc)\n")
+
+        def write(text) -> None:
+            with open(rc, "w") as handle:      # in place: the same inode
+                handle.write(text)
+            os.chown(rc, user.uid, user.gid)
+
+        def check_and_edit():
+            write(clean_line)
+            before = os.stat(rc)
+            time.sleep(0.15)
+            _launch(user, project)              # reads rc: clean
+            write(secret_line)                  # same size, same second
+            return before, os.stat(rc)
+
+        write(clean_line)
+        _launch(user, project)                  # the probe and the other caches
+        _within_one_second(check_and_edit, lambda stats: len({
+            (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for st in stats}) == 1)
+        result = user.sandbox("cat", str(rc), cwd=project)
+        assert token not in result.stdout, "the kept 'clean' verdict let the token in"
