@@ -498,3 +498,41 @@ def test_a_bound_file_verdict_is_not_kept_for_a_same_size_edit_in_its_second(use
             (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for st in stats}) == 1)
         result = user.sandbox("cat", str(rc), cwd=project)
         assert token not in result.stdout, "the kept 'clean' verdict let the token in"
+
+
+# ---------------------------------------------------------------- the PATH lookup
+@pytest.mark.parametrize("program", ["bwrap", "git"])
+def test_a_program_the_launcher_runs_from_path_cannot_be_planted_by_the_sandbox(
+        user, project, program):
+    """The launcher runs bwrap (and git, to read a configuration that has
+    include or hooksPath) found on PATH, outside any sandbox. With
+    HOME_ACCESS=write, ~/.local/bin — first on PATH wherever it exists
+    (Debian's ~/.profile) — is writable inside: the agent puts its own
+    `bwrap` or `git` there, and the user's next launch runs it unsandboxed."""
+    local_bin = user.home / ".local/bin"
+    marker = user.home / f"escaped-{program}"
+    shutil.rmtree(local_bin, ignore_errors=True)
+    marker.unlink(missing_ok=True)
+    local_bin.mkdir(parents=True)
+    os.chown(local_bin, user.uid, user.gid)
+    env = user.env(PATH=f"{local_bin}:/usr/local/bin:/usr/bin:/bin")
+    user.set_config(BASE + "HOME_ACCESS=write\n")
+    gitconfig = user.home / ".gitconfig"
+    original = gitconfig.read_bytes()
+    real = shutil.which(program, path="/usr/bin:/bin")
+    trojan = f"#!/bin/sh\necho escaped > {marker}\nexec {real} \"$@\"\n"
+    # The agent's session: plants the program (and, for git, an include in
+    # ~/.gitconfig so that the next launch has git read the configuration).
+    script = (f"printf '%s' '{trojan}' > {local_bin}/{program} && chmod +x {local_bin}/{program}"
+              f" && printf '[include]\\n\\tpath = ~/.gitconfig.local\\n' >> {gitconfig}")
+    try:
+        planted = user.sandbox("/bin/sh", "-c", script, cwd=project, env=env,
+                               options=("--backend", "bwrap"))
+        assert planted.returncode == 0, planted.stderr
+        assert (local_bin / program).exists()
+        user.sandbox("true", cwd=project, env=env, options=("--backend", "bwrap"))
+        assert not marker.exists(), f"the next launch ran the sandbox's {program} outside it"
+    finally:
+        gitconfig.write_bytes(original)
+        shutil.rmtree(local_bin, ignore_errors=True)
+        marker.unlink(missing_ok=True)
