@@ -536,3 +536,32 @@ def test_a_program_the_launcher_runs_from_path_cannot_be_planted_by_the_sandbox(
         gitconfig.write_bytes(original)
         shutil.rmtree(local_bin, ignore_errors=True)
         marker.unlink(missing_ok=True)
+
+
+def test_a_slurm_command_the_sandbox_plants_on_path_is_not_run_by_the_chaperon(
+        user, project, slurm_cluster):
+    """The chaperon runs the real Slurm commands outside the sandbox, taken
+    from the system directories and PATH (the first by sorted real path).
+    A PATH directory the sandbox may write — EXTRA_WRITABLE_PATHS+=(/opt/…),
+    a scratch bin/ — lets the agent put its own `sinfo` there: the next
+    session's chaperon runs it unsandboxed (it even sorts before /usr/bin)."""
+    bin_dir = Path("/opt") / f"asreview-bin-{project.name}"
+    marker = user.home / "escaped-sinfo"
+    marker.unlink(missing_ok=True)
+    bin_dir.mkdir()
+    os.chown(bin_dir, user.uid, user.gid)
+    env = user.env(PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin")
+    user.set_config(f"EXTRA_WRITABLE_PATHS+=({bin_dir})\n")
+    real = shutil.which("sinfo")
+    trojan = f"#!/bin/sh\necho escaped > {marker}\nexec {real} \"$@\"\n"
+    try:
+        planted = user.sandbox("/bin/sh", "-c", f"printf '%s' '{trojan}' > {bin_dir}/sinfo && "
+                               f"chmod +x {bin_dir}/sinfo", cwd=project, env=env)
+        assert planted.returncode == 0, planted.stderr
+        assert (bin_dir / "sinfo").exists()
+        result = user.sandbox("sinfo", "-h", cwd=project, env=env)
+        assert result.returncode == 0, result.stderr
+        assert not marker.exists(), "the chaperon ran the sandbox's sinfo outside it"
+    finally:
+        shutil.rmtree(bin_dir, ignore_errors=True)
+        marker.unlink(missing_ok=True)
