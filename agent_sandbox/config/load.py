@@ -311,9 +311,10 @@ def load_cache(path: str, inputs):
     fastest reader Python has. These caches decide a launch as much as a plan
     file does (the configuration, the seccomp program, the bound-file
     verdict, the backend probe), so the plan cache's rule applies: only a
-    regular file of this user's that no one else can write, in directories
-    with the same property (the cache directory and the state directory
-    above it). Anything else — foreign, writable by others, a symlink,
+    regular file of this user's that no one else can write, in a directory
+    with the same property — then no one else can have put it there (a
+    directory swapped in above must be the user's own and hold the user's
+    files too). Anything else — foreign, writable by others, a symlink,
     corrupt — is a miss, never an error."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -321,10 +322,8 @@ def load_cache(path: str, inputs):
         return None
     try:
         with os.fdopen(fd, "rb") as handle:
-            directory = os.path.dirname(path)
             if not (_own(os.fstat(handle.fileno()), stat.S_ISREG)
-                    and _own(os.lstat(directory), stat.S_ISDIR)
-                    and _own(os.lstat(os.path.dirname(directory)), stat.S_ISDIR)):
+                    and _own(os.lstat(os.path.dirname(path)), stat.S_ISDIR)):
                 return None
             stored_inputs, result = marshal.load(handle)
     except (OSError, EOFError, ValueError, TypeError):
@@ -341,7 +340,13 @@ def _own(info, kind) -> bool:
 def store_cache(path: str, inputs, result) -> None:
     """Best effort: a launch never fails because the cache cannot be written."""
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        info = os.lstat(directory)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
+            # Made as a parent under umask 002 (the plan cache's makedirs):
+            # private, or load_cache would never trust what is stored here.
+            os.chmod(directory, 0o700)
         temp = f"{path}.{os.getpid()}.tmp"
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
                      0o600)

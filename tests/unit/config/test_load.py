@@ -571,7 +571,8 @@ def test_sandbox_prompt_is_plain_text(tmp_path, value, accepted):
 def test_a_derived_cache_file_is_used_only_when_it_is_the_users_own(tmp_path):
     """load_cache (config, seccomp, bound-file and probe caches) obeys the
     plan cache's rule: not a symlink, owned by this user, writable by no one
-    else, in a cache directory and state directory with the same property."""
+    else, in a directory with the same property; store_cache makes that
+    directory private again if a umask-002 makedirs left it group-writable."""
     state = tmp_path / "state"
     (state / "cache").mkdir(parents=True, mode=0o700)
     state.chmod(0o700)
@@ -582,10 +583,11 @@ def test_a_derived_cache_file_is_used_only_when_it_is_the_users_own(tmp_path):
     path.chmod(0o666)
     assert confload.load_cache(str(path), ("in",)) is None
     path.chmod(0o600)
-    for directory in (state / "cache", state):
-        directory.chmod(0o777)
-        assert confload.load_cache(str(path), ("in",)) is None
-        directory.chmod(0o700)
+    (state / "cache").chmod(0o777)
+    assert confload.load_cache(str(path), ("in",)) is None
+    confload.store_cache(str(path), ("in",), "out")
+    assert (state / "cache").stat().st_mode & 0o777 == 0o700
+    assert confload.load_cache(str(path), ("in",)) == "out"
     link = state / "cache" / "link.marshal"
     link.symlink_to(path)
     assert confload.load_cache(str(link), ("in",)) is None
