@@ -98,6 +98,33 @@ def read_regular(path: str, limit: int) -> bytes | int | None:
         os.close(fd)
 
 
+def runnable_outside(path: str) -> bool:
+    """Whether the launcher may run the program at `path` outside any sandbox
+    (bwrap, firejail, git): neither the file it really is nor a directory on
+    the way to it can be written by this user. A place the user can write, a
+    sandbox of theirs could have written — under whatever configuration that
+    session had (HOME_ACCESS=write makes ~/.local/bin, first on PATH,
+    writable inside) — so a program found there is passed over: the PATH
+    search goes on. A symlink to a system program passes (it runs that
+    program, with our arguments)."""
+    import stat
+
+    def unwritable(place: str) -> bool:
+        if os.getuid() != 0:
+            return not os.access(place, os.W_OK)
+        try:                      # root can write anything: owned by root, no one else
+            info = os.stat(place)
+        except OSError:
+            return False
+        return info.st_uid == 0 and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+    place, places = os.path.realpath(path), []
+    while place not in places:
+        places.append(place)
+        place = os.path.dirname(place)
+    return all(unwritable(place) for place in places)
+
+
 def helper_path(name: str) -> str:
     """The file of a helper module (`sandbox_exec`, `landlock`, `jobstart`)."""
     return os.path.join(HELPER_DIR, name + ".py")

@@ -83,9 +83,14 @@ class FunctionBackend:
             self.refuse = refuse
 
     def find(self, path_env: str | None = None) -> str | None:
+        """The first `program` on PATH that the user (so no sandbox of theirs)
+        cannot have written: it runs outside the sandbox (paths.runnable_outside)."""
+        from agent_sandbox.paths import runnable_outside
+
         for directory in (path_env or os.environ.get("PATH", "/usr/bin:/bin")).split(":"):
             candidate = os.path.join(directory, self.program)
-            if directory.startswith("/") and os.access(candidate, os.X_OK):
+            if (directory.startswith("/") and os.access(candidate, os.X_OK)
+                    and runnable_outside(candidate)):
                 return candidate
         return None
 

@@ -280,7 +280,10 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
                   profile=None) -> Settings:
     layers = gather_layers(home=home, user=user, admin_path=admin_path, profile=profile)
     overrides = env_overrides(environ) + [("flag", k, v) for k, v in (flags or {}).items()]
-    inputs = (__version__, home, user, tuple(layers), tuple(overrides), project_dir)
+    # The project as spelt and as it really is: PROJECT_MATCH decides on both
+    # (`--project-dir .`, a symlink retargeted since, are the same string).
+    real = os.path.realpath(project_dir) if project_dir else None
+    inputs = (__version__, home, user, tuple(layers), tuple(overrides), project_dir, real)
     # One cache file per install and profile: two installs of the same
     # version (a site's old and new one, a benchmark's baseline), or a user
     # alternating `agent-sandbox claude` and `agent-sandbox run`, would
@@ -308,21 +311,48 @@ def load_settings(*, home: str, user: str, environ: dict[str, str],
 
 def load_cache(path: str, inputs):
     """The cached result for exactly these inputs, else None. marshal is the
-    fastest reader Python has; an unreadable or foreign file is a miss."""
+    fastest reader Python has. These caches decide a launch as much as a plan
+    file does (the configuration, the seccomp program, the bound-file
+    verdict, the backend probe), so the plan cache's rule applies: only a
+    regular file of this user's that no one else can write, in a directory
+    with the same property — then no one else can have put it there (a
+    directory swapped in above must be the user's own and hold the user's
+    files too). Anything else — foreign, writable by others, a symlink,
+    corrupt — is a miss, never an error."""
     try:
-        with open(path, "rb") as handle:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        with os.fdopen(fd, "rb") as handle:
+            if not (_own(os.fstat(handle.fileno()), stat.S_ISREG)
+                    and _own(os.lstat(os.path.dirname(path)), stat.S_ISDIR)):
+                return None
             stored_inputs, result = marshal.load(handle)
     except (OSError, EOFError, ValueError, TypeError):
         return None
     return result if stored_inputs == inputs else None
 
 
+def _own(info, kind) -> bool:
+    """This user's, of the right kind, and writable by no one else."""
+    return (kind(info.st_mode) and info.st_uid == os.getuid()
+            and not info.st_mode & (stat.S_IWGRP | stat.S_IWOTH))
+
+
 def store_cache(path: str, inputs, result) -> None:
     """Best effort: a launch never fails because the cache cannot be written."""
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        directory = os.path.dirname(path)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        info = os.lstat(directory)
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and info.st_mode & 0o077:
+            # Made as a parent under umask 002 (the plan cache's makedirs):
+            # private, or load_cache would never trust what is stored here.
+            os.chmod(directory, 0o700)
         temp = f"{path}.{os.getpid()}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
         with os.fdopen(fd, "wb") as handle:
             marshal.dump((inputs, result), handle)
         os.replace(temp, path)

@@ -106,7 +106,8 @@ def check_bound_files(settings, policy, backend: str) -> tuple:
     can_generate = BACKENDS[backend].binds_generated_files
     # The verdict "no secret in any of them" is kept while every file's stat
     # (inode, size, mtime and ctime: ctime cannot be set back) and every rule
-    # are unchanged; anything else reads and scans again.
+    # are unchanged; anything else reads and scans again. Not kept for a file
+    # changed within its file system's tick (_settled).
     inputs = (__version__, mode, can_generate, settings.BLOCKED_ENV_VARS,
               settings.BLOCKED_ENV_PATTERNS, settings.ALLOWED_ENV_VARS,
               tuple((path, source, _stat_key(source)) for path, source in files))
@@ -119,9 +120,25 @@ def check_bound_files(settings, policy, backend: str) -> tuple:
         contents=contents, removed=removal_rule(blocked=settings.BLOCKED_ENV_VARS,
                                                 patterns=settings.BLOCKED_ENV_PATTERNS,
                                                 allowed=settings.ALLOWED_ENV_VARS))
-    if files and not policy.bound_file_report.findings:
+    if files and not policy.bound_file_report.findings and _settled(inputs[-1]):
         store_cache(cache, inputs, "clean")
     return policy, {name: Payload(data=data) for name, data in blanked.items()}
+
+
+def _settled(files) -> bool:
+    """Every file's last change older than its file system's tick (the plan
+    cache's racy rule): a same-size change now could keep its stat, and the
+    verdict with it."""
+    from time import time_ns
+
+    from agent_sandbox.launch.plancache import COARSE_RACY_NS, RACY_NS
+
+    now = time_ns()
+    for _path, _source, key in files:
+        if key is not None and key[5] > now - (RACY_NS if key[5] % 1_000_000_000
+                                                else COARSE_RACY_NS):
+            return False
+    return True
 
 
 def _stat_key(path: str):

@@ -12,18 +12,21 @@ open) and fingerprints every path asked about *before* the call answers: its
 lstat and stat (device, inode, mode, owner, size, mtime, ctime — a config
 edit or a new entry in a listed directory changes them), or the content for
 /proc and /sys. A later launch is a hit only when its context (identity and
-groups, environment, working directory, options, host, kernel, boot,
-installed package) is equal and every recorded path still has the same
+groups, a digest of the environment — its values hold credentials —,
+working directory, options, host, kernel, boot, every module of the
+installed code) is equal and every recorded path still has the same
 fingerprint. A change that happens during the compile leaves the old
 fingerprint behind, so the next launch recomputes; a file read or listed
 that changed within RACY_NS before the compile is not trusted to show its
-next change in its times (one clock tick): that compile is not stored.
+next change in its times (one clock tick; COARSE_RACY_NS where the file
+system keeps whole seconds): that compile is not stored.
 Anything the recorder cannot describe (a descriptor-relative call, a
 process started during the compile) makes the compile uncacheable: when in
 doubt, recompute. The
 derived caches in the state directory's cache/ (config, seccomp, probe,
 bound-file verdicts) are not recorded: each checks its own inputs, which the
-compile observes.
+compile observes, and trusts only the user's own files (the rule below,
+config/load.py load_cache).
 
 Fresh at every launch: the session id and the chaperon's directory. A plan
 is stored with the ones it was compiled with (random, 48 and 32 bits) and a
@@ -55,6 +58,10 @@ FORMAT = 2    # 2: records (class and field names) instead of imported classes
 MAX_BYTES = 8 << 20
 PLANS = "plans"
 RACY_NS = 100_000_000    # files changed this recently are not trusted to show the next change
+# A time in whole seconds comes from a file system that keeps no finer ones
+# (ext3, ext4 with 128-byte inodes, Lustre, some NFS servers; FAT: two): its
+# tick is that long, so is the window in which the next change can keep it.
+COARSE_RACY_NS = 2_000_000_000
 
 _OBSERVING = ("stat", "lstat", "listdir", "scandir", "readlink", "access", "open")
 _STARTING = ("posix_spawn", "posix_spawnp", "fork", "system", "execv", "execve")
@@ -130,7 +137,8 @@ class Recorder:
         self.ignore = tuple(p.rstrip("/") + "/" for p in ignore)
         self.paused = 0
         self._saved: list = []
-        self.racy = time_ns() - RACY_NS
+        now = time_ns()
+        self.racy, self.coarse_racy = now - RACY_NS, now - COARSE_RACY_NS
 
     def note(self, path, dir_fd=None, kind: int = CONTENT) -> None:
         if self.paused:
@@ -157,9 +165,14 @@ class Recorder:
             self.paused -= 1
         # "Racy" files (as git calls them): changed so recently that another
         # change within the same clock tick would leave size and times alone.
-        if kind == CONTENT and any(isinstance(f, tuple) and len(f) > 7 and f[7] > self.racy
+        if kind == CONTENT and any(isinstance(f, tuple) and len(f) > 7 and self._racy(f[7])
                                    for f in print_):
             self.give_up(f"{path} changed during the compile")
+
+    def _racy(self, ctime_ns: int) -> bool:
+        if ctime_ns % 1_000_000_000:
+            return ctime_ns > self.racy
+        return ctime_ns > self.coarse_racy
 
     def give_up(self, why: str) -> None:
         if not self.paused and self.cacheable:
@@ -315,17 +328,33 @@ def thaw(value, swap_str, swap_bytes, classes: dict):
 
 # ---------------------------------------------------------------- the cache
 def _install_stamp() -> tuple:
-    """The installed package: a reinstall rewrites its files (new inodes)."""
+    """The code that compiles a plan: every module of the package and of the
+    chaperon's (the compile imports some), by inode, size and times. A
+    reinstall, one module updated in place (a site's fix) or a `git pull` in
+    a source tree all change it; ~120 files, 0.3 ms."""
     from agent_sandbox import __version__
 
-    stamps = [__version__, sys.executable, sys.version]
+    stamps: list = [__version__, sys.executable, sys.version]
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    for name in ("__init__.py", "launch/plancache.py", "policy/resolve.py"):
-        try:
-            stamps.append(_stat_fields(os.stat(os.path.join(package, name))))
-        except OSError:
-            stamps.append(None)
+    for tree in (package, os.path.join(os.path.dirname(package), "chaperon")):
+        _stamp_tree(tree, stamps)
     return tuple(stamps)
+
+
+def _stamp_tree(directory: str, stamps: list) -> None:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except OSError as exc:
+        stamps.append((directory, exc.errno))
+        return
+    for entry in entries:
+        if entry.name.endswith(".py"):
+            try:
+                stamps.append((entry.path, _stat_fields(entry.stat(follow_symlinks=False))))
+            except OSError as exc:
+                stamps.append((entry.path, exc.errno))
+        elif entry.name != "__pycache__" and entry.is_dir(follow_symlinks=False):
+            _stamp_tree(entry.path, stamps)
 
 
 def context(options: tuple, environ, home: str) -> tuple:
@@ -336,8 +365,18 @@ def context(options: tuple, environ, home: str) -> tuple:
 
     entry = pwd.getpwuid(os.getuid())
     return (FORMAT, _install_stamp(), os.getuid(), os.getgid(), tuple(os.getgroups()),
-            tuple(entry), home, os.getcwd(), options, tuple(sorted(environ.items())),
+            tuple(entry), home, os.getcwd(), options, _digest(sorted(environ.items())),
             boot_id(), tuple(os.uname()))
+
+
+def _digest(items) -> bytes:
+    """The environment as a digest: its values hold credentials the sandbox
+    removes (GH_TOKEN…), which a cache file must not keep on disk."""
+    try:
+        from _blake2 import blake2b      # 35 µs to import; hashlib costs 2 ms
+    except ImportError:
+        from hashlib import blake2b
+    return blake2b(repr(items).encode("utf-8", "surrogateescape"), digest_size=32).digest()
 
 
 def _trusted_dir(path: str) -> bool:

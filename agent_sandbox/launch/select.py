@@ -2,7 +2,8 @@
 first of names.BACKENDS that is allowed, installed and passes a real probe
 (a trivial sandbox). A probe's verdict is cached in the hidden state
 directory while nothing it depends on changes (boot, binary, sysctls, the
-namespace and seccomp state this launcher runs in).
+namespace and seccomp state this launcher runs in); a failure for lack of
+resources (process limit, memory, user namespaces) is not remembered.
 """
 from __future__ import annotations
 
@@ -105,6 +106,7 @@ def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
         return cached
     import subprocess
 
+    transient = False
     try:
         result = subprocess.run(BACKENDS[name].probe_argv(path), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
@@ -112,10 +114,23 @@ def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
         lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
         verdict = (result.returncode == 0,
                    lines[-1] if lines else f"exit status {result.returncode}")
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        transient = result.returncode < 0    # killed (the OOM killer, a job's limit)
+    except subprocess.TimeoutExpired as exc:
+        verdict, transient = (False, str(exc)), True
+    except OSError as exc:
         verdict = (False, str(exc))
-    store_cache(cache, inputs, verdict)
+    # A failure for lack of resources (the user's process limit, a cgroup's,
+    # the count of user namespaces: states of the moment, not among the
+    # inputs) is not remembered: it would move every later launch of this
+    # boot to a weaker backend once the resources are back.
+    if verdict[0] or not (transient or any(why in verdict[1] for why in TRANSIENT)):
+        store_cache(cache, inputs, verdict)
     return verdict
+
+
+# strerror of EAGAIN, ENOMEM, ENOSPC (clone: too many user namespaces), EMFILE, ENFILE.
+TRANSIENT = ("Resource temporarily unavailable", "Cannot allocate memory",
+             "No space left on device", "Too many open files")
 
 
 def helper_python() -> str:

@@ -121,10 +121,14 @@ def config_entries(data: bytes, git: str | None) -> list[tuple[str, str]]:
 
 def find_git(path_env: str) -> str | None:
     """The git a shell would run (shutil.which without importing shutil: this
-    runs on every launch)."""
+    runs on every launch), passing over one the user — so a sandbox of
+    theirs — could have written: it runs outside (paths.runnable_outside)."""
+    from agent_sandbox.paths import runnable_outside
+
     for directory in (path_env or "/usr/bin:/bin").split(":"):
         candidate = os.path.join(directory or ".", "git")
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        if (os.path.isfile(candidate) and os.access(candidate, os.X_OK)
+                and runnable_outside(candidate)):
             return candidate
     return None
 

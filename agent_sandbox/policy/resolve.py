@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from agent_sandbox.paths import RUN_DIR, STATE_DIR, user_config_dir
+from agent_sandbox.paths import RUN_DIR, STATE_DIR, runnable_outside, user_config_dir
 from agent_sandbox.paths import is_within as _is_within
 from agent_sandbox.names import forced_env, slurm_commands
 from agent_sandbox.policy.envfilter import scrub
@@ -290,7 +290,9 @@ def _slurm_boundary(system: tuple[str, ...], environ,
             candidate = os.path.join(directory, name)
             if os.path.isfile(candidate):
                 real = os.path.realpath(candidate)
-                if visible(real):
+                # The chaperon runs these outside: never one a sandbox of
+                # this user could have written (a writable PATH directory).
+                if visible(real) and runnable_outside(real):
                     binaries.add(real)
     return masks, tuple(sorted(binaries))
 

@@ -536,3 +536,25 @@ def test_a_relayed_terminal_is_taken_by_the_helper_in_a_new_session(home, name, 
         plan = plan_for(name, policy._replace(terminal=True), abi=abi)
         assert (plan.spawn_ruleset is not None) == (abi >= 6)
         assert "landlock" not in plan.payloads and "/usr/bin/env" not in argv
+
+
+def test_a_program_in_a_place_others_or_the_user_can_write_is_not_run_outside(tmp_path):
+    """bwrap, firejail and git run outside the sandbox: one found where the
+    user (so a sandbox of theirs) or anyone could have written it is passed
+    over and the PATH search goes on (paths.runnable_outside)."""
+    import shutil
+
+    from agent_sandbox.backends.base import FunctionBackend
+    from agent_sandbox.paths import runnable_outside
+    from agent_sandbox.policy.gitrepo import find_git
+
+    planted = tmp_path / "bin"          # below /tmp: anyone can write there
+    planted.mkdir()
+    for name in ("env", "git"):
+        shutil.copy(f"/usr/bin/{name}", planted / name)
+    assert runnable_outside("/usr/bin/env") and not runnable_outside(str(planted / "env"))
+    backend = FunctionBackend("x", "env", binds_generated_files=False, guarantees=None,
+                              plan=None, probe_argv=None)
+    assert backend.find(f"{planted}:/usr/bin") == "/usr/bin/env"
+    assert backend.find(str(planted)) is None
+    assert find_git(f"{planted}:/usr/bin:/bin") in ("/usr/bin/git", "/bin/git")

@@ -566,3 +566,53 @@ def test_sandbox_prompt_is_plain_text(tmp_path, value, accepted):
     else:
         with pytest.raises(ConfigError, match="SANDBOX_PROMPT"):
             load()
+
+
+def test_a_derived_cache_file_is_used_only_when_it_is_the_users_own(tmp_path):
+    """load_cache (config, seccomp, bound-file and probe caches) obeys the
+    plan cache's rule: not a symlink, owned by this user, writable by no one
+    else, in a directory with the same property; store_cache makes that
+    directory private again if a umask-002 makedirs left it group-writable."""
+    state = tmp_path / "state"
+    (state / "cache").mkdir(parents=True, mode=0o700)
+    state.chmod(0o700)
+    path = state / "cache" / "x.marshal"
+    confload.store_cache(str(path), ("in",), "out")
+    assert confload.load_cache(str(path), ("in",)) == "out"
+    assert confload.load_cache(str(path), ("other",)) is None
+    path.chmod(0o666)
+    assert confload.load_cache(str(path), ("in",)) is None
+    path.chmod(0o600)
+    (state / "cache").chmod(0o777)
+    assert confload.load_cache(str(path), ("in",)) is None
+    confload.store_cache(str(path), ("in",), "out")
+    assert (state / "cache").stat().st_mode & 0o777 == 0o700
+    assert confload.load_cache(str(path), ("in",)) == "out"
+    link = state / "cache" / "link.marshal"
+    link.symlink_to(path)
+    assert confload.load_cache(str(link), ("in",)) is None
+    os.chown(path, 12345, 12345)
+    assert confload.load_cache(str(path), ("in",)) is None
+
+
+def test_the_cached_configuration_is_per_real_project_not_per_spelling(home, no_admin, tmp_path,
+                                                                       monkeypatch):
+    """PROJECT_MATCH decides on the real path: `--project-dir .` in two
+    projects must not share one cached configuration."""
+    trusted, other = tmp_path / "trusted", tmp_path / "other"
+    trusted.mkdir()
+    other.mkdir()
+    conf_d = home / ".config" / "agent-sandbox" / "conf.d"
+    conf_d.mkdir()
+    (conf_d / "t.conf").write_text(f"PROJECT_MATCH=({trusted})\nHOME_ACCESS=read\n")
+    state = home / ".local" / "state"
+    state.mkdir(parents=True)
+    for path in (home, home / ".local", state):
+        path.chmod(0o755)
+    results = []
+    for project in (trusted, other):
+        monkeypatch.chdir(project)
+        results.append(confload.load_settings(home=str(home), user=USER, environ={},
+                                               admin_path=no_admin, project_dir=".",
+                                               cache=True).HOME_ACCESS)
+    assert results == ["read", "tmpwrite"]

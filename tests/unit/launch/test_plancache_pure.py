@@ -150,3 +150,15 @@ def test_a_cache_file_not_the_users_own_or_writable_by_others_is_a_miss(tmp_path
     with open(cache.path, "r+b") as handle:
         handle.write(b"\x00garbage")
     assert cache.load(NEW, "00000000") is None
+
+
+def test_a_whole_second_time_is_racy_for_two_seconds():
+    """A file system that keeps whole seconds gives the next change the
+    same time for up to a second (FAT: two): such a file is not trusted for
+    that long; a fine-grained time for RACY_NS."""
+    recorder = Recorder()
+    now = recorder.racy + plancache.RACY_NS
+    second = now - now % 1_000_000_000
+    assert recorder._racy(second) and recorder._racy(second - 1_000_000_000)
+    assert not recorder._racy(second - 3_000_000_000)
+    assert recorder._racy(now - 1) and not recorder._racy(now - plancache.RACY_NS - 1)

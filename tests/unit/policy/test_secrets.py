@@ -315,6 +315,9 @@ def test_the_clean_verdict_is_dropped_when_a_file_changes(home, monkeypatch):
 
     (home / ".gitconfig").write_text("[user]\n\tname = U\n")
     (home / ".bashrc").write_text("alias ll='ls -l'\n")
+    # Files just written are racy (tests/unit/launch/test_payloads.py): this
+    # test is about the stat the verdict is kept by.
+    monkeypatch.setattr(launch_payloads, "_settled", lambda files: True)
     settings_, policy = policy_for(home)
     first, _ = launch_payloads.check_bound_files(settings_, policy, "bwrap")
     assert first.bound_file_report.findings == ()
