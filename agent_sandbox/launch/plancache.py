@@ -292,11 +292,15 @@ def _record(name: str, fields: tuple):
         return name.partition(":")[2] + "(" + ", ".join(
             f"{f}={v!r}" for f, v in zip(fields, self)) + ")"
 
+    module, _, qualname = name.partition(":")
+    # Named as the class it stands for: frozen again (a job's hit, a test's
+    # comparison) it is stored exactly as the original would be.
     namespace = {"__slots__": (), "_fields": fields, "_replace": _replace,
-                 "_make": classmethod(lambda cls, items: cls(items)), "__repr__": __repr__}
+                 "_make": classmethod(lambda cls, items: cls(items)), "__repr__": __repr__,
+                 "__module__": module, "__qualname__": qualname}
     for index, field in enumerate(fields):
         namespace[field] = property(itemgetter(index))
-    return type(name.partition(":")[2], (tuple,), namespace)
+    return type(qualname, (tuple,), namespace)
 
 
 def thaw(value, swap_str, swap_bytes, classes: dict):

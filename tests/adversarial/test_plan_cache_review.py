@@ -310,7 +310,7 @@ confload.store_cache = lambda path, inputs, result: None
 prepared = launch.prepare(["true"], project_dir=None, backend=None, environ=os.environ,
                           command_slot=True)
 fresh = {"policy": prepared.policy, "plan": prepared.plan, "denied": prepared.denied,
-         "chaperon": None}
+         "placeholders": prepared.placeholders, "chaperon": None}
 print(json.dumps({"hit": loaded is not None, "differences": [] if loaded is None else
                   differences(canonical(loaded, NEW),
                               canonical(fresh, prepared.policy.session_id))}))

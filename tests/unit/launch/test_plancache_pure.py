@@ -162,3 +162,10 @@ def test_a_whole_second_time_is_racy_for_two_seconds():
     assert recorder._racy(second) and recorder._racy(second - 1_000_000_000)
     assert not recorder._racy(second - 3_000_000_000)
     assert recorder._racy(now - 1) and not recorder._racy(now - plancache.RACY_NS - 1)
+
+
+def test_a_record_frozen_again_is_stored_as_its_original():
+    plan = Plan(backend="bwrap", argv=("/usr/bin/bwrap", FdRef("marker")), payloads={},
+                env={}, provides=(), cannot=())
+    frozen = freeze(plan)
+    assert freeze(_thaw(frozen)) == frozen
