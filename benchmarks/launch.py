@@ -27,7 +27,7 @@ with scripts/install.sh into another prefix) that install's launch is
 measured in the same interleaved rounds and the ratio printed.
 
 Usage: python3 benchmarks/launch.py [--runs N] [--agent-sandbox PATH] [--baseline PATH]
-                                    [--slurm]
+                                    [--slurm] [--no-agent]
 Run it as an ordinary user from any directory; it uses a scratch project
 below $HOME.
 """
@@ -130,6 +130,10 @@ def main() -> int:
                         or "/opt/agent-sandbox/venv/bin/agent-sandbox")
     parser.add_argument("--baseline", help="another agent-sandbox to measure beside it")
     parser.add_argument("--slurm", action="store_true", help="also a launch calling sinfo")
+    parser.add_argument("--no-agent", action="store_true",
+                        help="leave out claude --version (a baseline install whose "
+                             "configuration cache holds one entry per install would "
+                             "recompile every launch when profiles and runs alternate)")
     args = parser.parse_args()
     bwrap = shutil.which("bwrap")
     if not bwrap:
@@ -157,8 +161,9 @@ def main() -> int:
                          "true"],
         "python3 -I -S -c pass": ["/usr/bin/python3", "-I", "-S", "-c", "pass"],
     }
-    cases[agent] = [args.agent_sandbox, "claude", "--version"]
-    cases["stand-in claude --version"] = [standin, "--version"]
+    if not args.no_agent:
+        cases[agent] = [args.agent_sandbox, "claude", "--version"]
+        cases["stand-in claude --version"] = [standin, "--version"]
     envs = {agent: agent_env}
     before = {cold: lambda: shutil.rmtree(plans, ignore_errors=True)}
     if args.slurm:
@@ -167,8 +172,9 @@ def main() -> int:
         cases["sinfo -h (outside)"] = ["sinfo", "-h"]
     if args.baseline:
         cases["baseline run -- true"] = [args.baseline, "run", "--", "true"]
-        cases["baseline claude --version"] = [args.baseline, "claude", "--version"]
-        envs["baseline claude --version"] = agent_env
+        if not args.no_agent:
+            cases["baseline claude --version"] = [args.baseline, "claude", "--version"]
+            envs["baseline claude --version"] = agent_env
         measure(cases["baseline run -- true"], 3, project, env)
     measure(cases[warm], 3, project, env)   # warm the caches
     own = "the plan's own bwrap (no launcher)"
@@ -193,13 +199,14 @@ def main() -> int:
         print(f"against the baseline install: {launch:.1f} vs {base:.1f} ms "
               f"({(launch / base - 1) * 100:+.1f}%)")
     target = bare + 2 * floor
-    own_start = statistics.median(results["stand-in claude --version"])
-    profile = statistics.median(results[agent])
-    line = (f"claude --version (stand-in): {profile:.1f} ms, bound {target + own_start:.1f} ms "
-            f"(target + the stand-in's own {own_start:.1f} ms)")
-    if args.baseline:
-        line += f"; baseline {statistics.median(results['baseline claude --version']):.1f} ms"
-    print(line)
+    if not args.no_agent:
+        own_start = statistics.median(results["stand-in claude --version"])
+        profile = statistics.median(results[agent])
+        line = (f"claude --version (stand-in): {profile:.1f} ms, bound "
+                f"{target + own_start:.1f} ms (target + the stand-in's own {own_start:.1f} ms)")
+        if args.baseline:
+            line += f"; baseline {statistics.median(results['baseline claude --version']):.1f} ms"
+        print(line)
     sandbox = statistics.median(results[own])
     print(f"the launcher's own share: {launch - sandbox:.1f} ms over the plan's own bwrap "
           f"({sandbox:.1f} ms; the interpreter alone is {floor:.1f} ms)")
