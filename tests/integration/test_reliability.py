@@ -454,7 +454,10 @@ def test_mixed_load_of_1000_requests_from_32_clients(user, project):
                                        text=True).stdout
             sacct_rows = [line.split("|") for line in accounted.splitlines()
                           if len(line.split("|")) == 3 and line.split("|")[1].startswith(prefix)]
-            if len(sacct_rows) >= len(ids) or time.monotonic() > deadline:
+            # Every row, and each one's cancellation: slurmdbd records the
+            # state change after the row (a row still PENDING is not yet told).
+            settled = all(r[2].split()[0] != "PENDING" for r in sacct_rows)
+            if (len(sacct_rows) >= len(ids) and settled) or time.monotonic() > deadline:
                 break
             time.sleep(1)
         ledger = [r for r in Ledger(str(user.home / ".local/state/agent-sandbox"), "reader",
