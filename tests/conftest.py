@@ -12,6 +12,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +59,28 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
         return pwd.getpwnam(name)
 
 
+# The plan cache does not store a compile that read a file changed less than
+# RACY_NS (0.1 s, launch/plancache.py) before it: a test that edits a
+# configuration and expects the next launches to hit the cache would pass
+# or fail by the machine's speed. So a launch waits until the test's last
+# write through these fixtures is older than that.
+SETTLED_S = 0.12
+_last_write = [0.0]
+
+
+def wrote() -> None:
+    """A test wrote a file by itself: the next launch settles after it."""
+    _last_write[0] = time.monotonic()
+
+
+def settle() -> None:
+    """Wait until the last file written through the fixtures has aged past
+    the plan cache's racy window (SETTLED_S)."""
+    wait = _last_write[0] + SETTLED_S - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
+
+
 @dataclass
 class SandboxUser:
     name: str
@@ -78,6 +101,7 @@ class SandboxUser:
 
     def run(self, argv, *, env=None, cwd=None, input=None, timeout=60, text=True,
             **kwargs) -> subprocess.CompletedProcess:
+        settle()
         return subprocess.run(
             [str(a) for a in argv], user=self.uid, group=self.gid, extra_groups=[],
             env=env if env is not None else self.env(), cwd=str(cwd or self.project),
@@ -92,6 +116,7 @@ class SandboxUser:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
         path.chmod(mode)
+        _last_write[0] = time.monotonic()
         for parent in [path, *path.parents]:
             if parent == self.home.parent:
                 break
@@ -272,6 +297,7 @@ def admin():
         ADMIN_FILE.write_text(text)
         os.chown(ADMIN_FILE, uid, 0)
         ADMIN_FILE.chmod(mode)
+        _last_write[0] = time.monotonic()
 
     yield write
     ADMIN_FILE.unlink(missing_ok=True)

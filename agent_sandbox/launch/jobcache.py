@@ -14,9 +14,11 @@ config/load.py: what a compile reads of the environment is PATH, TMPDIR,
 SLURM_CONF, SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURMD_NODENAME, PMI_FD, the
 ENV_OVERRIDES and the presence of SLURM_JOB_ID / SLURM_STEP_ID — all keyed
 by value), whose only effect on the plan is that envfilter.scrub passes
-them through verbatim. A hit puts the current values in: the policy's
-environment, the plan's (the backend's spawn environment) and the `env`
-payload rebuilt from it. AGENT_SANDBOX_JOB_SESSION (the submitting
+them through verbatim. A hit puts the current values in through the
+environment template every cached plan has (plancache.template): the
+policy's environment, the plan's (the backend's spawn environment) and the
+`env` payload rebuilt from it; a compile whose template does not take every
+per-task value out is not stored. AGENT_SANDBOX_JOB_SESSION (the submitting
 session, set by the chaperon's wrapper) also reaches the chaperon's
 configuration (`job_session`): substituted there too.
 
@@ -162,30 +164,21 @@ class JobCache(Cache):
             return None
 
     def _current(self, launch: dict):
-        """The stored launch with this launch's per-task values, or None
-        when its descriptors differ."""
-        from agent_sandbox.backends.base import env_payload
+        """The stored launch (its environment filled with this launch's
+        per-task values by the template, plancache.filled) with the
+        submitting session in the chaperon's configuration, or None when
+        its descriptors differ."""
         from agent_sandbox.launch.spawn import slurm_task_fds
 
-        names = launch.pop("per_task")
-        env_in_payload = launch.pop("env_payload")
-        values = {name: self.environ[name] for name in names}
-        policy = launch["policy"]
-        launch["policy"] = policy = policy._replace(env={**policy.env, **values})
-        plan = launch.get("plan")
-        if plan is not None:
-            if policy.keep_fds != tuple(sorted(set(self.keep_fds
-                                                   + slurm_task_fds(self.environ)))):
-                return None
-            payloads = dict(plan.payloads)
-            if env_in_payload:
-                payloads["env"] = env_payload(policy.env)
-            launch["plan"] = plan._replace(
-                env={k: values.get(k, v) for k, v in plan.env.items()}, payloads=payloads)
+        policy, plan = launch["policy"], launch.get("plan")
+        if plan is not None and policy.keep_fds != tuple(sorted(set(
+                self.keep_fds + slurm_task_fds(self.environ)))):
+            return None
         chaperon = launch.get("chaperon")
         if chaperon is not None:
-            launch["chaperon"] = dict(chaperon, **{key: values[name] for name, key
-                                                   in IN_CHAPERON.items() if name in values})
+            launch["chaperon"] = dict(chaperon, **{key: self.environ[name] for name, key
+                                                   in IN_CHAPERON.items()
+                                                   if name in self.marked})
         return launch
 
     # ------------------------------------------------------------ a store
@@ -200,8 +193,7 @@ class JobCache(Cache):
         ids = [session_id] + ([chaperon_tag] if chaperon_tag else [])
         if mentions(without_env(launch), hidden, ids):
             return
-        super().store(recorder, dict(launch, per_task=names, env_payload=checked),
-                      session_id, chaperon_tag)
+        super().store(recorder, launch, session_id, chaperon_tag, required=names)
 
 
 def passed_through(launch: dict, names, environ, settings) -> bool | None:

@@ -33,6 +33,14 @@ is stored with the ones it was compiled with (random, 48 and 32 bits) and a
 hit substitutes new ones in every string (and the session id in payload
 bytes). The chaperon itself is started from its stored configuration.
 
+The environment is stored as a template: the value of every variable the
+plan keeps verbatim from the launch's environment (an API key a profile
+keeps, the user's PATH) is taken out of the policy's and the plan's
+environment and the `env` payload, and a hit puts its own environment's
+value back (template/filled). The key holds the environment's digest, so
+those are the same values; a cache file holds no value the plan took from
+the environment into one of those places.
+
 Stored with marshal (no code runs on load). A NamedTuple is stored with its
 class name and field names and comes back as a *record*: a tuple of the same
 items with the same field names as attributes (and `_replace`), so that a
@@ -54,7 +62,7 @@ import os
 import sys
 from time import time_ns
 
-FORMAT = 2    # 2: records (class and field names) instead of imported classes
+FORMAT = 3    # 2: records (class and field names); 3: the environment template
 MAX_BYTES = 8 << 20
 PLANS = "plans"
 RACY_NS = 100_000_000    # files changed this recently are not trusted to show the next change
@@ -330,6 +338,72 @@ def thaw(value, swap_str, swap_bytes, classes: dict):
     raise ValueError(tag)
 
 
+# ---------------------------------------------------------------- environment template
+FROM_ENVIRON = "\x00from the environment"   # no real value holds NUL
+
+
+def template(launch: dict, environ) -> tuple[dict, tuple]:
+    """(`launch` as stored, the names taken out): every variable whose value
+    in the policy's environment is the launch environment's own is replaced
+    by FROM_ENVIRON there, in the plan's environment where it has the same
+    value, and the `env` payload (made from the policy's environment) is
+    emptied, to be made again on a hit. A payload that is not exactly the
+    policy's environment keeps its bytes and the names stay in."""
+    policy, plan = launch.get("policy"), launch.get("plan")
+    if policy is None:
+        return launch, ()
+    names = tuple(sorted(n for n, v in policy.env.items() if environ.get(n) == v))
+    rebuild = False
+    if plan is not None and "env" in plan.payloads:
+        from agent_sandbox.backends.base import env_payload
+
+        rebuild = plan.payloads["env"] == env_payload(policy.env)
+        if not rebuild:
+            return launch, ()
+    if not names:
+        return launch, ()
+    out = dict(launch, from_environ=names, env_payload=rebuild)
+    out["policy"] = policy._replace(env=_blanked(policy.env, names, policy.env))
+    if plan is not None:
+        changes = {"env": _blanked(plan.env, names, policy.env)}
+        if rebuild:
+            changes["payloads"] = dict(plan.payloads, env=plan.payloads["env"]._replace(data=b""))
+        out["plan"] = plan._replace(**changes)
+    return out, names
+
+
+def _blanked(env: dict, names, source: dict) -> dict:
+    return {k: FROM_ENVIRON if k in names and v == source[k] else v for k, v in env.items()}
+
+
+def filled(launch: dict, environ) -> dict:
+    """The stored `launch` with `environ`'s values put back; KeyError when
+    one is missing, ValueError when a template value is left."""
+    names = launch.pop("from_environ", ())
+    rebuild = launch.pop("env_payload", False)
+    if not names:
+        return launch
+    values = {name: environ[name] for name in names}
+
+    def put(env: dict) -> dict:
+        out = {k: values[k] if v == FROM_ENVIRON else v for k, v in env.items()}
+        if FROM_ENVIRON in out.values():
+            raise ValueError("a template value without a name")
+        return out
+
+    policy = launch["policy"] = launch["policy"]._replace(env=put(launch["policy"].env))
+    plan = launch.get("plan")
+    if plan is not None:
+        changes = {"env": put(plan.env)}
+        if rebuild:
+            from agent_sandbox.backends.base import env_payload
+
+            changes["payloads"] = dict(plan.payloads, env=plan.payloads["env"]._replace(
+                data=env_payload(policy.env).data))
+        launch["plan"] = plan._replace(**changes)
+    return launch
+
+
 # ---------------------------------------------------------------- the cache
 def _install_stamp() -> tuple:
     """The code that compiles a plan: every module of the package and of the
@@ -383,13 +457,33 @@ def _digest(items) -> bytes:
     return blake2b(repr(items).encode("utf-8", "surrogateescape"), digest_size=32).digest()
 
 
-def _trusted_dir(path: str) -> bool:
+def _private_dir(path: str) -> bool:
+    """Is `path` a directory of this user's that no one else can write?
+    Made when missing; made private when another part of the launcher
+    created it under a umask of 002 — at the load, before the compile
+    looks at it, so that the plan it stores does not go stale at once."""
     try:
         st = os.lstat(path)
+    except FileNotFoundError:
+        try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            os.mkdir(path, 0o700)
+            st = os.lstat(path)
+        except OSError:
+            return False
     except OSError:
         return False
-    return (st.st_mode & 0o170000 == 0o040000 and st.st_uid == os.getuid()
-            and not st.st_mode & 0o022)
+    if st.st_mode & 0o170000 != 0o040000 or st.st_uid != os.getuid():
+        return False
+    if st.st_mode & 0o022:
+        # Made private for the next launches; this one misses (what others
+        # could do in it meanwhile is not this launch's to judge).
+        try:
+            os.chmod(path, 0o700)
+        except OSError:
+            pass
+        return False
+    return True
 
 
 class Cache:
@@ -405,6 +499,7 @@ class Cache:
         self.state = state_dir(home)
         self.directory = os.path.join(self.state, "cache", PLANS)
         self.context = context(options, environ, home)
+        self.environ = environ      # a hit fills the template from it
         name = f"{zlib.crc32(repr(self.context).encode()):08x}.marshal"
         self.path = os.path.join(self.directory, name)
 
@@ -417,9 +512,12 @@ class Cache:
 
     def load(self, session_id: str, chaperon_suffix: str):
         """The stored launch with this session's ids, or None (a miss)."""
-        if not (_trusted_dir(os.path.dirname(self.state)) and _trusted_dir(self.state)
-                and _trusted_dir(os.path.dirname(self.directory))
-                and _trusted_dir(self.directory)):
+        # The state directory's parent (~/.local/state) is often group-
+        # writable (umask 002): whoever can rename entries there can put in
+        # only directories of their own (refused here) or of this user's,
+        # and the file itself is checked on its descriptor.
+        if not all(_private_dir(d) for d in (self.state, os.path.dirname(self.directory),
+                                                self.directory)):
             return None
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -469,15 +567,19 @@ class Cache:
                     raise ValueError("a stale chaperon directory")
                 return data
 
-            return thaw(frozen["launch"], swap_str, swap_bytes, {})
+            return filled(thaw(frozen["launch"], swap_str, swap_bytes, {}), self.environ)
         except (ValueError, TypeError, KeyError, EOFError, AttributeError, ImportError):
             return None
 
     def store(self, recorder: Recorder, launch: dict, session_id: str,
-              chaperon_tag: str | None) -> None:
+              chaperon_tag: str | None, required=()) -> None:
         """Best effort: a launch never fails because the cache cannot be
-        written; an uncacheable compile is simply not stored."""
+        written; an uncacheable compile is simply not stored. `required`:
+        variables the template must take out (a job's per-task values)."""
         if not recorder.cacheable:
+            return
+        launch, names = template(launch, self.environ)
+        if not set(required) <= set(names):
             return
         try:
             frozen = {"launch": freeze(launch), "session": session_id,
@@ -489,7 +591,9 @@ class Cache:
             return
         temp = f"{self.path}.{os.getpid()}.tmp"
         try:
-            os.makedirs(self.directory, mode=0o700, exist_ok=True)
+            if not all(_private_dir(d) for d in (self.state, os.path.dirname(self.directory),
+                                                    self.directory)):
+                return
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
                          | os.O_CLOEXEC, 0o600)
             try:
@@ -504,3 +608,30 @@ class Cache:
                 os.unlink(temp)
             except OSError:
                 pass
+            return
+        _evict(self.directory, self.path)
+
+
+MAX_PLANS = 64      # one per distinct context: environments, projects, options
+STALE_TEMP_S = 60
+
+
+def _evict(directory: str, kept: str) -> None:
+    """Keep the cache to MAX_PLANS files (the least recently compiled go:
+    a plan still used is compiled again once) and remove temporary files
+    a killed launcher left. Best effort, after a store only."""
+    try:
+        entries = [(e.stat(follow_symlinks=False).st_mtime, e.path) for e in os.scandir(directory)
+                   if e.is_file(follow_symlinks=False) and e.path != kept]
+    except OSError:
+        return
+    now = time_ns() / 1e9
+    plans = sorted(item for item in entries if item[1].endswith(".marshal"))
+    doomed = plans[:max(0, len(plans) + 1 - MAX_PLANS)]
+    doomed += [item for item in entries if item[1].endswith(".tmp")
+               and now - item[0] > STALE_TEMP_S]
+    for _, path in doomed:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass

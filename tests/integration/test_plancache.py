@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.conftest import INSTALLED, wrote
 
 HIT = "plan:      from the compiled plan cache"
 MISS = "plan:      compiled now"
@@ -80,6 +80,7 @@ def test_every_input_changed_in_turn_gives_a_fresh_compile(user, project, admin)
             launch(user, project)   # nothing (it started a process): the next one does
             assert dry_run(user, project)[1].startswith(HIT), name
             change()
+            wrote()     # (.envrc is written by the test itself)
             report, source = dry_run(user, project, *options, env=env, cwd=cwd)
             assert source.startswith(MISS), name
             assert report == fresh(user, project, *options, env=env, cwd=cwd), name
@@ -165,3 +166,40 @@ def test_a_launch_from_the_cache_reaches_its_own_chaperon(user, project, backend
     requests = [line for path in logs.glob("*.log") for line in path.read_text().splitlines()
                 if f'"session": "{session}"' in line and '"event": "request"' in line]
     assert requests, f"no request of session {session} in the chaperon's audit log"
+
+
+def test_under_umask_002_the_cache_hits(user, project):
+    """Many sites give users umask 002: the state directory (made by the
+    session registry before any plan) came out group-writable, which the
+    cache never trusts — every launch compiled again."""
+    user.set_config(BASE)
+    state = user.home / ".local/state/agent-sandbox"
+    shutil.rmtree(state / "cache", ignore_errors=True)
+    state.chmod(0o775)
+    (user.home / ".local/state").chmod(0o775)
+    for _ in range(2):
+        result = user.run([INSTALLED, "run", "--", "true"], cwd=project, umask=0o002)
+        assert result.returncode == 0, result.stderr
+    result = user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project, umask=0o002)
+    assert HIT in result.stdout, result.stdout
+    assert state.stat().st_mode & 0o777 == 0o700
+    (user.home / ".local/state").chmod(0o755)
+
+
+def test_a_cache_file_holds_no_value_the_plan_keeps_from_the_environment(user, project):
+    """The environment template: a variable the sandbox keeps (here one the
+    scrubber passes; for an agent, its API key) is in the plan's environment,
+    but the cache file holds only its name; a hit gives the command the
+    launch's own value."""
+    user.set_config(BASE)
+    shutil.rmtree(plans(user), ignore_errors=True)
+    value = "kept-" + os.urandom(12).hex()
+    env = user.env(AS_PLANCACHE_KEPT=value)
+    for _ in range(2):
+        assert user.sandbox("true", cwd=project, env=env).returncode == 0
+    assert HIT in user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project,
+                           env=env).stdout
+    stored = b"".join(p.read_bytes() for p in plans(user).iterdir())
+    assert b"AS_PLANCACHE_KEPT" in stored and value.encode() not in stored
+    result = user.sandbox("/bin/sh", "-c", "echo $AS_PLANCACHE_KEPT", cwd=project, env=env)
+    assert result.stdout.strip() == value, result.stderr

@@ -169,3 +169,93 @@ def test_a_record_frozen_again_is_stored_as_its_original():
                 env={}, provides=(), cannot=())
     frozen = freeze(plan)
     assert freeze(_thaw(frozen)) == frozen
+
+
+def _launch(env: dict, payload_env: bool):
+    from agent_sandbox.backends.base import env_payload
+
+    policy = Plan(backend="x", argv=(), payloads={}, env=dict(env), provides=(), cannot=(),
+                  spawn_ruleset=None)       # any NamedTuple with an `env`
+    payloads = {"env": env_payload(env)} if payload_env else {}
+    plan = Plan(backend="bwrap", argv=("/usr/bin/bwrap", "/home/u/proj"), payloads=payloads,
+                env=dict(env, EXTRA="set by the plan"), provides=(), cannot=(),
+                spawn_ruleset=None)
+    return {"policy": policy, "plan": plan}
+
+
+def test_the_environment_template_keeps_no_value_taken_from_the_environment():
+    """An API key the plan keeps from the launch's environment is not in
+    the stored data; a hit puts the launch's own value back exactly."""
+    secret = "sk-ant-api03-0123456789abcdef"
+    environ = {"ANTHROPIC_API_KEY": secret, "PATH": "/usr/bin:/bin", "HOME": "/home/u",
+               "REMOVED": "never kept"}
+    for payload_env in (False, True):
+        launch = _launch({"ANTHROPIC_API_KEY": secret, "PATH": "/usr/bin:/bin",
+                          "HOME": "/home/u", "SANDBOX_SET": "by the config"}, payload_env)
+        stored, names = plancache.template(launch, environ)
+        assert names == ("ANTHROPIC_API_KEY", "HOME", "PATH")
+        frozen = plancache.marshal.dumps(freeze(stored))
+        assert secret.encode() not in frozen and b"/usr/bin:/bin" not in frozen
+        assert b"by the config" in frozen and b"set by the plan" in frozen
+        back = plancache.filled(_thaw(freeze(stored)), environ)
+        assert back["policy"] == launch["policy"] and back["plan"] == launch["plan"]
+
+
+def test_a_hit_without_a_templated_variable_is_a_miss():
+    environ = {"OPENAI_API_KEY": "sk-0123456789"}
+    stored, names = plancache.template(_launch(dict(environ), True), environ)
+    assert names == ("OPENAI_API_KEY",)
+    try:
+        plancache.filled(_thaw(freeze(stored)), {})
+    except KeyError:
+        pass
+    else:
+        raise AssertionError("a launch without the variable must not be a hit")
+
+
+def test_an_env_payload_that_is_not_the_policys_environment_keeps_everything():
+    """A payload whose bytes are not exactly the policy's environment cannot
+    be made again from it: nothing is taken out (and the plan is exact)."""
+    environ = {"KEY": "value-1234"}
+    launch = _launch(dict(environ), True)
+    launch["plan"] = launch["plan"]._replace(payloads={"env": Payload(data=b"KEY=other")})
+    stored, names = plancache.template(launch, environ)
+    assert names == () and stored == launch
+
+
+def test_the_cache_keeps_at_most_max_plans_and_removes_stale_temporaries(tmp_path):
+    for i in range(plancache.MAX_PLANS + 5):
+        path = tmp_path / f"{i:08x}.marshal"
+        path.write_bytes(b"x")
+        os.utime(path, (1000 + i, 1000 + i))
+    (tmp_path / "a.marshal.1.tmp").write_bytes(b"x")
+    os.utime(tmp_path / "a.marshal.1.tmp", (1, 1))
+    (tmp_path / "b.marshal.2.tmp").write_bytes(b"x")     # a store under way
+    kept = tmp_path / "ffffffff.marshal"
+    kept.write_bytes(b"new")
+    os.utime(kept, (1, 1))          # the one just stored stays, whatever its time
+    plancache._evict(str(tmp_path), str(kept))
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert len([n for n in left if n.endswith(".marshal")]) == plancache.MAX_PLANS
+    assert "ffffffff.marshal" in left and f"{0:08x}.marshal" not in left
+    assert f"{plancache.MAX_PLANS + 4:08x}.marshal" in left
+    assert "a.marshal.1.tmp" not in left and "b.marshal.2.tmp" in left
+
+
+def test_directories_made_under_umask_002_are_made_private_and_missed_once(tmp_path):
+    """Directories another part of the launcher made group-writable (umask
+    002) would make every later load a miss: the load makes them 0700 (and
+    misses this once); missing ones are made 0700."""
+    state = tmp_path / "state"
+    old = os.umask(0o002)
+    try:
+        (state / "cache").mkdir(parents=True, mode=0o775)
+        assert not plancache._private_dir(str(state))
+        assert plancache._private_dir(str(state))
+        assert plancache._private_dir(str(state / "cache" / "plans"))
+    finally:
+        os.umask(old)
+    for path in (state, state / "cache" / "plans"):
+        assert path.stat().st_mode & 0o777 == 0o700
+    (state / "link").symlink_to(state)
+    assert not plancache._private_dir(str(state / "link"))
