@@ -61,7 +61,7 @@ class PlanSpawner:
     and chaperon directory made as a launch makes them): the sandbox's own
     cost. Reads the newest plan in the cache with the install's own code."""
 
-    def __init__(self, agent_sandbox: str, plans: str):
+    def __init__(self, agent_sandbox: str, plans: str, environ: dict):
         import glob
         import marshal
         import sysconfig
@@ -76,6 +76,8 @@ class PlanSpawner:
         with open(newest, "rb") as handle:
             frozen = marshal.loads(handle.read())[3]
         launch = plancache.thaw(frozen["launch"], lambda s: s, lambda b: b, {})
+        if hasattr(plancache, "filled"):       # the environment template
+            launch = plancache.filled(launch, environ)
         self.plan, self.render = launch["plan"], render_argv
         assert self.plan.argv[-1] == COMMAND_SLOT, "the cached plan has no command slot"
         self.wrapper = _pdeathsig_wrapper()
@@ -180,7 +182,7 @@ def main() -> int:
     own = "the plan's own bwrap (no launcher)"
     results = {}
     os.chdir(project)
-    spawner = PlanSpawner(args.agent_sandbox, plans)
+    spawner = PlanSpawner(args.agent_sandbox, plans, env)
     # Interleave the cases so that machine noise hits all of them alike.
     for _ in range(args.runs):
         for name, argv in cases.items():

@@ -93,8 +93,8 @@ with open(entry + ".tmp", "w") as out:
               "import sys\n"
               f"sys.prefix = sys.exec_prefix = {venv!r}\n"
               f"sys.path.append({site_packages!r})\n"
-              "from agent_sandbox.cli import main\n"
-              "sys.exit(main())\n")
+              "from agent_sandbox.cli import exit_now, main\n"
+              "exit_now(main())\n")
 os.chmod(entry + ".tmp", 0o755)
 os.replace(entry + ".tmp", entry)
 PY

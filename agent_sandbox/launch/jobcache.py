@@ -82,13 +82,8 @@ STAGE = "\x00a chaperon stage"
 
 def _stage_name(name: str) -> bool:
     """16 lower-case hex digits (chaperon/paths.py's names; no `re`: this
-    module is imported by every launch)."""
+    module is imported by every job launch)."""
     return len(name) == 16 and all(c in "0123456789abcdef" for c in name)
-
-
-def is_job(environ) -> bool:
-    """A launch in a Slurm job or step (what the chaperon starts on a node)."""
-    return any(name in environ for name in ("SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_FD"))
 
 
 def per_task(environ, home: str) -> frozenset:

@@ -271,7 +271,7 @@ def _plan_cache(options: tuple, environ, profile):
     have their own key (jobcache.py: per-task values substituted)."""
     if profile is not None:
         return None
-    from agent_sandbox.launch.jobcache import is_job
+    from agent_sandbox.launch.plancache import is_job
 
     if is_job(environ):
         from agent_sandbox.launch.jobcache import JobCache
