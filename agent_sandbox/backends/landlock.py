@@ -257,13 +257,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                        controlling_tty=policy.terminal, lifeline=True, status=True,
                        cleanup=tmpdir, keep_fds=policy.keep_fds, relay=relay_args(policy))
     shown = list(spec["paths"])
-    if policy.job_shm:
-        # The job's shared-memory directory (launch/jobshm.py): granted by the
-        # descriptor the launcher checked, so no name is looked up again.
-        shm_path, shm_fd = policy.job_shm
-        ours["shm"] = Payload(fd=shm_fd)
-        argv[-1:] = ["--landlock-dir", FdRef("shm"), "--"]
-        shown.append((RW, shm_path))
+    # A job's shared-memory directory is granted to the plan afterwards, by
+    # the launcher (launch/jobshm.py with_job_shm: cached plans too).
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,

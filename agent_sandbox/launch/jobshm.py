@@ -202,8 +202,37 @@ def start(command: list[str]) -> JobShm | None:
     return JobShm.open(directory(step[0], key, host))
 
 
-def with_job_shm(policy, held: JobShm):
-    """The policy with the job's directory granted and named to jobstart."""
-    env = dict(policy.env)
-    env[SHM_ENV] = held.path
-    return policy._replace(job_shm=(held.path, held.rule_fd), env=env)
+def _rw() -> int:
+    """The rights --landlock-dir grants (helper/sandbox_exec.py), as the
+    rules list shows them."""
+    from agent_sandbox.paths import helper_module
+
+    landlock = helper_module("landlock")
+    return landlock.READ | landlock.WRITE
+
+
+def with_job_shm(policy, plan, held: JobShm) -> tuple:
+    """(policy, plan) of a landlock job launch with the job's directory
+    granted: one more writable Landlock path, by the descriptor the launcher
+    checked (`--landlock-dir`: the helper adds it to the ruleset, no name is
+    looked up again), named to jobstart in the environment (Open MPI's
+    default) and listed in the plan's rules. Applied to a compiled and to a
+    cached plan alike, after the plan cache (the path and the descriptor
+    are this launch's). Without imports: each new item is made from one of
+    its kind in the plan (a NamedTuple, or the plan cache's record of one)."""
+    argv = plan.argv
+    at = next((i for i in range(len(argv) - 1) if argv[i] == "--landlock"
+               and getattr(argv[i + 1], "name", None) == "landlock"), None)
+    if plan.backend != "landlock" or at is None or not plan.mounts:
+        raise PolicyError("internal error: the job's shared-memory directory cannot be granted "
+                          "to this plan (no Landlock ruleset or project grant in it). Report "
+                          "this; the task was not run.", reason="job_shm_refused")
+    ref = argv[at + 1]
+    payloads = dict(plan.payloads)
+    payloads["shm"] = payloads["landlock"]._replace(data=None, path=None, fd=held.rule_fd)
+    env = dict(policy.env, **{SHM_ENV: held.path})
+    plan = plan._replace(
+        argv=argv[:at + 2] + ("--landlock-dir", ref._replace(name="shm")) + argv[at + 2:],
+        payloads=payloads, env=dict(plan.env, **{SHM_ENV: held.path}),
+        mounts=plan.mounts + (plan.mounts[0]._replace(access=_rw(), path=held.path),))
+    return policy._replace(job_shm=(held.path, held.rule_fd), env=env), plan

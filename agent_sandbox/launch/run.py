@@ -127,7 +127,7 @@ SLOT_BACKENDS = ("bwrap", "landlock")
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
             profile=None, keep_fds=(), chaperon=None, terminal: bool = False,
-            agent_copy=None, egress=None, job: bool = False, shared_memory=None,
+            agent_copy=None, egress=None, job: bool = False,
             command_slot: bool = False) -> Prepared:
     """The one sequence resolve → (chaperon) → (egress) → payloads → plan.
     `chaperon` is a callable (settings, policy) -> ChaperonSession | None run
@@ -139,9 +139,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     a callable (policy) -> policy that puts a profile's configuration on its
     guarded session copy (agentcopy.py); the caller finishes it. `job`: a
     batch job or step on a compute node (JOB_NETWORK_MODE applies).
-    `shared_memory`: a callable (policy) -> policy that grants a landlock
-    job's shared-memory directory on this node (jobshm.py); the caller
-    releases it. `command_slot`: plan COMMAND_SLOT in place of the command
+    `command_slot`: plan COMMAND_SLOT in place of the command
     where the backend allows it (the plan cache; with_command puts the
     command in)."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
@@ -181,8 +179,6 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         policy = with_egress(policy, egress_plan.socket, egress_plan.port,
                              egress_plan.env_changes)
         command = with_args(command, profile, egress_plan.args)   # Codex: -c openai_base_url
-    if shared_memory is not None:
-        policy = shared_memory(policy)
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=session)
     from agent_sandbox.policy.view import placeholder_candidates
@@ -306,9 +302,9 @@ def _compile(recorder, command, **options) -> Prepared:
 
 
 def _store(cache, recorder, prepared: Prepared) -> None:
-    """A plan holding a descriptor this launch opened (a landlock job's
-    shared-memory directory, jobshm.py) is never stored: the number means
-    nothing to a later process."""
+    """A plan holding a descriptor this launch opened is never stored: the
+    number means nothing to a later process. (A landlock job's shared-memory
+    directory is granted after the store, jobshm.with_job_shm.)"""
     if any(getattr(p, "fd", None) is not None for p in prepared.plan.payloads.values()):
         return
     session = prepared.chaperon
@@ -404,16 +400,19 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 sessions.append(ChaperonSession.start(settings, policy))
         return sessions[-1]
 
-    def start_shm(policy):
+    def start_shm(policy, plan):
+        """A landlock job launch's shared-memory directory (jobshm.py),
+        granted after the plan cache: the compiled and the cached plan
+        alike, stored without it."""
+        if dry_run or not job_shared or plan.backend != "landlock":
+            return policy, plan
         from agent_sandbox.launch import jobshm
 
-        if dry_run or not job_shared or policy.backend != "landlock":
-            return policy
         held = jobshm.start(command)
         if held is None:
-            return policy
+            return policy, plan
         shm.append(held)
-        return jobshm.with_job_shm(policy, held)
+        return jobshm.with_job_shm(policy, plan, held)
 
     def start_egress(settings, policy, profile):
         from agent_sandbox.launch import egress
@@ -440,7 +439,6 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                                     backend=backend, environ=environ, profile=profile,
                                     keep_fds=keep_fds, chaperon=start_chaperon,
                                     agent_copy=start_copy, egress=start_egress, job=job,
-                                    shared_memory=start_shm,
                                     terminal=not dry_run and terminal,
                                     command_slot=cache is not None)
                 slotted = COMMAND_SLOT in prepared.plan.argv
@@ -451,6 +449,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             if prepared.cached or slotted:
                 prepared = with_command(prepared, command)
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
+            policy, plan = start_shm(policy, plan)
             if on_prepared is not None:
                 on_prepared(session, policy)
             if dry_run:

@@ -126,7 +126,8 @@ class Policy(NamedTuple):
     relay_port: int = 0
     landlock_partial: bool = False
     # A landlock job's shared-memory directory on this node (launch/jobshm.py):
-    # (host path, descriptor the launcher opened and checked). A launch fact.
+    # (host path, descriptor the launcher opened and checked). A launch fact,
+    # set with the plan's grant (jobshm.with_job_shm), never compiled.
     job_shm: tuple = ()
 
     def __repr__(self) -> str:

@@ -252,17 +252,32 @@ def test_landlock_plan_runs_the_helper_with_seccomp_session_and_lifeline(home):
 
 def test_a_landlock_jobs_shared_memory_directory_is_granted_by_descriptor(home):
     """launch/jobshm.py: the directory the launcher checked reaches the helper
-    as a descriptor (--landlock-dir), listed in the view, never in argv."""
+    as a descriptor (--landlock-dir), listed in the view, never in argv —
+    granted to a compiled plan and to the plan cache's record of it alike."""
+    from types import SimpleNamespace
+
+    from agent_sandbox.launch import jobshm, plancache
+
     shm = "/dev/shm/agent-sandbox-job-42-" + "ab" * 16
-    policy = policy_for(home, backend="landlock")._replace(job_shm=(shm, 7))
-    plan = plan_for("landlock", policy)
+    held = SimpleNamespace(path=shm, rule_fd=7)
+    policy = policy_for(home, backend="landlock")
+    compiled = plan_for("landlock", policy)
+    assert "--landlock-dir" not in compiled.argv        # never compiled in (cacheable)
+    policy, plan = jobshm.with_job_shm(policy, compiled, held)
     argv = list(plan.argv)
     assert argv[argv.index("--landlock-dir") + 1] == FdRef("shm")
+    assert argv[-2:] == list(compiled.argv[-2:])        # before `--` and the command
     assert plan.payloads["shm"] == Payload(fd=7)
     assert landlock_rules(plan)[shm] == "rw"
     assert not any(shm in str(a) for a in argv)
+    assert plan.env[jobshm.SHM_ENV] == policy.env[jobshm.SHM_ENV] == shm
+    assert policy.job_shm == (shm, 7)
     spec = marshal.loads(plan.payloads["landlock"].data)
     assert shm not in [path for _, path in spec["paths"]]      # not looked up by name
+    record = plancache.thaw(plancache.freeze(compiled), str, bytes, {})
+    assert jobshm.with_job_shm(policy_for(home, backend="landlock"), record, held)[1] == plan
+    with pytest.raises(PolicyError):
+        jobshm.with_job_shm(policy, plan_for("bwrap", policy_for(home)), held)
 
 
 def test_the_landlock_report_says_how_a_jobs_ranks_share_memory(home):
