@@ -122,7 +122,7 @@ class Prepared:
 # argument in its place, on the backends that put the command verbatim at
 # the end of their argv (firejail hands it over in a payload).
 COMMAND_SLOT = "\x01agent-sandbox: the command\x01"
-SLOT_BACKENDS = ("bwrap", "landlock")
+SLOT_BACKENDS = ("bwrap", "landlock", "firejail")   # firejail: in its `argv` payload
 
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
@@ -316,15 +316,40 @@ def _store(cache, recorder, prepared: Prepared) -> None:
                 prepared.policy.session_id, tag)
 
 
+def slotted(plan) -> bool:
+    """Does `plan` hold COMMAND_SLOT where with_command puts the command?"""
+    return _slot_at(plan) is not None
+
+
+def _slot_at(plan) -> str | None:
+    """"argv" (its last argument, and nowhere else in it), "payload" (the
+    whole `argv` payload, firejail's `--argv`, and nowhere in the argv), or
+    None."""
+    count = plan.argv.count(COMMAND_SLOT)
+    if count == 1 and plan.argv[-1] == COMMAND_SLOT:
+        return "argv"
+    payload = plan.payloads.get("argv")
+    if count == 0 and payload is not None and payload.data == os.fsencode(COMMAND_SLOT):
+        return "payload"
+    return None
+
+
 def with_command(prepared: Prepared, command: list[str]) -> Prepared:
-    """The plan with `command` in its COMMAND_SLOT (its last argument, and
-    nowhere else: anything else fails closed)."""
+    """The plan with `command` in its COMMAND_SLOT (anything else fails
+    closed)."""
     plan = prepared.plan
-    if plan.argv.count(COMMAND_SLOT) != 1 or plan.argv[-1] != COMMAND_SLOT:
-        raise SandboxError("internal error: the compiled plan does not end with its command "
-                           "slot. Remove ~/.local/state/agent-sandbox/cache/plans and report "
-                           "this; the command was not run.")
-    return prepared._replace(plan=plan._replace(argv=plan.argv[:-1] + tuple(command)))
+    where = _slot_at(plan)
+    if where == "argv":
+        plan = plan._replace(argv=plan.argv[:-1] + tuple(command))
+    elif where == "payload":
+        data = b"\0".join(os.fsencode(a) for a in command)    # base.argv_payload's form
+        plan = plan._replace(payloads=dict(plan.payloads,
+                                           argv=plan.payloads["argv"]._replace(data=data)))
+    else:
+        raise SandboxError("internal error: the compiled plan has no command slot. Remove "
+                           "~/.local/state/agent-sandbox/cache/plans and report this; the "
+                           "command was not run.")
+    return prepared._replace(plan=plan)
 
 
 def _cache_line(cache, prepared: Prepared) -> str:
@@ -386,7 +411,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     terminal = os.isatty(0) and os.isatty(1)
     cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal, job), environ,
                         profile)
-    recorder, slotted, egressed = None, False, []
+    recorder, is_slotted, egressed = None, False, []
 
     def start_chaperon(settings, policy):
         from agent_sandbox.launch.chaperon import ChaperonSession, wanted
@@ -441,12 +466,12 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                                     agent_copy=start_copy, egress=start_egress, job=job,
                                     terminal=not dry_run and terminal,
                                     command_slot=cache is not None)
-                slotted = COMMAND_SLOT in prepared.plan.argv
+                is_slotted = slotted(prepared.plan)
                 # The egress proxy is started by the compile, not by a cached
                 # launch: a launch that has one is never stored.
-                if recorder is not None and slotted and not egressed:
+                if recorder is not None and is_slotted and not egressed:
                     _store(cache, recorder, prepared)
-            if prepared.cached or slotted:
+            if prepared.cached or is_slotted:
                 prepared = with_command(prepared, command)
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
             policy, plan = start_shm(policy, plan)

@@ -146,7 +146,7 @@ def test_the_cache_is_invisible_inside_the_sandbox(user, project):
     assert result.stdout.strip().endswith("hidden"), result.stdout
 
 
-@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "firejail"])
 def test_a_launch_from_the_cache_reaches_its_own_chaperon(user, project, backend):
     """Everything naming the session's chaperon directory — the environment,
     the stubs' place, the Landlock rules (marshalled bytes) — names the new
@@ -203,3 +203,23 @@ def test_a_cache_file_holds_no_value_the_plan_keeps_from_the_environment(user, p
     assert b"AS_PLANCACHE_KEPT" in stored and value.encode() not in stored
     result = user.sandbox("/bin/sh", "-c", "echo $AS_PLANCACHE_KEPT", cwd=project, env=env)
     assert result.stdout.strip() == value, result.stderr
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "landlock", "firejail"])
+def test_a_cached_plan_equals_a_fresh_compile_and_runs_the_command_given(user, project,
+                                                                         backend):
+    """Each backend's plan has its command slot (firejail: the `argv`
+    payload the helper reads): a hit's report equals a fresh compile's, and
+    it runs exactly the arguments of this launch."""
+    user.set_config(BASE)
+    options = ("--backend", backend)
+    report = fresh(user, project, *options)
+    for _ in range(2):
+        launch(user, project, *options)
+    cached, source = dry_run(user, project, *options)
+    assert source.startswith(HIT) and cached == report
+    args = ["printf", "[%s]\\n", "a b", "", "--", "$HOME", "\u00e9"]
+    result = user.sandbox(*args, options=options, cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "[a b]\n[]\n[--]\n[$HOME]\n[\u00e9]\n", result.stdout
+    assert user.sandbox("sh", "-c", "exit 7", options=options, cwd=project).returncode == 7
