@@ -119,10 +119,11 @@ class Prepared:
 
 
 # The plan cache stores plans without their command: compiled with this one
-# argument in its place, on the backends that put the command verbatim at
-# the end of their argv (firejail hands it over in a payload).
+# argument in its place, which the backends put verbatim at the end of their
+# argv (bwrap, landlock) or as the whole `argv` payload the helper reads
+# (firejail, which limits its own argv): with_command fills either.
 COMMAND_SLOT = "\x01agent-sandbox: the command\x01"
-SLOT_BACKENDS = ("bwrap", "landlock", "firejail")   # firejail: in its `argv` payload
+SLOT_BACKENDS = ("bwrap", "landlock", "firejail")
 
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
