@@ -20,6 +20,7 @@ interleaved:
 and the saving. Run it with the install's interpreter as an ordinary user:
 
   <prefix>/venv/bin/python benchmarks/job_launch.py [--runs N] [--agent-sandbox PATH]
+                                                    [--backend bwrap|firejail|landlock]
 """
 from __future__ import annotations
 
@@ -37,6 +38,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--agent-sandbox", default=os.path.join(os.path.dirname(
         sys.executable), "agent-sandbox"))
+    parser.add_argument("--backend", choices=("bwrap", "firejail", "landlock"),
+                        help="the backend of every launch (default: the configured one)")
     args = parser.parse_args()
     if "SLURM_STEP_ID" not in os.environ:
         os.execvp("srun", ["srun", "-N1", "-n1", sys.executable, os.path.abspath(__file__),
@@ -53,7 +56,9 @@ def main() -> int:
     plans = os.path.join(state_dir(home), "cache", "plans")
     stages = os.path.join(staging_root(home), project_hash(project))
     env = dict(os.environ)
-    launch = [args.agent_sandbox, "run", "--job", "--project-dir", project, "--", "true"]
+    backend = ["--backend", args.backend] if args.backend else []
+    launch = [args.agent_sandbox, "run", "--job", *backend, "--project-dir", project, "--",
+              "true"]
     shared = launch[:3] + ["--job-shared"] + launch[3:]
     cases = {"run --job (cached)": (launch, False), "run --job (cold)": (launch, True),
              "run --job --job-shared (cached)": (shared, False),
