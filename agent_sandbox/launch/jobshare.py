@@ -26,8 +26,9 @@ Strategy
 * Every launch, the first included, joins: it connects, the holder checks
   the peer (SO_PEERCRED: same uid; same Slurm job by slurm_step of the peer's
   pid; not itself sandboxed: no no_new_privs, no seccomp — a landlock task
-  can reach the socket; all read while SO_PEERPIDFD pins the pid, and
-  refused on kernels without it) and answers with its project, backend and
+  can reach the socket; all read while SO_PEERPIDFD pins the pid — on
+  kernels without it, a pidfd of the SO_PEERCRED pid whose process holds
+  the connection's other end by inode, pin_peer) and answers with its project, backend and
   chaperon directories and, by SCM_RIGHTS, a pidfd of the sandbox's init.
   The joiner refuses another project or backend, reads the namespaces of that
   pid while the pidfd proves it alive, and hands them to the helper, which
@@ -55,7 +56,6 @@ from agent_sandbox.paths import run_dir
 
 SHARED_BACKENDS = ("bwrap", "firejail")
 STEPD_TITLE = re.compile(rb"slurmstepd: \[(\d+)\.(\w+)\]")
-SO_PEERPIDFD = 77                 # Linux 6.5; not named by Python 3.11
 NAMESPACES = ("user", "mnt", "ipc", "net", "uts", "pid", "cgroup")
 WAITER = ["/bin/sh", "-c", "echo ready && read -r line"]
 READY_TIMEOUT = 60
@@ -214,12 +214,12 @@ class Holder:
                                                           struct.calcsize("3i")))
         if uid != os.getuid():
             return f"uid {uid} is not the job's owner"
-        try:
-            pinned = conn.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
-        except OSError:
-            # Without the pin the pid read may name another process by now
-            # (kernel < 6.5): fail closed.
-            return "this kernel cannot pin the peer (SO_PEERPIDFD, Linux 6.5)"
+        from agent_sandbox.launch import peer
+
+        pinned = peer.pidfd(conn, pid)
+        if pinned is None:
+            return ("this kernel cannot pin the peer (no SO_PEERPIDFD, Linux 6.5, and no unix "
+                    "socket diagnostics, unix_diag)")
         try:
             step = slurm_step(pid)
             confined = _confined(pid)

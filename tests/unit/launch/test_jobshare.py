@@ -197,15 +197,37 @@ def test_a_confined_peer_of_the_job_is_not_handed_the_sandbox(tmp_path, monkeypa
 
 
 def test_without_a_pinned_peer_the_holder_refuses(holder, monkeypatch):
-    """Where SO_PEERPIDFD is missing (kernel < 6.5) the peer's pid could be
-    reused between the check and the answer: fail closed (finding 7)."""
+    """Where SO_PEERPIDFD is missing (kernel < 6.5) and the peer cannot be
+    pinned otherwise (no unix_diag), its pid could be reused between the
+    check and the answer: fail closed (finding 7)."""
+    from agent_sandbox.launch import peer
+
     monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "3"))
-    monkeypatch.setattr(jobshare, "SO_PEERPIDFD", 0x7fff)   # an option no kernel has
+    monkeypatch.setattr(peer, "SO_PEERPIDFD", 0x7fff)   # an option no kernel has
+    monkeypatch.setattr(peer, "peer_inode", lambda conn: None)
     made, dirfd = holder
     client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     client.connect(jobshare._address(dirfd, "n1-42.sock"))
     conn, _ = made.listener.accept()
     assert "cannot pin the peer" in made.admit(conn)
+    conn.close()
+    client.close()
+
+
+def test_without_so_peerpidfd_the_peer_is_pinned_by_its_socket(holder, monkeypatch):
+    """Kernels 5.3-6.4 (RHEL 9): the SO_PEERCRED pid is opened as a pidfd and
+    taken only if that process holds the connection's other end (by inode,
+    from unix_diag) — a job's task is admitted there as on 6.5."""
+    from agent_sandbox.launch import peer
+
+    monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "3"))
+    monkeypatch.setattr(peer, "SO_PEERPIDFD", 0x7fff)
+    made, dirfd = holder
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    client.connect(jobshare._address(dirfd, "n1-42.sock"))
+    conn, _ = made.listener.accept()
+    assert peer.peer_inode(conn) == os.fstat(client.fileno()).st_ino
+    assert made.admit(conn) is None
     conn.close()
     client.close()
 
