@@ -51,7 +51,7 @@ ADMIN_VALUES = ("SLURM_CONF_PATH",)
 CAP = ("ALLOWED_HOSTS",)
 # Lists only the admin file (or the shipped files) sets; any other layer's
 # assignment is ignored with a warning.
-ADMIN_LISTS = ("ALLOWED_HOSTS_USER_MAY_ADD",)
+ADMIN_LISTS = ("ALLOWED_HOSTS_USER_MAY_ADD", "SLURM_CONF_OWNERS")
 LOCKABLE = tuple(ORDER) + BOOL_TRUE + BOOL_FALSE + KEEP + NARROW + LIMIT + AT_LEAST + CAP
 
 _TRUE = {"true", "1", "yes", "on"}

@@ -75,6 +75,9 @@ class Settings(NamedTuple):
     SLURM_ALLOW_MAIL: bool = False
     JOB_ALLOW_WEAKER_BACKEND: bool = False
     SLURM_CONF_PATH: str = ""       # admin only: the site's slurm.conf ("" = Slurm's default)
+    # Admin only: accounts besides root and the user that may own the site's
+    # Slurm configuration (a site whose /etc/slurm belongs to SlurmUser).
+    SLURM_CONF_OWNERS: tuple[str, ...] = ()
 
     ENABLED_AGENTS: tuple[str, ...] = ()
     SANDBOX_QUIET: bool = False

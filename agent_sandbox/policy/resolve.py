@@ -365,6 +365,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     system = _existing(dict.fromkeys(tuple(settings.READONLY_MOUNTS) + ("/sys",)))
     site_conf = slurm_conf_path(settings, ctx.environ)
     siteconf.check(site_conf, uid=ctx.uid,
+                   owners=siteconf.owner_uids(settings.SLURM_CONF_OWNERS),
                    from_env=ctx.environ.get("SLURM_CONF", "").startswith("/"),
                    writable=(project,) + home_writable + extra_writable
                    + ((home,) if settings.HOME_ACCESS == "write" else ()))

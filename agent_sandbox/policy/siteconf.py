@@ -10,8 +10,9 @@ resolved; the chaperon is handed that real path, so a link swapped later
 changes nothing):
 
 - the file is an existing regular file;
-- the file and its directory are owned by root or by the user, and neither
-  is writable by others (world-writable);
+- the file and its directory are owned by root, by the user or by an
+  account the admin names in SLURM_CONF_OWNERS (a site whose /etc/slurm
+  belongs to SlurmUser), and neither is writable by others (world-writable);
 - neither lies in a tree the sandbox can write or another sandbox of the
   user shares: the project, HOME_WRITABLE and EXTRA_WRITABLE_PATHS entries,
   $HOME with HOME_ACCESS=write, and the shared temporary directories /tmp,
@@ -50,10 +51,28 @@ def _within(path: str, parent: str) -> bool:
     return path == parent or path.startswith(parent.rstrip("/") + "/")
 
 
-def refusal(site: str, *, uid: int, writable) -> str | None:
+def owner_uids(names) -> tuple[int, ...]:
+    """SLURM_CONF_OWNERS as uids: a name of the passwd database or a number;
+    a name that names no account is left out (it can own nothing)."""
+    import pwd
+
+    uids = []
+    for name in names:
+        if name.isascii() and name.isdigit():
+            uids.append(int(name))
+            continue
+        try:
+            uids.append(pwd.getpwnam(name).pw_uid)
+        except KeyError:
+            continue
+    return tuple(uids)
+
+
+def refusal(site: str, *, uid: int, writable, owners=()) -> str | None:
     """Why the real path `site` may not be the chaperon's Slurm
     configuration (None: accepted). `writable`: the trees the sandbox can
-    write (see the module docstring)."""
+    write (see the module docstring); `owners`: the uids of
+    SLURM_CONF_OWNERS."""
     directory = os.path.dirname(site)
     try:
         if not stat.S_ISREG(os.stat(site).st_mode):
@@ -62,8 +81,9 @@ def refusal(site: str, *, uid: int, writable) -> str | None:
         return f"it cannot be read ({exc.strerror})"
     for path in (site, directory):
         info = os.stat(path)
-        if info.st_uid not in (0, uid):
-            return f"{path} is owned by uid {info.st_uid}, neither root nor you"
+        if info.st_uid not in (0, uid, *owners):
+            return (f"{path} is owned by uid {info.st_uid}, neither root nor you nor an "
+                    "account of the admin's SLURM_CONF_OWNERS")
         if info.st_mode & stat.S_IWOTH:
             return f"{path} is writable by everyone"
         tree = next((t for t in tuple(writable) + SHARED_TMP
@@ -73,11 +93,11 @@ def refusal(site: str, *, uid: int, writable) -> str | None:
     return None
 
 
-def check(site: str | None, *, uid: int, writable, from_env: bool) -> None:
+def check(site: str | None, *, uid: int, writable, from_env: bool, owners=()) -> None:
     """Raise PolicyError when `site` is refused (module docstring)."""
     if site is None:
         return
-    why = refusal(site, uid=uid, writable=writable)
+    why = refusal(site, uid=uid, writable=writable, owners=owners)
     if why is None:
         return
     from agent_sandbox.errors import PolicyError
@@ -89,4 +109,6 @@ def check(site: str | None, *, uid: int, writable, from_env: bool) -> None:
         "Slurm commands outside the sandbox read it and the files beside it (plugstack.conf, "
         "cli_filter.lua, Include), so the sandbox could run code outside it. Keep the "
         "configuration in a directory owned by root or you, outside the project and every "
-        "writable path, or unset SLURM_CONF", reason="unsafe_slurm_conf")
+        "writable path, or unset SLURM_CONF; a site whose configuration belongs to a system "
+        "account (SlurmUser) names it in SLURM_CONF_OWNERS of the admin file",
+        reason="unsafe_slurm_conf")
