@@ -171,6 +171,7 @@ class EgressSession:
         self.pid = pid
         self._stdin = stdin_fd        # its write end: EOF tells the proxy to exit
         self._stdout = stdout_fd      # where `ready` comes, until ready() read it
+        self._unused = False          # the sandbox ended before the proxy was ready
 
     @classmethod
     def start(cls, planned: EgressPlan, session_id: str) -> "EgressSession":
@@ -252,17 +253,23 @@ class EgressSession:
             os.close(spec_write)
         return cls(planned, pid, in_write, out_read)
 
-    def ready(self) -> None:
+    def ready(self, gone: int | None = None) -> None:
         """Wait for the proxy's `ready`: called once the sandbox was started
         (launch/spawn.py after_spawn); a proxy that did not start ends the
-        session with this message."""
+        session with this message. `gone`: readable once the sandbox has
+        exited — then a proxy still starting is not waited for (a short
+        command, `claude --version`, would pay its whole start at the exit),
+        but one that already failed is still reported."""
         if self._stdout is None:
             return
         try:
-            said = _read_ready(self._stdout)
+            said = _read_ready(self._stdout, gone)
         finally:
             os.close(self._stdout)
             self._stdout = None
+        if said is None:    # the sandbox ended before the proxy had anything to say
+            self._unused = True
+            return
         if said != b"ready\n":
             raise SandboxError("the egress proxy did not start (its message is above) — "
                                "NETWORK_MODE=allowlist needs it. Check `agent-sandbox config "
@@ -270,14 +277,17 @@ class EgressSession:
                                "the command was stopped.", reason="egress_failed")
 
     def stop(self) -> None:
-        """EOF on the proxy's stdin, then up to 2 s, then SIGKILL; the directory goes."""
+        """EOF on the proxy's stdin, then up to 2 s, then SIGKILL; the directory
+        goes. A proxy the sandbox ended before it was ready has served no
+        one: killed at once, not waited for through the rest of its start."""
         from agent_sandbox.launch.chaperon import end_child
 
         for fd in (self._stdin, self._stdout):
             if fd is not None:
                 os.close(fd)
         self._stdin = self._stdout = None
-        end_child(self.pid, None)     # EOF on its stdin is the proxy's signal to go
+        # EOF on its stdin is the proxy's signal to go.
+        end_child(self.pid, signal.SIGKILL if self._unused else None)
         _remove(self.plan.directory)
 
 
@@ -308,17 +318,22 @@ def sweep(parent: str) -> None:
             continue
 
 
-def _read_ready(fd: int) -> bytes:
-    """The proxy's first line (b"" when it exits or stays silent)."""
+def _read_ready(fd: int, gone: int | None = None) -> bytes | None:
+    """The proxy's first line (b"" when it exits or stays silent), or None
+    when `gone` became readable first with nothing from the proxy to read."""
     import select
     import time
 
     data = b""
     deadline = time.monotonic() + READY_TIMEOUT
+    watched = [fd] if gone is None else [fd, gone]
     while b"\n" not in data:
         left = deadline - time.monotonic()
-        if left <= 0 or not select.select([fd], [], [], left)[0]:
+        readable = select.select(watched, [], [], left)[0] if left > 0 else []
+        if not readable:
             return b""
+        if fd not in readable:
+            return None
         chunk = os.read(fd, 256)
         if not chunk:
             return data

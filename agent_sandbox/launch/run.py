@@ -530,7 +530,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 proxies = [s for s in sessions if hasattr(s, "ready")]
                 return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
                                 title=policy.prompt + os.path.basename(command[0]),
-                                after_spawn=(lambda: [p.ready() for p in proxies])
+                                after_spawn=(lambda gone: [p.ready(gone) for p in proxies])
                                 if proxies else None)
             finally:
                 if any(reaping):

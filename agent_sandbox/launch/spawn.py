@@ -106,9 +106,11 @@ def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "",
     `keep_fds`: caller descriptors the command keeps (--keep-fd).
     `terminal`: run on a relayed pseudo-terminal (the plan's helper takes it
     as controlling terminal), the outer terminal titled `title`.
-    `after_spawn()`: called once the backend runs (the egress proxy's
-    readiness, checked while the sandbox starts); a SandboxError from it
-    kills the sandbox, waits for it, and is raised."""
+    `after_spawn(gone)`: called once the backend runs (the egress proxy's
+    readiness, checked while the sandbox starts), with a descriptor that
+    becomes readable when the backend has exited (a pidfd; None where the
+    kernel has none), so it need not wait for what no longer matters; a
+    SandboxError from it kills the sandbox, waits for it, and is raised."""
     pty = relay = None
     if terminal:
         from agent_sandbox.launch import terminal as relay
@@ -193,7 +195,15 @@ def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None) -> int:
     try:
         if after_spawn is not None:
             try:
-                after_spawn()
+                try:
+                    gone = os.pidfd_open(pid)
+                except OSError:
+                    gone = None
+                try:
+                    after_spawn(gone)
+                finally:
+                    if gone is not None:
+                        os.close(gone)
             except BaseException:
                 for target in (lambda: os.killpg(pid, signal.SIGKILL),
                                lambda: os.kill(pid, signal.SIGKILL)):

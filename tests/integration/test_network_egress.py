@@ -623,3 +623,19 @@ def test_a_proxy_that_cannot_start_stops_the_session_with_its_cause(net, backend
         wait_for(lambda: leftovers(user) == [], what="every process gone")
     finally:
         net.hook.write_text(good)
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_command_that_ends_before_its_proxy_is_ready_is_not_held_up(net, backend):
+    """A short command (`claude --version`) ends before the proxy has
+    finished starting: its exit code stands, the launcher does not wait for
+    the rest of the proxy's start, and the proxy it no longer needs is gone
+    when the launcher returns (issue 19: not delaying the exit)."""
+    user = net.user
+    user.set_config(net.config)
+    for code in (0, 3):
+        result = user.sandbox("/bin/sh", "-c", f"exit {code}", options=("--backend", backend),
+                              cwd=net.project)
+        assert result.returncode == code, (result.returncode, result.stderr)
+        assert "egress proxy did not start" not in result.stderr
+        assert leftovers(user) == [], "a proxy or sandbox process outlived its launcher"

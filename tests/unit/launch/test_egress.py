@@ -3,6 +3,7 @@ the helper's --relay: which keys are brokered and what the sandbox gets
 instead, never on landlock; the spec's rules carry their origins."""
 from __future__ import annotations
 
+import os
 import socket
 
 import pytest
@@ -180,3 +181,27 @@ def test_a_chatgpt_login_without_a_key_gets_no_option(home):
     planned = egress.plan(settings, policy, CodexProfile())
     assert planned.args == () and planned.brokers == {}
     assert egress.with_args(["codex", "exec"], CodexProfile(), ()) == ["codex", "exec"]
+
+
+def test_the_proxys_ready_is_not_waited_for_once_the_sandbox_has_ended():
+    """A short command (`claude --version`) must not pay for the rest of the
+    proxy's start at its exit; a proxy that already failed is still heard."""
+    from agent_sandbox.launch.egress import _read_ready
+
+    proxy_read, proxy_write = os.pipe()
+    gone_read, gone_write = os.pipe()
+    try:
+        os.write(gone_write, b"x")                      # the sandbox has exited
+        assert _read_ready(proxy_read, gone_read) is None
+        os.close(proxy_write)                           # the proxy died meanwhile
+        proxy_write = None
+        assert _read_ready(proxy_read, gone_read) == b""
+    finally:
+        for fd in (proxy_read, proxy_write, gone_read, gone_write):
+            if fd is not None:
+                os.close(fd)
+    proxy_read, proxy_write = os.pipe()
+    os.write(proxy_write, b"ready\n")
+    assert _read_ready(proxy_read, None) == b"ready\n"
+    os.close(proxy_read)
+    os.close(proxy_write)
