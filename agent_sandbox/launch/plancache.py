@@ -487,11 +487,21 @@ def _private_dir(path: str) -> bool:
         return False
     if st.st_mode & 0o022:
         # Made private for the next launches; this one misses (what others
-        # could do in it meanwhile is not this launch's to judge).
+        # could do in it meanwhile is not this launch's to judge). On a
+        # descriptor opened without following a link, checked again: by
+        # name, chmod would follow one put in its place since the lstat.
         try:
-            os.chmod(path, 0o700)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            again = os.fstat(fd)
+            if (again.st_dev, again.st_ino, again.st_uid) == (st.st_dev, st.st_ino, st.st_uid):
+                os.fchmod(fd, 0o700)
         except OSError:
             pass
+        finally:
+            os.close(fd)
         return False
     return True
 

@@ -37,3 +37,34 @@ def test_the_commands_exit_code_survives_a_closed_standard_output(user, project)
         assert "Traceback" not in result.stderr, (fds, result.stderr)
     assert _closed(user, project, "1", 0).returncode == 0
 
+
+def test_making_a_directory_private_does_not_follow_a_symbolic_link(tmp_path, monkeypatch):
+    """_private_dir looked at the directory with lstat, then chmod-ed it BY
+    NAME, which follows a symbolic link: another user who can rename in its
+    parent (a group-writable ~/.local/state or state directory, umask 002)
+    swaps the directory for a link between the two calls, and the launcher
+    sets mode 0700 on any file or directory of the user's it names — a
+    group's shared project made private, a data file made executable. The
+    chmod must apply to the directory that was checked (its descriptor,
+    opened with O_NOFOLLOW), or not at all."""
+    from agent_sandbox.launch import plancache
+
+    state = tmp_path / "state"
+    state.mkdir()
+    state.chmod(0o775)                     # made by another part under umask 002
+    victim = tmp_path / "shared-project"
+    victim.mkdir()
+    victim.chmod(0o2775)
+    real_lstat = os.lstat
+
+    def swapping_lstat(path, *args, **kwargs):
+        result = real_lstat(path, *args, **kwargs)
+        if os.fspath(path) == str(state):  # the attacker's rename, right after the check
+            os.rename(state, tmp_path / "moved")
+            os.symlink(victim, state)
+        return result
+
+    monkeypatch.setattr(plancache.os, "lstat", swapping_lstat)
+    assert not plancache._private_dir(str(state))
+    monkeypatch.setattr(plancache.os, "lstat", real_lstat)
+    assert stat.S_IMODE(victim.stat().st_mode) == 0o2775
