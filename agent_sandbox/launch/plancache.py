@@ -352,13 +352,15 @@ def thaw(value, swap_str, swap_bytes, classes: dict):
 FROM_ENVIRON = "\x00from the environment"   # no real value holds NUL
 
 
-def template(launch: dict, environ) -> tuple[dict, tuple]:
+def template(launch: dict, environ) -> tuple[dict, tuple | None]:
     """(`launch` as stored, the names taken out): every variable whose value
     in the policy's environment is the launch environment's own is replaced
     by FROM_ENVIRON there, in the plan's environment where it has the same
     value, and the `env` payload (made from the policy's environment) is
     emptied, to be made again on a hit. A payload that is not exactly the
-    policy's environment keeps its bytes and the names stay in."""
+    policy's environment cannot be made again: names None (not stored,
+    rather than a kept API key written in its bytes) unless no value came
+    from the environment."""
     policy, plan = launch.get("policy"), launch.get("plan")
     if policy is None:
         return launch, ()
@@ -369,7 +371,7 @@ def template(launch: dict, environ) -> tuple[dict, tuple]:
 
         rebuild = plan.payloads["env"] == env_payload(policy.env)
         if not rebuild:
-            return launch, ()
+            return launch, (None if names else ())
     if not names:
         return launch, ()
     out = dict(launch, from_environ=names, env_payload=rebuild)
@@ -606,7 +608,7 @@ class Cache:
         if not recorder.cacheable:
             return
         launch, names = template(launch, self.environ)
-        if not set(required) <= set(names):
+        if names is None or not set(required) <= set(names):
             return
         try:
             frozen = {"launch": freeze(launch), "session": session_id,

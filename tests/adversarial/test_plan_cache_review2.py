@@ -68,3 +68,32 @@ def test_making_a_directory_private_does_not_follow_a_symbolic_link(tmp_path, mo
     assert not plancache._private_dir(str(state))
     monkeypatch.setattr(plancache.os, "lstat", real_lstat)
     assert stat.S_IMODE(victim.stat().st_mode) == 0o2775
+
+
+def test_a_plan_whose_environment_cannot_be_templated_is_not_stored(tmp_path):
+    """template() takes the values the plan keeps from the launch's
+    environment (an agent's API key) out of the stored plan; but when the
+    `env` payload is not exactly the policy's environment it gave up and
+    returned the launch unchanged, and store() wrote it — the key in clear
+    in ~/.local/state, for every distinct environment, never removed. No
+    backend builds such a payload today, but one that adds a variable to
+    it, or a caller (profile caching) that changes the policy's
+    environment after the plan, would silently write every kept secret to
+    disk. Such a plan must not be stored (compiled at every launch)."""
+    from agent_sandbox.backends.base import Payload, Plan, env_payload
+    from agent_sandbox.launch import plancache
+
+    secret = "sk-ant-api03-review2-0123456789"
+    environ = {"ANTHROPIC_API_KEY": secret, "PATH": "/usr/bin:/bin"}
+    policy = Plan(backend="x", argv=(), payloads={}, env=dict(environ), provides=(),
+                  cannot=(), spawn_ruleset=None)       # any NamedTuple with an `env`
+    payload = env_payload(dict(environ, EXTRA="added by the backend"))
+    plan = Plan(backend="firejail", argv=("/usr/bin/firejail",),
+                payloads={"env": Payload(data=payload.data)}, env={"PATH": "/usr/bin:/bin"},
+                provides=(), cannot=(), spawn_ruleset=None)
+    cache = plancache.Cache(("/proj", None, (), False, False), environ, str(tmp_path))
+    recorder = plancache.Recorder()
+    cache.store(recorder, {"policy": policy, "plan": plan}, "0123456789ab", None)
+    written = [path for path in tmp_path.rglob("*") if path.is_file()
+               and secret.encode() in path.read_bytes()]
+    assert written == []
