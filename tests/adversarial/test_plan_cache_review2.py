@@ -97,3 +97,49 @@ def test_a_plan_whose_environment_cannot_be_templated_is_not_stored(tmp_path):
     written = [path for path in tmp_path.rglob("*") if path.is_file()
                and secret.encode() in path.read_bytes()]
     assert written == []
+
+
+def test_a_swapped_state_directory_cannot_redirect_the_store_or_the_eviction(tmp_path,
+                                                                             monkeypatch):
+    """This round dropped the check of ~/.local/state, which umask 002
+    leaves group-writable, and added the eviction. Store checked the state,
+    cache and plans directories by name, then wrote, renamed and evicted by
+    name: another user of the group renames ~/.local/state/agent-sandbox
+    away right after the checks and puts a link in its place, and the
+    launcher writes its plan into, and evicts from, the `cache/plans` the
+    link leads to — any directory of the user's (a link at the attacker's
+    own cache/plans): every *.tmp file older than a minute there deleted,
+    the oldest *.marshal beyond 64 too. (The swap is done here right when
+    the temporary file is opened, the moment a racing attacker aims for.)
+    The store must work on the directory it checked (descriptors)."""
+    from agent_sandbox.backends.base import Plan
+    from agent_sandbox.launch import plancache
+    from agent_sandbox.paths import state_dir
+
+    home = tmp_path / "home"
+    state = os.fspath(state_dir(str(home)))
+    os.makedirs(os.path.join(state, "cache", "plans"), mode=0o700)
+    victim = tmp_path / "work"                   # a directory of the user's, with old temporaries
+    victim.mkdir()
+    for name in ("draft.tmp", "results.marshal"):
+        (victim / name).write_text("the user's\n")
+        os.utime(victim / name, (1000, 1000))
+    attacker = tmp_path / "attacker"
+    (attacker / "cache").mkdir(parents=True)
+    (attacker / "cache" / "plans").symlink_to(victim)
+
+    real_open = os.open
+
+    def swapping_open(path, *args, **kwargs):
+        if os.fspath(path).endswith(".tmp") and not os.path.islink(state):
+            os.rename(state, state + ".real")
+            os.symlink(attacker, state)
+        return real_open(path, *args, **kwargs)
+
+    policy = Plan(backend="x", argv=(), payloads={}, env={"A": "b"}, provides=(), cannot=(),
+                  spawn_ruleset=None)
+    cache = plancache.Cache(("/proj", None, (), False, False), {}, str(home))
+    monkeypatch.setattr(plancache.os, "open", swapping_open)
+    cache.store(plancache.Recorder(), {"policy": policy}, "0123456789ab", None)
+    monkeypatch.setattr(plancache.os, "open", real_open)
+    assert sorted(p.name for p in victim.iterdir()) == ["draft.tmp", "results.marshal"]

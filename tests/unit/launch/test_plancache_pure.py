@@ -238,7 +238,11 @@ def test_the_cache_keeps_at_most_max_plans_and_removes_stale_temporaries(tmp_pat
     kept = tmp_path / "ffffffff.marshal"
     kept.write_bytes(b"new")
     os.utime(kept, (1, 1))          # the one just stored stays, whatever its time
-    plancache._evict(str(tmp_path), str(kept))
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        plancache._evict(fd, kept.name)
+    finally:
+        os.close(fd)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert len([n for n in left if n.endswith(".marshal")]) == plancache.MAX_PLANS
     assert "ffffffff.marshal" in left and f"{0:08x}.marshal" not in left
