@@ -104,7 +104,10 @@ def exit_now(code) -> None:
         sys.exit(code)
     import os
 
+    # None: the descriptor was closed when the interpreter started (`>&-`).
     for stream in (sys.stdout, sys.stderr):
+        if stream is None:
+            continue
         try:
             stream.flush()
         except (OSError, ValueError):

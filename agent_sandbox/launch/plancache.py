@@ -352,13 +352,15 @@ def thaw(value, swap_str, swap_bytes, classes: dict):
 FROM_ENVIRON = "\x00from the environment"   # no real value holds NUL
 
 
-def template(launch: dict, environ) -> tuple[dict, tuple]:
+def template(launch: dict, environ) -> tuple[dict, tuple | None]:
     """(`launch` as stored, the names taken out): every variable whose value
     in the policy's environment is the launch environment's own is replaced
     by FROM_ENVIRON there, in the plan's environment where it has the same
     value, and the `env` payload (made from the policy's environment) is
     emptied, to be made again on a hit. A payload that is not exactly the
-    policy's environment keeps its bytes and the names stay in."""
+    policy's environment cannot be made again: names None (not stored,
+    rather than a kept API key written in its bytes) unless no value came
+    from the environment."""
     policy, plan = launch.get("policy"), launch.get("plan")
     if policy is None:
         return launch, ()
@@ -369,7 +371,7 @@ def template(launch: dict, environ) -> tuple[dict, tuple]:
 
         rebuild = plan.payloads["env"] == env_payload(policy.env)
         if not rebuild:
-            return launch, ()
+            return launch, (None if names else ())
     if not names:
         return launch, ()
     out = dict(launch, from_environ=names, env_payload=rebuild)
@@ -487,11 +489,21 @@ def _private_dir(path: str) -> bool:
         return False
     if st.st_mode & 0o022:
         # Made private for the next launches; this one misses (what others
-        # could do in it meanwhile is not this launch's to judge).
+        # could do in it meanwhile is not this launch's to judge). On a
+        # descriptor opened without following a link, checked again: by
+        # name, chmod would follow one put in its place since the lstat.
         try:
-            os.chmod(path, 0o700)
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            again = os.fstat(fd)
+            if (again.st_dev, again.st_ino, again.st_uid) == (st.st_dev, st.st_ino, st.st_uid):
+                os.fchmod(fd, 0o700)
         except OSError:
             pass
+        finally:
+            os.close(fd)
         return False
     return True
 
@@ -596,7 +608,7 @@ class Cache:
         if not recorder.cacheable:
             return
         launch, names = template(launch, self.environ)
-        if not set(required) <= set(names):
+        if names is None or not set(required) <= set(names):
             return
         try:
             frozen = {"launch": freeze(launch), "session": session_id,
@@ -606,40 +618,78 @@ class Cache:
             return
         if len(data) > MAX_BYTES:
             return
-        temp = f"{self.path}.{os.getpid()}.tmp"
+        # Written, renamed and evicted relative to the plans directory's
+        # descriptor, reached from the state directory one checked private
+        # level at a time: a group-writable ~/.local/state (umask 002) lets
+        # others swap the state directory for a link after the checks above,
+        # and by name the plan would be written — and the eviction remove
+        # files — in whatever directory that link leads to.
+        if not all(_private_dir(d) for d in (self.state, os.path.dirname(self.directory),
+                                                self.directory)):
+            return
+        dir_fd = _open_private(self.state, ("cache", PLANS))
+        if dir_fd is None:
+            return
+        name = os.path.basename(self.path)
+        temp = f"{name}.{os.getpid()}.tmp"
         try:
-            if not all(_private_dir(d) for d in (self.state, os.path.dirname(self.directory),
-                                                    self.directory)):
-                return
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                         | os.O_CLOEXEC, 0o600)
+                         | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
             try:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
-            os.replace(temp, self.path)
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
         except OSError:
             try:
-                os.unlink(temp)
+                os.unlink(temp, dir_fd=dir_fd)
             except OSError:
                 pass
-            return
-        _evict(self.directory, self.path)
+        else:
+            _evict(dir_fd, name)
+        finally:
+            os.close(dir_fd)
+
+
+def _open_private(path: str, below=()) -> int | None:
+    """A descriptor of `path`/`below`..., each level opened from the one
+    above without following a link and found a directory of this user's
+    that no one else can write; None otherwise."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = None
+    try:
+        fd = os.open(path, flags)
+        for part in below:
+            st = os.fstat(fd)
+            if st.st_uid != os.getuid() or st.st_mode & 0o022:
+                raise OSError("not private")
+            inner = os.open(part, flags, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+        st = os.fstat(fd)
+        if st.st_uid != os.getuid() or st.st_mode & 0o022:
+            raise OSError("not private")
+        return fd
+    except OSError:
+        if fd is not None:
+            os.close(fd)
+        return None
 
 
 MAX_PLANS = 64      # one per distinct context: environments, projects, options
 STALE_TEMP_S = 60
 
 
-def _evict(directory: str, kept: str) -> None:
-    """Keep the cache to MAX_PLANS files (the least recently compiled go:
-    a plan still used is compiled again once) and remove temporary files
-    a killed launcher left. Best effort, after a store only."""
+def _evict(dir_fd: int, kept: str) -> None:
+    """Keep the cache (the directory `dir_fd`) to MAX_PLANS files (the
+    least recently compiled go: a plan still used is compiled again once)
+    and remove temporary files a killed launcher left. Best effort, after a
+    store only; `kept`: the name of the file just stored."""
     try:
-        entries = [(e.stat(follow_symlinks=False).st_mtime, e.path) for e in os.scandir(directory)
-                   if e.is_file(follow_symlinks=False) and e.path != kept]
+        entries = [(e.stat(follow_symlinks=False).st_mtime, e.name) for e in os.scandir(dir_fd)
+                   if e.is_file(follow_symlinks=False) and e.name != kept]
     except OSError:
         return
     now = time_ns() / 1e9
@@ -647,8 +697,8 @@ def _evict(directory: str, kept: str) -> None:
     doomed = plans[:max(0, len(plans) + 1 - MAX_PLANS)]
     doomed += [item for item in entries if item[1].endswith(".tmp")
                and now - item[0] > STALE_TEMP_S]
-    for _, path in doomed:
+    for _, name in doomed:
         try:
-            os.unlink(path)
+            os.unlink(name, dir_fd=dir_fd)
         except OSError:
             pass

@@ -215,11 +215,15 @@ def test_a_hit_without_a_templated_variable_is_a_miss():
 
 def test_an_env_payload_that_is_not_the_policys_environment_keeps_everything():
     """A payload whose bytes are not exactly the policy's environment cannot
-    be made again from it: nothing is taken out (and the plan is exact)."""
+    be made again from it: nothing is taken out (and the plan is exact),
+    and names is None when a value came from the environment (not stored:
+    tests/adversarial/test_plan_cache_review2.py)."""
     environ = {"KEY": "value-1234"}
     launch = _launch(dict(environ), True)
     launch["plan"] = launch["plan"]._replace(payloads={"env": Payload(data=b"KEY=other")})
     stored, names = plancache.template(launch, environ)
+    assert names is None and stored == launch
+    stored, names = plancache.template(launch, {})
     assert names == () and stored == launch
 
 
@@ -234,7 +238,11 @@ def test_the_cache_keeps_at_most_max_plans_and_removes_stale_temporaries(tmp_pat
     kept = tmp_path / "ffffffff.marshal"
     kept.write_bytes(b"new")
     os.utime(kept, (1, 1))          # the one just stored stays, whatever its time
-    plancache._evict(str(tmp_path), str(kept))
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        plancache._evict(fd, kept.name)
+    finally:
+        os.close(fd)
     left = sorted(p.name for p in tmp_path.iterdir())
     assert len([n for n in left if n.endswith(".marshal")]) == plancache.MAX_PLANS
     assert "ffffffff.marshal" in left and f"{0:08x}.marshal" not in left
