@@ -167,7 +167,16 @@ def main() -> int:
         cases[agent] = [args.agent_sandbox, "claude", "--version"]
         cases["stand-in claude --version"] = [standin, "--version"]
     envs = {agent: agent_env}
-    before = {cold: lambda: shutil.rmtree(plans, ignore_errors=True)}
+    kept: set = set()        # the baseline's own plans (a baseline with a plan cache)
+
+    def cold_cache():
+        """This install's plans removed, the baseline's kept: both share the
+        user's cache directory, and the baseline's warm figure must stay warm."""
+        for name in os.listdir(plans) if os.path.isdir(plans) else ():
+            if name not in kept:
+                os.unlink(os.path.join(plans, name))
+
+    before = {cold: cold_cache}
     if args.slurm:
         cases["agent-sandbox run -- sinfo -h"] = [args.agent_sandbox, "run", "--", "sinfo",
                                                   "-h"]
@@ -177,7 +186,9 @@ def main() -> int:
         if not args.no_agent:
             cases["baseline claude --version"] = [args.baseline, "claude", "--version"]
             envs["baseline claude --version"] = agent_env
+        shutil.rmtree(plans, ignore_errors=True)
         measure(cases["baseline run -- true"], 3, project, env)
+        kept.update(os.listdir(plans) if os.path.isdir(plans) else ())
     measure(cases[warm], 3, project, env)   # warm the caches
     own = "the plan's own bwrap (no launcher)"
     results = {}
