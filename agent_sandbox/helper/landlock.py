@@ -34,6 +34,7 @@ CREATE_RULESET_VERSION = 1
 RULE_PATH_BENEATH = 1
 RULE_NET_PORT = 2
 PR_SET_NO_NEW_PRIVS = 38
+PR_SET_CHILD_SUBREAPER = 36
 
 # Filesystem access rights (include/uapi/linux/landlock.h).
 EXECUTE = 1 << 0
@@ -164,6 +165,15 @@ def no_new_privs() -> None:
     _, prctl, c_long, _ = _bind()
     _check(prctl(c_long(PR_SET_NO_NEW_PRIVS), c_long(1), c_long(0), c_long(0), c_long(0)),
            "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def child_subreaper() -> None:
+    """Orphaned descendants come back to the calling process, not to init
+    (the launcher reaps what a backend leaves behind, launch/reap.py).
+    Here beside no_new_privs: the prctl binding without ctypes (~4 ms)."""
+    _, prctl, c_long, _ = _bind()
+    _check(prctl(c_long(PR_SET_CHILD_SUBREAPER), c_long(1), c_long(0), c_long(0), c_long(0)),
+           "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
 def restrict_self(spec: dict) -> int:

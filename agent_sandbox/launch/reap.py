@@ -19,20 +19,43 @@ write.
 from __future__ import annotations
 
 import os
-import signal
+import _signal as signal   # the C module: signal.py's enums import 1 ms a launch
 import time
 
-PR_SET_CHILD_SUBREAPER = 36
-
-
 def become_subreaper() -> bool:
-    import ctypes
+    from agent_sandbox.paths import helper_module
 
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+        helper_module("landlock").child_subreaper()
     except (OSError, AttributeError):
         return False
+    return True
+
+
+def reap_orphan(pid: int | None, wait: float = 1.0) -> None:
+    """Reap `pid` once it ends, if it is our child: bwrap's sandbox init,
+    which outlives bwrap's own process by an instant and, orphaned, came back
+    to us (a subreaper) — under an init that does not reap (a container, some
+    CI hosts) every launch would leave a zombie counted against the user's
+    process limit. Waits at most `wait` seconds; never reaps anything else."""
+    if not pid:
+        return
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            if int(handle.read().rsplit(b")", 1)[1].split()[1]) != os.getpid():
+                return
+        pidfd = os.pidfd_open(pid)
+    except (OSError, IndexError, ValueError):
+        return
+    try:
+        import select
+
+        if select.select([pidfd], [], [], wait)[0]:
+            os.waitpid(pid, os.WNOHANG)
+    except (OSError, ChildProcessError):
+        pass
+    finally:
+        os.close(pidfd)
 
 
 def _status_field(pid, name: str) -> str | None:

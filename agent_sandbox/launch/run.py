@@ -521,10 +521,15 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     created = placeholders.create(prepared.placeholders)
                     placeholders.remember(policy.home, policy.project_dir, created)
                 snapshot = gitcheck.start(policy)
-                if plan.backend == "landlock":   # no PID namespace: orphans come back to us
+                if plan.backend in ("landlock", "bwrap"):
                     from agent_sandbox.launch import reap
 
-                    reaping.append(reap.become_subreaper())
+                    # landlock has no PID namespace: orphans come back to us
+                    # (swept below); bwrap's init outlives bwrap by an instant
+                    # and is reaped by spawn.py.
+                    subreaper = reap.become_subreaper()
+                    if plan.backend == "landlock":
+                        reaping.append(subreaper)
                 # The egress proxy starts beside the sandbox (its socket is
                 # bound already); that it runs is checked once both started.
                 proxies = [s for s in sessions if hasattr(s, "ready")]

@@ -227,6 +227,10 @@ def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None) -> int:
         _remove_scratch_dirs(scratch)
     _drain(read_status, status_text)
     os.close(read_status)
+    if plan.started == '"exit-code"':    # bwrap: its init, orphaned, came back to us
+        from agent_sandbox.launch.reap import reap_orphan
+
+        reap_orphan(_init_pid_in("".join(status_text)))
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
         return 128 - code                    # the backend itself was killed
@@ -399,13 +403,18 @@ def _sandbox_init_pid(fd, sink: list) -> int | None:
     if fd is None:
         return None
     _drain(fd, sink)
+    return _init_pid_in("".join(sink))
+
+
+def _init_pid_in(status: str) -> int | None:
+    """bwrap's `child-pid` in its JSON status lines."""
     from agent_sandbox import jsonlite
 
-    for line in "".join(sink).splitlines():
+    for line in status.splitlines():
         if '"child-pid"' in line:
             try:
                 return int(jsonlite.loads(line)["child-pid"])
-            except (ValueError, KeyError):
+            except (ValueError, KeyError, TypeError):
                 return None
     return None
 

@@ -1,0 +1,38 @@
+"""bwrap's sandbox init outlives bwrap's own process by an instant: bwrap
+exits as soon as its init reports the command's status, and the init,
+orphaned, went to PID 1. Under an init that does not reap (a container
+without one, some CI hosts: this machine's) every launch left a zombie,
+counted against the user's process limit (RLIMIT_NPROC counts zombies):
+an agent making a launch per tool call would run out of processes. The
+launcher is a child subreaper and reaps it (launch/reap.py reap_orphan)."""
+from __future__ import annotations
+
+import os
+
+
+def _zombies(uid: int, name: str = "bwrap") -> int:
+    count = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as handle:
+                fields = dict(line.split(":", 1) for line in handle if ":" in line)
+        except OSError:
+            continue
+        if (fields.get("Uid", "").split()[:1] == [str(uid)]
+                and fields.get("State", "").split()[:1] == ["Z"]
+                and fields.get("Name", "").strip() == name):
+            count += 1
+    return count
+
+
+def test_bwrap_launches_leave_no_zombie_behind(user, project):
+    for _ in range(2):      # the compile (and a backend probe, when one is due) first
+        assert user.sandbox("true", options=("--backend", "bwrap"), cwd=project).returncode == 0
+    before = _zombies(user.uid)
+    for _ in range(5):
+        result = user.sandbox("true", options=("--backend", "bwrap"), cwd=project)
+        assert result.returncode == 0, result.stderr
+    # Zombies PID 1 reaps meanwhile only lower the count.
+    assert _zombies(user.uid) <= before, f"{_zombies(user.uid) - before} new zombies"
