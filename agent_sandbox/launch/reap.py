@@ -32,12 +32,14 @@ def become_subreaper() -> bool:
     return True
 
 
-def reap_orphan(pid: int | None, wait: float = 1.0) -> None:
-    """Reap `pid` once it ends, if it is our child: bwrap's sandbox init,
-    which outlives bwrap's own process by an instant and, orphaned, came back
-    to us (a subreaper) — under an init that does not reap (a container, some
-    CI hosts) every launch would leave a zombie counted against the user's
-    process limit. Waits at most `wait` seconds; never reaps anything else."""
+def reap_orphan(pid: int | None, wait: float = 0.0) -> None:
+    """Reap `pid` if it is our child and has ended: bwrap's sandbox init,
+    which outlives bwrap's own process by the teardown of its namespaces
+    and, orphaned, came back to us (a subreaper) — under an init that does
+    not reap (a container, some CI hosts) every launch would leave a zombie
+    counted against the user's process limit. Called last, so the teardown
+    had the launcher's own cleanup to finish in (it usually has: a launch
+    waits at most `wait` seconds for it); never reaps anything else."""
     if not pid:
         return
     try:

@@ -392,6 +392,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     reaping: list = []      # landlock: the launcher is the session's subreaper (reap.py)
     survivors: list = []
     shm: list = []          # a landlock job's shared-memory directory (jobshm.py)
+    orphans: list = []      # bwrap's sandbox init, reaped last (reap.py)
 
     def start_copy(policy):
         from agent_sandbox.launch import agentcopy
@@ -525,8 +526,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     from agent_sandbox.launch import reap
 
                     # landlock has no PID namespace: orphans come back to us
-                    # (swept below); bwrap's init outlives bwrap by an instant
-                    # and is reaped by spawn.py.
+                    # (swept below); bwrap's init outlives bwrap by the
+                    # teardown of its namespaces and is reaped last.
                     subreaper = reap.become_subreaper()
                     if plan.backend == "landlock":
                         reaping.append(subreaper)
@@ -536,7 +537,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
                                 title=policy.prompt + os.path.basename(command[0]),
                                 after_spawn=(lambda gone: [p.ready(gone) for p in proxies])
-                                if proxies else None)
+                                if proxies else None, orphans=orphans)
             finally:
                 if any(reaping):
                     survivors.extend(reap.sweep())
@@ -561,5 +562,9 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                                       "running and could still write")
                 else:
                     agentcopy.finish(copies[0])
+            if orphans:    # last: its namespaces' teardown ran beside our cleanup
+                from agent_sandbox.launch.reap import reap_orphan
+
+                reap_orphan(orphans[0], wait=0.002)
     except SandboxError as exc:
         return fail(exc)

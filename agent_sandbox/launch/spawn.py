@@ -100,7 +100,7 @@ def _seal_inherited(keep) -> None:
 
 
 def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "",
-             after_spawn=None) -> int:
+             after_spawn=None, orphans: list | None = None) -> int:
     """Start the backend with the plan's payloads and environment, forward
     signals to the command, return its exit code (125 for setup failures).
     `keep_fds`: caller descriptors the command keeps (--keep-fd).
@@ -110,20 +110,23 @@ def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "",
     readiness, checked while the sandbox starts), with a descriptor that
     becomes readable when the backend has exited (a pidfd; None where the
     kernel has none), so it need not wait for what no longer matters; a
-    SandboxError from it kills the sandbox, waits for it, and is raised."""
+    SandboxError from it kills the sandbox, waits for it, and is raised.
+    `orphans`: gets the pid of bwrap's sandbox init, which outlives bwrap by
+    the namespace's teardown (the caller reaps it last, launch/reap.py)."""
     pty = relay = None
     if terminal:
         from agent_sandbox.launch import terminal as relay
 
         pty = relay.open_pty()
     try:
-        return _run_plan(plan, keep_fds, pty, relay, title, after_spawn)
+        return _run_plan(plan, keep_fds, pty, relay, title, after_spawn, orphans)
     finally:
         if pty:
             pty.close()
 
 
-def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None) -> int:
+def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None,
+              orphans: list | None = None) -> int:
     fds: dict[str, int] = {}
     ours: list[int] = []        # our ends of pipes, open for the sandbox's lifetime
     read_status = None
@@ -227,10 +230,8 @@ def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None) -> int:
         _remove_scratch_dirs(scratch)
     _drain(read_status, status_text)
     os.close(read_status)
-    if plan.started == '"exit-code"':    # bwrap: its init, orphaned, came back to us
-        from agent_sandbox.launch.reap import reap_orphan
-
-        reap_orphan(_init_pid_in("".join(status_text)))
+    if orphans is not None and plan.started == '"exit-code"':    # bwrap
+        orphans.append(_init_pid_in("".join(status_text)))
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
         return 128 - code                    # the backend itself was killed

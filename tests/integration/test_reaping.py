@@ -34,5 +34,7 @@ def test_bwrap_launches_leave_no_zombie_behind(user, project):
     for _ in range(5):
         result = user.sandbox("true", options=("--backend", "bwrap"), cwd=project)
         assert result.returncode == 0, result.stderr
-    # Zombies PID 1 reaps meanwhile only lower the count.
-    assert _zombies(user.uid) <= before, f"{_zombies(user.uid) - before} new zombies"
+    # Zombies PID 1 reaps meanwhile only lower the count. The launcher reaps
+    # the init last and waits for it 2 ms at most: one whose teardown was
+    # slower on a loaded machine may still go to PID 1 — before, every one did.
+    assert _zombies(user.uid) - before <= 1, f"{_zombies(user.uid) - before} new zombies"
