@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import INSTALLED, PREFIX, SECRET_ENV
+from tests.procs import processes_of
 
 HIT = "plan:      from the compiled plan cache"
 MISS = "plan:      compiled now"
@@ -194,18 +195,8 @@ def _processes_of(uid: int) -> int:
 
     deadline = time.monotonic() + 20
     while True:
-        states = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/status") as handle:
-                    fields = dict(line.split(":", 1) for line in handle if ":" in line)
-            except OSError:
-                continue
-            if fields.get("Uid", "").split()[:1] == [str(uid)]:
-                states.append(fields.get("State", "").split()[:1])
-        if all(state == ["Z"] for state in states) or time.monotonic() > deadline:
+        states = [fields.get("State", "")[:1] for fields in processes_of(uid)]
+        if all(state == "Z" for state in states) or time.monotonic() > deadline:
             return len(states)
         time.sleep(0.05)
 

@@ -186,25 +186,6 @@ def test_under_umask_002_the_cache_hits(user, project):
     (user.home / ".local/state").chmod(0o755)
 
 
-def test_a_cache_file_holds_no_value_the_plan_keeps_from_the_environment(user, project):
-    """The environment template: a variable the sandbox keeps (here one the
-    scrubber passes; for an agent, its API key) is in the plan's environment,
-    but the cache file holds only its name; a hit gives the command the
-    launch's own value."""
-    user.set_config(BASE)
-    shutil.rmtree(plans(user), ignore_errors=True)
-    value = "kept-" + os.urandom(12).hex()
-    env = user.env(AS_PLANCACHE_KEPT=value)
-    for _ in range(2):
-        assert user.sandbox("true", cwd=project, env=env).returncode == 0
-    assert HIT in user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project,
-                           env=env).stdout
-    stored = b"".join(p.read_bytes() for p in plans(user).iterdir())
-    assert b"AS_PLANCACHE_KEPT" in stored and value.encode() not in stored
-    result = user.sandbox("/bin/sh", "-c", "echo $AS_PLANCACHE_KEPT", cwd=project, env=env)
-    assert result.stdout.strip() == value, result.stderr
-
-
 @pytest.mark.parametrize("backend", ["bwrap", "landlock", "firejail"])
 def test_a_cached_plan_equals_a_fresh_compile_and_runs_the_command_given(user, project,
                                                                          backend):

@@ -7,24 +7,12 @@ an agent making a launch per tool call would run out of processes. The
 launcher is a child subreaper and reaps it (launch/reap.py reap_orphan)."""
 from __future__ import annotations
 
-import os
+from tests.procs import processes_of
 
 
 def _zombies(uid: int, name: str = "bwrap") -> int:
-    count = 0
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as handle:
-                fields = dict(line.split(":", 1) for line in handle if ":" in line)
-        except OSError:
-            continue
-        if (fields.get("Uid", "").split()[:1] == [str(uid)]
-                and fields.get("State", "").split()[:1] == ["Z"]
-                and fields.get("Name", "").strip() == name):
-            count += 1
-    return count
+    return sum(1 for fields in processes_of(uid)
+               if fields.get("State", "")[:1] == "Z" and fields.get("Name") == name)
 
 
 def test_bwrap_launches_leave_no_zombie_behind(user, project):
