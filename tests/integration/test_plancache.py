@@ -177,13 +177,17 @@ def test_under_umask_002_the_cache_hits(user, project):
     shutil.rmtree(state / "cache", ignore_errors=True)
     state.chmod(0o775)
     (user.home / ".local/state").chmod(0o775)
-    for _ in range(2):
-        result = user.run([INSTALLED, "run", "--", "true"], cwd=project, umask=0o002)
-        assert result.returncode == 0, result.stderr
-    result = user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project, umask=0o002)
-    assert HIT in result.stdout, result.stdout
-    assert state.stat().st_mode & 0o777 == 0o700
-    (user.home / ".local/state").chmod(0o755)
+    try:
+        for _ in range(2):
+            result = user.run([INSTALLED, "run", "--", "true"], cwd=project, umask=0o002)
+            assert result.returncode == 0, result.stderr
+        result = user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project,
+                          umask=0o002)
+        assert HIT in result.stdout, result.stdout
+        assert state.stat().st_mode & 0o777 == 0o700
+    finally:            # later tests (and other installs' caches) see the usual modes
+        (user.home / ".local/state").chmod(0o755)
+        state.chmod(0o700)
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "landlock", "firejail"])
