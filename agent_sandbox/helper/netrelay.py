@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import errno
 import os
-import selectors
 import socket
 import sys
-import threading
 
 CHUNK = 1 << 20
 _F_SETPIPE_SZ = 1031
@@ -123,6 +121,8 @@ def join(first: socket.socket, second: socket.socket, already: int = 0,
     """Carry both directions between two connected sockets until both end
     (first → second at most `limit` bytes); close them.
     Returns (bytes first → second + `already`, bytes second → first)."""
+    import threading
+
     result = [0]
 
     def backwards():
@@ -170,8 +170,17 @@ def listeners(listen_port: int) -> list[socket.socket]:
 
 def serve(listen_port: int, socket_path: str) -> None:
     """Accept on loopback forever; each connection is carried by its own threads."""
+    serve_on(listeners(listen_port), socket_path)
+
+
+def serve_on(bound: list, socket_path: str) -> None:
+    """Accept on the listening sockets `bound` forever (the sandbox helper
+    binds them before it forks the relay: sandbox_exec.start_relay)."""
+    import selectors
+    import threading
+
     selector = selectors.DefaultSelector()
-    for sock in listeners(listen_port):
+    for sock in bound:
         selector.register(sock, selectors.EVENT_READ)
     while True:
         for key, _ in selector.select():

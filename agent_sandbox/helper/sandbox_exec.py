@@ -369,34 +369,26 @@ def start_watcher(lifeline: int, *, whole_namespace: bool, whole_session: bool =
         os.close(pidfd)
 
 
-RELAY_WAIT = 5.0   # seconds for the relay to listen before the launch fails
-
-
-def _listening(port: int) -> bool:
-    """Is a TCP socket of this user listening on 127.0.0.1:port in this
-    network namespace? (/proc/net/tcp: no connection is made, so the proxy
-    sees nothing. The owner matters on landlock, where the port is on the
-    host's loopback: another user who took it first must not be mistaken
-    for the relay — then the relay cannot listen and the launch fails.)"""
-    wanted = b"0100007F:%04X" % port
-    uid = b"%d" % os.getuid()
-    try:
-        with open("/proc/net/tcp", "rb") as handle:
-            for line in handle.read().splitlines()[1:]:
-                fields = line.split()
-                if len(fields) > 7 and fields[1] == wanted and fields[3] == b"0A" \
-                        and fields[7] == uid:
-                    return True
-    except OSError:
-        pass
-    return False
-
-
 def start_relay(port: int, socket_path: str) -> None:
-    """Fork the relay (netrelay.serve) as a grandchild — so the command, which
-    this process becomes, never has it as a child — and wait until it listens."""
-    import time
+    """Listen on 127.0.0.1:port (and [::1]) here, then fork the relay
+    (netrelay.serve_on) as a grandchild that serves those sockets — so the
+    command, which this process becomes, never has it as a child. Bound
+    before the fork: the command starts at once (a connection it makes
+    before the relay accepts waits in the backlog), the relay's imports are
+    off its path, and a port that cannot be bound (landlock: another user's
+    on the host's loopback) fails the launch now. Our copies of the sockets
+    are not inheritable: the command does not get them."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import netrelay
 
+    try:
+        bound = netrelay.listeners(port)
+    except OSError as exc:
+        raise SetupError(f"the egress relay cannot listen on 127.0.0.1:{port} — "
+                         f"{exc.strerror or exc} (proxy socket {socket_path})") from None
+    keep = sorted(sock.fileno() for sock in bound)
     child = os.fork()
     if child == 0:
         try:
@@ -404,24 +396,23 @@ def start_relay(port: int, socket_path: str) -> None:
                 null = os.open("/dev/null", os.O_RDWR)
                 for std in (0, 1, 2):
                     os.dup2(null, std)
-                os.closerange(3, 65536)
+                _close_all_but(keep)
                 for name in FORWARDED:   # the command's Ctrl-C is not the relay's
                     signal.signal(getattr(signal, name), signal.SIG_IGN)
-                here = os.path.dirname(os.path.abspath(__file__))
-                if here not in sys.path:
-                    sys.path.insert(0, here)
-                import netrelay
-
-                netrelay.serve(port, socket_path)
+                netrelay.serve_on(bound, socket_path)
         finally:
             os._exit(0)
     os.waitpid(child, 0)
-    deadline = time.monotonic() + RELAY_WAIT
-    while not _listening(port):
-        if time.monotonic() > deadline:
-            raise SetupError(f"the egress relay did not start listening on 127.0.0.1:{port} "
-                             f"(proxy socket {socket_path})")
-        time.sleep(0.002)
+    for sock in bound:
+        sock.close()
+
+
+def _close_all_but(keep: list[int]) -> None:
+    low = 3
+    for fd in keep + [65536]:
+        if fd >= low:
+            os.closerange(low, fd)
+        low = fd + 1
 
 
 def load_seccomp(bpf: bytes) -> None:

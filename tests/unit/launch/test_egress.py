@@ -114,16 +114,69 @@ def test_a_job_takes_the_job_network_mode(home, monkeypatch):
     assert policy.network_mode == "allowlist"
 
 
-def test_the_helper_parses_relay_and_sees_a_listener_without_connecting():
+def test_the_helper_parses_relay():
     sandbox_exec = helper_module("sandbox_exec")
     opts = sandbox_exec.parse(["--relay", "3128", "/run/x.sock", "--", "true"])
     assert opts["relay"] == (3128, "/run/x.sock") and opts["command"] == ["true"]
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        port = listener.getsockname()[1]
-        assert not sandbox_exec._listening(port)
-        listener.listen(1)
-        assert sandbox_exec._listening(port)
+
+
+def test_a_relay_port_that_is_taken_fails_the_launch_at_once():
+    """Bound by the helper before it forks the relay: a port someone else
+    holds (landlock: the host's loopback) is an immediate SetupError, not a
+    wait for a listener that could be the other's."""
+    sandbox_exec = helper_module("sandbox_exec")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(sandbox_exec.SetupError, match=f"cannot listen on 127.0.0.1:{port}"):
+            sandbox_exec.start_relay(port, "/nonexistent/proxy.sock")
+
+
+RELAY_CHILD = r"""
+import os, socket, sys
+sys.path.insert(0, sys.argv[1])
+import sandbox_exec
+os.setpgid(0, 0)
+sandbox_exec.start_relay(int(sys.argv[2]), sys.argv[3])
+# What the command would see: the relay's sockets are not among its descriptors.
+print(sorted(int(n) for n in os.listdir("/proc/self/fd")), flush=True)
+sys.stdin.read()
+"""
+
+
+def test_the_relay_listens_when_the_helper_goes_on_and_carries_to_the_proxy(tmp_path):
+    """start_relay returns with the port listening (no wait, no poll): a
+    connection made at once is carried to the proxy's Unix socket; the
+    command (this process) holds no descriptor of the relay."""
+    import signal
+    import subprocess
+
+    sandbox_exec = helper_module("sandbox_exec")
+    path = str(tmp_path / "proxy.sock")
+    proxy = socket.socket(socket.AF_UNIX)
+    proxy.bind(path)
+    proxy.listen(1)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    here = os.path.dirname(sandbox_exec.__file__)
+    child = subprocess.Popen(["/usr/bin/python3", "-I", "-c", RELAY_CHILD, here, str(port),
+                              path], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    try:
+        fds = child.stdout.readline()
+        assert fds.strip() == b"[0, 1, 2, 3]", fds     # 3: listdir's own
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as client:
+            client.sendall(b"hello")
+            proxy.settimeout(10)
+            carried, _ = proxy.accept()
+            with carried:
+                carried.settimeout(10)
+                assert carried.recv(5) == b"hello"
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        proxy.close()
 
 
 def test_the_sweep_removes_only_old_directories_without_a_socket(tmp_path):
@@ -141,20 +194,6 @@ def test_the_sweep_removes_only_old_directories_without_a_socket(tmp_path):
     egress.sweep(str(tmp_path))
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "agent-sandbox-x", "egress-b", "egress-d"]
-
-
-def test_a_listener_of_another_user_is_not_taken_for_the_relay(monkeypatch):
-    import os
-
-    sandbox_exec = helper_module("sandbox_exec")
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(1)
-        port = listener.getsockname()[1]
-        assert sandbox_exec._listening(port)
-        uid = os.getuid()
-        monkeypatch.setattr(sandbox_exec.os, "getuid", lambda: uid + 1)
-        assert not sandbox_exec._listening(port)
 
 
 class CodexProfile:
