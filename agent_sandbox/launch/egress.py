@@ -131,11 +131,14 @@ def brokering(settings, policy, profile, port: int) -> tuple[dict, dict, tuple]:
     return env, brokers, tuple(args)
 
 
-def with_args(command: list[str], profile, args) -> list[str]:
-    """The profile's command, then the brokers' arguments, then the user's."""
-    if not args or profile is None:
+def with_args(command: list[str], user_args: int, args) -> list[str]:
+    """The agent's command as resolved (agentexe.resolve: its interpreter
+    and script in front, `node codex.js` for `codex`), then the brokers'
+    arguments, then the user's `user_args` last arguments: counted from the
+    end, because the resolved command is longer than the profile's."""
+    if not args:
         return list(command)
-    cut = len(profile.command)
+    cut = len(command) - user_args
     return list(command[:cut]) + list(args) + list(command[cut:])
 
 

@@ -163,6 +163,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
                 "to ~/.config/agent-sandbox/sandbox.conf.", reason="profile_disabled")
         from agent_sandbox.launch import agentexe
 
+        user_args = len(command) - len(profile.command)    # run_profile: command + ARGS
         policy, command = agentexe.resolve(policy, command, environ, profile.name)
         policy = agentexe.npm_prefix(policy, policy.home)
         if agent_copy is not None:
@@ -179,7 +180,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
 
         policy = with_egress(policy, egress_plan.socket, egress_plan.port,
                              egress_plan.env_changes)
-        command = with_args(command, profile, egress_plan.args)   # Codex: -c openai_base_url
+        command = with_args(command, user_args, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=session)
     from agent_sandbox.policy.view import placeholder_candidates

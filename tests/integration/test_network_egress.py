@@ -536,26 +536,34 @@ def test_a_batch_job_from_an_allowlist_session_runs_in_the_job_mode(net, slurm_c
     assert text == expected
 
 
-CODEX_PROBE = r'''
+CODEX_PROBE = r'''#!/usr/bin/env python3
 import json, os, sys, urllib.request
-option, value = sys.argv[1:3]          # what the launcher put after the profile's command
+# The profile's own option first (the real codex's -c sandbox_mode=…), then
+# what the launcher put after the profile's command.
+assert sys.argv[1:3] == ["-c", "sandbox_mode=x"], sys.argv
+option, value = sys.argv[3:5]
 assert option == "-c" and value.startswith("openai_base_url="), sys.argv
 request = urllib.request.Request(value.split("=", 1)[1] + "/responses", data=b"{}",
                                  headers={"authorization": "Bearer " + os.environ["OPENAI_API_KEY"]})
 with urllib.request.urlopen(request, timeout=10) as reply:
     answer = json.loads(reply.read())
 print(json.dumps({"path": answer["path"], "key": os.environ["OPENAI_API_KEY"],
-                  "rest": sys.argv[3:]}))
+                  "rest": sys.argv[5:]}))
 '''
 
 
 def test_codex_is_brokered_through_its_base_url_option(net):
     """Codex takes its base URL as `-c openai_base_url=…`: the launcher puts
-    the option right after the profile's command, the key stays outside."""
+    the option right after the profile's command, the key stays outside. The
+    probe is a `#!/usr/bin/env python3` script with an option of its own in
+    the profile, as the real codex (`#!/usr/bin/env node`, `-c
+    sandbox_mode=…`): resolved, the command is longer than the profile's,
+    and the option once went between the interpreter and its script."""
     user = net.user
-    (net.fixture / "codex_probe.py").write_text(CODEX_PROBE)
+    # Outside the project (a script the session can write is refused).
+    probe = user.write(".local/share/mockcodex/codex_probe.py", CODEX_PROBE, mode=0o755)
     user.write(".config/agent-sandbox/agents/mockcodex.conf",
-               f"AGENT_COMMAND=(/usr/bin/python3 {net.fixture}/codex_probe.py)\n"
+               f"AGENT_COMMAND=({probe} -c sandbox_mode=x)\n"
                "NETWORK_MODE=allowlist\nAGENT_BROKERS=(openai)\n")
     user.set_config(net.config + "ENABLED_AGENTS+=(mockcodex)\n")
     before = len(net.api.seen)

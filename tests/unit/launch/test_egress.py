@@ -211,15 +211,22 @@ def test_codex_gets_its_base_url_as_an_option_after_its_command(home):
     assert planned.brokers["openai"]["header"] == "authorization"
     assert planned.brokers["openai"]["scheme"] == "Bearer "
     assert planned.brokers["openai"]["upstream"] == "https://api.openai.com/v1"
-    assert egress.with_args(["codex", "exec", "hi"], CodexProfile(), planned.args) == [
+    assert egress.with_args(["codex", "exec", "hi"], 2, planned.args) == [
         "codex", "-c", f"openai_base_url={url}", "exec", "hi"]
+    # Resolved (agentexe.resolve), the real codex is `node codex.js` with the
+    # profile's own `-c sandbox_mode=…`: the option goes after all of that.
+    resolved = ["/usr/bin/node", "/x/codex.js", "-c", "sandbox_mode=y", "exec", "hi"]
+    assert egress.with_args(resolved, 2, planned.args) == [
+        "/usr/bin/node", "/x/codex.js", "-c", "sandbox_mode=y", "-c",
+        f"openai_base_url={url}", "exec", "hi"]
+    assert egress.with_args(resolved[:4], 0, planned.args)[-2:] == list(planned.args)
 
 
 def test_a_chatgpt_login_without_a_key_gets_no_option(home):
     settings, policy = settings_and_policy(home)
     planned = egress.plan(settings, policy, CodexProfile())
     assert planned.args == () and planned.brokers == {}
-    assert egress.with_args(["codex", "exec"], CodexProfile(), ()) == ["codex", "exec"]
+    assert egress.with_args(["codex", "exec"], 1, ()) == ["codex", "exec"]
 
 
 def test_the_proxys_ready_is_not_waited_for_once_the_sandbox_has_ended():
