@@ -145,24 +145,6 @@ def load(name: str, *, home: str, user: str, known_keys) -> Profile:
                    as_tuple(values.get("AGENT_CONFIG_SCRATCH", ())))
 
 
-def create_state(profile: Profile, home: str) -> None:
-    """Create missing AGENT_STATE entries so the writable binds exist."""
-    for entry in profile.state:
-        path = os.path.join(home, entry.rstrip("/"))
-        if os.path.lexists(path):
-            continue
-        try:
-            if entry.endswith("/"):
-                os.makedirs(path, mode=0o700, exist_ok=True)
-            else:
-                os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-                os.write(fd, b"{}\n" if path.endswith(".json") else b"")
-                os.close(fd)
-        except OSError:
-            pass   # the agent then runs with that state in the throw-away home
-
-
 def note_text(policy, *, slurm: bool) -> str:
     """The short note an agent reads about its sandbox."""
     writable = [policy.project_dir, *policy.home_writable, *policy.extra_writable]

@@ -160,8 +160,9 @@ def plan(settings, policy, profile=None) -> EgressPlan:
     from agent_sandbox.launch.chaperon import session_parent
     from agent_sandbox.names import RELAY_PORT
 
-    directory = os.path.join(session_parent(policy.home),
-                             f"egress-{policy.session_id}-{os.urandom(4).hex()}")
+    # Named by the session id alone (random, 48 bits; mkdir fails on a
+    # clash): a cached plan's directory is the new session's (plancache.py).
+    directory = os.path.join(session_parent(policy.home), f"egress-{policy.session_id}")
     port = free_port() if policy.backend == "landlock" else RELAY_PORT
     env, brokers, args = brokering(settings, policy, profile, port)
     return EgressPlan(directory, os.path.join(directory, SOCKET_NAME), port, env, brokers,

@@ -145,10 +145,13 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     command in)."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile, job=job)
-    if command_slot and selection.name in SLOT_BACKENDS and profile is None:
-        command = [COMMAND_SLOT]
+    if command_slot and selection.name in SLOT_BACKENDS:
+        # A profile's command is its own words, then the user's ARGS: those
+        # are the slot (agentlaunch.py).
+        command = [COMMAND_SLOT] if profile is None else list(profile.command) + [COMMAND_SLOT]
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
                                                      + slurm_task_fds(environ)))))
+    user_args = len(command)      # a profile's: its ARGS, after its own words (below)
     if terminal:
         from agent_sandbox.launch.terminal import session_env
 
@@ -230,30 +233,21 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
 def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | None = None,
                 backend: str | None = None, dry_run: bool = False, keep_fds=()) -> int:
     """`agent-sandbox [OPTIONS] NAME [ARGS]`: run an agent with its profile
-    applied; OPTIONS are the launcher's (as for `run`), ARGS the agent's."""
-    import shutil
-
-    from agent_sandbox.config.load import known_keys
-    from agent_sandbox.config.profiles import create_state, load
+    applied; OPTIONS are the launcher's (as for `run`), ARGS the agent's. The
+    profile is loaded by the compile, or comes with the cached plan
+    (agentlaunch.py)."""
+    from agent_sandbox.launch.agentlaunch import AgentLaunch
 
     environ = os.environ if environ is None else environ
-    entry = pwd.getpwuid(os.getuid())
-    try:
-        profile = load(name, home=entry.pw_dir, user=entry.pw_name,
-                       known_keys=known_keys(entry.pw_dir, entry.pw_name))
-    except SandboxError as exc:
-        return fail(exc)
-    command = list(profile.command) + list(args)
-    if not dry_run and shutil.which(command[0], path=environ.get("PATH")) is None:
-        say(f"{name}: {command[0]} is not installed (not found on your PATH) — "
-            f"{profile.install_hint or 'install it first'}.")
-        return 127
-    if not inside_sandbox(environ) and not dry_run:
-        from agent_sandbox.launch import agentcopy
-
-        create_state(profile, entry.pw_dir)
-        agentcopy.recover(entry.pw_dir)     # copies left by a killed launcher: guarded merge
-    return run(command, environ=environ, profile=profile, project_dir=project_dir,
+    agent = AgentLaunch(name, args, dry_run=dry_run)
+    if inside_sandbox(environ) and not dry_run:
+        entry = pwd.getpwuid(os.getuid())
+        try:
+            agent.load(environ, entry.pw_dir, entry.pw_name, before=False)
+        except SandboxError as exc:
+            return fail(exc)
+        return exec_nested(agent.command, environ)
+    return run(list(args), environ=environ, agent=agent, project_dir=project_dir,
                backend=backend, dry_run=dry_run, keep_fds=keep_fds)
 
 
@@ -262,16 +256,16 @@ def environ_home() -> str:
     return pwd.getpwuid(os.getuid()).pw_dir
 
 
-def _plan_cache(options: tuple, environ, profile):
+def _plan_cache(options: tuple, environ, agent=None):
     """This launch's slot in the compiled plan cache (plancache.py), or None
-    for the launches it does not serve: agent profiles (session copies, the
-    agent resolved on PATH) are compiled every time. Slurm jobs and steps
-    have their own key (jobcache.py: per-task values substituted)."""
-    if profile is not None:
-        return None
+    for the launches it does not serve: an agent in a Slurm job. Slurm jobs
+    and steps have their own key (jobcache.py: per-task values substituted);
+    an agent's launch is keyed by its profile's name (agentlaunch.py)."""
     from agent_sandbox.launch.plancache import is_job
 
     if is_job(environ):
+        if agent is not None:
+            return None
         from agent_sandbox.launch.jobcache import JobCache
 
         return JobCache(options, environ, environ_home(), keep_fds=options[2])
@@ -280,41 +274,75 @@ def _plan_cache(options: tuple, environ, profile):
     return Cache(options, environ, environ_home())
 
 
-def _from_cache(cache, keep_fds, dry_run: bool, sessions: list):
-    """The cached launch with a new session id and chaperon directory, or None."""
+def _from_cache(cache, keep_fds, dry_run: bool, sessions: list, agent=None, copies=None):
+    """The cached launch with a new session id and chaperon directory (an
+    agent's session copy and the egress proxy started), or None."""
     launch = cache.load(os.urandom(6).hex(), os.urandom(4).hex())
     if launch is None:
         return None
     keep_fds_checked(keep_fds)     # each still open now
+    if agent is not None:
+        from agent_sandbox.launch.agentlaunch import Stale, from_cache
+
+        try:
+            from_cache(agent, launch, copies)
+        except Stale:
+            return None
     session = None
     if launch["chaperon"] is not None and not dry_run:
         from agent_sandbox.launch.chaperon import ChaperonSession
 
         session = ChaperonSession.open(launch["chaperon"])
         sessions.append(session)
+    if launch.get("egress") is not None and not dry_run:
+        from agent_sandbox.launch.agentlaunch import egress_filled
+        from agent_sandbox.launch.egress import EgressSession
+
+        policy = launch["policy"]
+        sessions.append(EgressSession.start(egress_filled(launch["egress"], cache.environ,
+                                                          policy.home), policy.session_id))
     return Prepared(None, None, launch["policy"], launch["plan"], launch["denied"], session,
                     cached=True, placeholders=launch["placeholders"])
 
 
-def _compile(recorder, command, **options) -> Prepared:
+def _compile(recorder, command, agent=None, **options) -> Prepared:
+    """prepare() under the recorder; an agent's profile is loaded there too
+    (its files are inputs of the plan)."""
     if recorder is None:
-        return prepare(command, **options)
+        return _prepare_launch(command, agent, None, options)
     with recorder:
-        return prepare(command, **options)
+        return _prepare_launch(command, agent, recorder, options)
 
 
-def _store(cache, recorder, prepared: Prepared) -> None:
+def _prepare_launch(command, agent, recorder, options: dict) -> Prepared:
+    if agent is not None:
+        entry = pwd.getpwuid(os.getuid())
+        options["profile"] = agent.load(options["environ"], entry.pw_dir, entry.pw_name,
+                                        recorder)
+        command = agent.command
+    return prepare(command, **options)
+
+
+def _store(cache, recorder, prepared: Prepared, agent, egressed: list) -> None:
     """A plan holding a descriptor this launch opened is never stored: the
     number means nothing to a later process. (A landlock job's shared-memory
-    directory is granted after the store, jobshm.with_job_shm.)"""
+    directory is granted after the store, jobshm.with_job_shm.) An agent's
+    launch and an egress proxy's plan are stored with what a hit needs to
+    make them again (agentlaunch.py), or not at all."""
     if any(getattr(p, "fd", None) is not None for p in prepared.plan.payloads.values()):
+        return
+    from agent_sandbox.launch.agentlaunch import AgentLaunch
+
+    extra = (agent or AgentLaunch("", [], dry_run=False)).stored(
+        prepared.policy, egressed[0] if egressed else None, cache.environ)
+    if extra is None:
         return
     session = prepared.chaperon
     tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
     cache.settings = prepared.settings    # a job's entry checks SANDBOX_ENV (jobcache.py)
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
                            "denied": prepared.denied, "placeholders": prepared.placeholders,
-                           "chaperon": session.config if session else None},
+                           "chaperon": session.config if session else None, **extra},
                 prepared.policy.session_id, tag)
 
 
@@ -325,26 +353,33 @@ def slotted(plan) -> bool:
 
 def _slot_at(plan) -> str | None:
     """"argv" (its last argument, and nowhere else in it), "payload" (the
-    whole `argv` payload, firejail's `--argv`, and nowhere in the argv), or
-    None."""
+    last argument of the `argv` payload, firejail's `--argv`, and nowhere
+    else in it nor in the argv), or None."""
     count = plan.argv.count(COMMAND_SLOT)
     if count == 1 and plan.argv[-1] == COMMAND_SLOT:
         return "argv"
     payload = plan.payloads.get("argv")
-    if count == 0 and payload is not None and payload.data == os.fsencode(COMMAND_SLOT):
+    if count or payload is None:
+        return None
+    words = payload.data.split(b"\0")
+    if words[-1] == _SLOT_BYTES and words.count(_SLOT_BYTES) == 1:
         return "payload"
     return None
 
 
+_SLOT_BYTES = os.fsencode(COMMAND_SLOT)
+
+
 def with_command(prepared: Prepared, command: list[str]) -> Prepared:
-    """The plan with `command` in its COMMAND_SLOT (anything else fails
-    closed)."""
+    """The plan with `command` (a profile's: the user's ARGS, maybe none) in
+    its COMMAND_SLOT (anything else fails closed)."""
     plan = prepared.plan
     where = _slot_at(plan)
     if where == "argv":
         plan = plan._replace(argv=plan.argv[:-1] + tuple(command))
     elif where == "payload":
-        data = b"\0".join(os.fsencode(a) for a in command)    # base.argv_payload's form
+        words = plan.payloads["argv"].data.split(b"\0")[:-1] + [os.fsencode(a) for a in command]
+        data = b"\0".join(words)     # base.argv_payload's form
         plan = plan._replace(payloads=dict(plan.payloads,
                                            argv=plan.payloads["argv"]._replace(data=data)))
     else:
@@ -364,14 +399,16 @@ def _cache_line(cache, prepared: Prepared) -> str:
 
 # ---------------------------------------------------------------- running
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
-        dry_run: bool = False, environ=None, profile=None, keep_fds=(),
+        dry_run: bool = False, environ=None, agent=None, keep_fds=(),
         job_shared: bool = False, on_prepared=None, job: bool = False) -> int:
     """`job_shared`: a job's launch, run in the job's sandbox on this node
     (launch/jobjoin.py). `on_prepared(chaperon, policy)` is called once the
     plan is built (the job sandbox's holder). `job`: a batch job or step on a
-    compute node (JOB_NETWORK_MODE applies)."""
+    compute node (JOB_NETWORK_MODE applies). `agent`: an agent profile's
+    launch (run_profile, agentlaunch.AgentLaunch); `command` is then the
+    agent's ARGS."""
     environ = os.environ if environ is None else environ
-    if not command:
+    if not command and agent is None:
         say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
         return USAGE
     if inside_sandbox(environ) and not dry_run:
@@ -398,22 +435,28 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     def start_copy(policy):
         from agent_sandbox.launch import agentcopy
 
+        profile = agent.profile
         spec = agentcopy.spec_for(profile, policy.home)
         if dry_run or spec is None:
             return policy
         try:
-            policy, record = agentcopy.start(spec, policy, note_path=profile.note_path)
+            if recorder is None:
+                made, record = agentcopy.start(spec, policy, note_path=profile.note_path)
+            else:
+                with recorder.pause():   # the copy is this session's own
+                    made, record = agentcopy.start(spec, policy, note_path=profile.note_path)
         except OSError as exc:
             raise PolicyError(f"{profile.name}: cannot make the session copy of "
                               f"{spec.real_dir} — {exc}. Check that your home is writable.",
                               reason="agent_copy_failed") from None
         copies.append(record)
-        return policy
+        agent.copied(spec, policy, made)
+        return made
 
     # A native terminal only when both ends are one.
     terminal = os.isatty(0) and os.isatty(1)
-    cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal, job), environ,
-                        profile)
+    cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal, job,
+                         agent.name if agent else None), environ, agent)
     recorder, is_slotted, egressed = None, False, []
 
     def start_chaperon(settings, policy):
@@ -450,12 +493,17 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         planned = egress.plan(settings, policy, profile)
         egressed.append(planned)
         if not dry_run:
-            sessions.append(egress.EgressSession.start(planned, policy.session_id))
+            if recorder is None:
+                sessions.append(egress.EgressSession.start(planned, policy.session_id))
+            else:
+                with recorder.pause():   # its directory and process are this session's own
+                    sessions.append(egress.EgressSession.start(planned, policy.session_id))
         return planned
 
     try:
         try:
-            prepared = _from_cache(cache, keep_fds, dry_run, sessions) if cache else None
+            prepared = (_from_cache(cache, keep_fds, dry_run, sessions, agent, copies)
+                        if cache else None)
             if prepared is None:
                 if cache is not None and not dry_run:
                     from agent_sandbox.launch.plancache import Recorder
@@ -463,19 +511,19 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     # (a job's cache may bring its own: jobcache.py)
                     recorder = getattr(cache, "Recorder", Recorder)(
                         cache.ignore(environ_home()))
-                prepared = _compile(recorder, command, project_dir=project_dir,
-                                    backend=backend, environ=environ, profile=profile,
+                prepared = _compile(recorder, command, agent, project_dir=project_dir,
+                                    backend=backend, environ=environ,
                                     keep_fds=keep_fds, chaperon=start_chaperon,
                                     agent_copy=start_copy, egress=start_egress, job=job,
                                     terminal=not dry_run and terminal,
                                     command_slot=cache is not None)
                 is_slotted = slotted(prepared.plan)
-                # The egress proxy is started by the compile, not by a cached
-                # launch: a launch that has one is never stored.
-                if recorder is not None and is_slotted and not egressed:
-                    _store(cache, recorder, prepared)
+                if recorder is not None and is_slotted:
+                    _store(cache, recorder, prepared, agent, egressed)
             if prepared.cached or is_slotted:
-                prepared = with_command(prepared, command)
+                prepared = with_command(prepared, command)      # an agent's: its ARGS
+            if agent is not None:
+                command = agent.command       # what the user ran, for titles and records
             policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
             policy, plan = start_shm(policy, plan)
             if on_prepared is not None:

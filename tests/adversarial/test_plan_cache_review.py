@@ -301,7 +301,7 @@ def differences(a, b, where=""):
         return [] if a == b else [f"{where}: {a!r:.300} != {b!r:.300}"]
     return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{where}/{i}")]
 
-cache = Cache((None, None, (), False, False), os.environ, launch.environ_home())
+cache = Cache((None, None, (), False, False, None), os.environ, launch.environ_home())
 loaded = cache.load(NEW, "0badf00d")
 # Fresh means fresh: no derived cache either (configuration, seccomp program,
 # bound-file verdict, probe), whose staleness the plan would inherit.

@@ -32,7 +32,7 @@ def plain(value, session: str):
 def main(mode: str, project: str, backend: str) -> dict:
     backend = None if backend == "auto" else backend
     if mode == "plan":
-        cache = run._plan_cache((project, backend, (), False, True), os.environ, None)
+        cache = run._plan_cache((project, backend, (), False, True, None), os.environ)
         hit = run._from_cache(cache, (), True, [])
         fresh = run.prepare(["true"], project_dir=project, backend=backend,
                             environ=os.environ, job=True, command_slot=True)

@@ -456,3 +456,54 @@ def test_npmrc_prefix_works_inside_its_tokens_stay_hidden(user, project, home):
     assert result.stdout.splitlines()[0] == f"{home}/npm-global", result.stderr
     assert "hello-from-prefix" in result.stdout
     assert "SECRETTOKEN" not in result.stdout + result.stderr
+
+
+COPY_PROBE = """#!/bin/sh
+echo "dir=$CLAUDE_CONFIG_DIR"
+if [ -e "$HOME/.claude/extra.md" ]; then
+    cat "$HOME/.claude/extra.md"
+    if (echo more >> "$HOME/.claude/extra.md") 2>/dev/null; then echo extra-writable
+    else echo extra-read-only; fi
+else echo no-extra; fi
+for last; do :; done
+echo "last=$last"
+"""
+
+
+def plan_line(user, project, env) -> str:
+    result = run_agent(user, project, ["--dry-run", "claude"], env)
+    assert result.returncode == 0, result.stderr
+    return next(line for line in result.stdout.splitlines() if line.startswith("plan:"))
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
+def test_a_cached_agent_launch_makes_its_own_session_copy(user, project, home, backend):
+    """Issue 19: an agent's launch comes from the plan cache (its profile,
+    resolved executable and session copy included), and each session still
+    gets a copy of its own, gone at its end; an entry that appears in the
+    agent's configuration directory is seen in the next launch, read-only,
+    as a fresh compile shows it."""
+    user.write("tools/bin/claude", COPY_PROBE, 0o755)
+    user.write(".claude/settings.json", '{"model": "base"}\n', 0o600)
+    env = standin_env(user, SANDBOX_BACKEND=backend)
+    # The first launch makes the profile's AGENT_STATE entries, too new for
+    # its compile to be stored (the plan cache's racy window).
+    assert run_agent(user, project, ["claude"], env).returncode == 0
+    outputs = []
+    for attempt in range(3):
+        if attempt:
+            assert plan_line(user, project, env).startswith(
+                "plan:      from the compiled plan cache"), attempt
+        result = run_agent(user, project, ["claude", "a b", "", "--x"], env)
+        assert result.returncode == 0, result.stderr
+        outputs.append(result.stdout.splitlines())
+        assert outputs[-1][1:] == ["no-extra", "last=--x"], outputs[-1]
+    copies = [lines[0].removeprefix("dir=") for lines in outputs]
+    assert len(set(copies)) == 3, copies
+    assert all(c.startswith(f"{home}/.cache/agent-sandbox/agents/") for c in copies), copies
+    assert not any(Path(c).exists() for c in copies)
+    user.write(".claude/extra.md", "hello\n", 0o600)
+    result = run_agent(user, project, ["claude", "z"], env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1:] == ["hello", "extra-read-only", "last=z"]
+    assert (home / ".claude/extra.md").read_text() == "hello\n"

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_DIR, INSTALLED
+from tests.conftest import ADMIN_DIR, INSTALLED, wrote
 from tests.egresskit import HOOK_NAME, PYTHON, make_ca, serve
 
 BACKENDS = ("bwrap", "firejail")
@@ -647,3 +647,54 @@ def test_a_command_that_ends_before_its_proxy_is_ready_is_not_held_up(net, backe
         assert result.returncode == code, (result.returncode, result.stderr)
         assert "egress proxy did not start" not in result.stderr
         assert leftovers(user) == [], "a proxy or sandbox process outlived its launcher"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_cached_agent_launch_brokers_the_key_of_its_own_environment(net, backend):
+    """Issue 19: an agent's launch with an egress proxy comes from the plan
+    cache too. The stored plan holds no real key (it is this launch's
+    environment's, put back at the hit), the hit's proxy brokers with it, and
+    the session's directories are its own."""
+    user = net.user
+    user.write(".config/agent-sandbox/agents/mockagent.conf",
+               "AGENT_COMMAND=(/usr/bin/python3)\nNETWORK_MODE=allowlist\n"
+               "AGENT_BROKERS=(anthropic)\n")
+    user.set_config(net.config + "ENABLED_AGENTS+=(mockagent)\n")
+    (net.fixture / "broker_probe.py").write_text(BROKER_PROBE)
+    wrote()       # the first launch's compile waits out the cache's racy window
+    env = user.env(ANTHROPIC_API_KEY=REAL_KEY, ANTHROPIC_BASE_URL=f"https://api.test:{net.ap}")
+    argv = [INSTALLED, "--backend", backend, "mockagent", str(net.fixture / "broker_probe.py"),
+            MARKER]
+    try:
+        placeholders = []
+        # The first launch makes the session's first files (audit log,
+        # staging directory), too new for its compile to be stored.
+        assert user.run(argv, env=env, cwd=net.project).returncode == 0
+        for attempt in range(3):
+            if attempt:
+                dry = user.run([INSTALLED, "--backend", backend, "--dry-run", "mockagent"],
+                               env=env, cwd=net.project)
+                assert "plan:      from the compiled plan cache" in dry.stdout, dry.stdout
+            before = len(net.api.seen)
+            result = user.run(argv, env=env, cwd=net.project)
+            assert result.returncode == 0, result.stderr
+            data = json.loads(result.stdout)
+            assert data["answer"]["key_ok"] is True and data["found"] == []
+            assert net.api.seen[before]["headers"]["x-api-key"] == REAL_KEY
+            placeholders.append(data["key"])
+            assert leftovers(user) == []
+        assert all(MARKER not in p for p in placeholders)
+        plans = user.home / ".local/state/agent-sandbox/cache/plans"
+        assert list(plans.glob("*.marshal")), "no plan was stored"
+        for path in plans.iterdir():
+            assert MARKER.encode() not in path.read_bytes(), f"the real key is in {path}"
+        # Another key: the environment's digest differs, a new plan, that key.
+        other = user.env(ANTHROPIC_API_KEY=REAL_KEY.replace(MARKER, "OTHERKEY"),
+                         ANTHROPIC_BASE_URL=f"https://api.test:{net.ap}")
+        before = len(net.api.seen)
+        result = user.run(argv, env=other, cwd=net.project)
+        assert result.returncode == 0, result.stderr
+        assert net.api.seen[before]["headers"]["x-api-key"] == REAL_KEY.replace(MARKER,
+                                                                                 "OTHERKEY")
+    finally:
+        user.set_config("")

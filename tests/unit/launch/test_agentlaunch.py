@@ -1,0 +1,107 @@
+"""launch/agentlaunch.py: what the plan cache keeps of an agent's launch
+besides its plan — the session copy's inputs and outputs, the egress plan
+without its keys — and a hit that makes them again."""
+from __future__ import annotations
+
+import json
+import os
+from types import SimpleNamespace
+
+import pytest
+
+from agent_sandbox.launch import agentcopy, agentlaunch
+from agent_sandbox.launch.egress import EgressPlan
+from agent_sandbox.names import RELAY_PORT
+from tests.unit.launch.test_agentcopy import fake_policy, profile
+
+
+class Record(SimpleNamespace):
+    """A cached policy: fields and _replace, no methods of the class."""
+    def _replace(self, **changes):
+        return Record(**{**self.__dict__, **changes})
+
+
+def compiled(home: str):
+    """An agent launch as the compile leaves it: the copy made, its inputs
+    and outputs captured (run.start_copy)."""
+    os.makedirs(f"{home}/.claude/projects")
+    with open(f"{home}/.claude/settings.json", "w") as handle:
+        json.dump({"model": "a"}, handle)
+    agent_profile = profile(config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+                            settings=("settings.json=.claude/settings.json",),
+                            config_keep=("projects/",))
+    spec = agentcopy.spec_for(agent_profile, home)
+    before = Record(**{k: v for k, v in fake_policy(home).__dict__.items() if k != "_replace"},
+                    session_files=())
+    agent = agentlaunch.AgentLaunch("claude", [], dry_run=False)
+    agent.profile = agent_profile
+    after, record = agentcopy.start(spec, before)
+    agent.copied(spec, before, after)
+    agentcopy.finish(record)
+    return agent, after
+
+
+def hit(agent, policy) -> dict:
+    return {"profile": agent.profile, "copy": agent.copy, "policy": policy}
+
+
+def test_a_hit_makes_the_sessions_copy_again(tmp_path, capsys):
+    home = str(tmp_path)
+    agent, policy = compiled(home)
+    again = agentlaunch.AgentLaunch("claude", ["x"], dry_run=False)
+    copies = []
+    agentlaunch.from_cache(again, hit(agent, policy), copies)
+    assert again.profile is agent.profile and len(copies) == 1
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    with open(f"{root}/settings.json") as handle:
+        assert json.load(handle) == {"model": "a"}
+    agentcopy.finish(copies[0])
+    assert not os.path.exists(root)
+
+
+def test_a_configuration_directory_that_changed_is_a_miss_and_leaves_no_copy(tmp_path, capsys):
+    """An entry that appeared since the compile would be missing from the
+    cached plan's read-only list: the rebuilt copy differs, Stale, removed."""
+    home = str(tmp_path)
+    agent, policy = compiled(home)
+    with open(f"{home}/.claude/new-rules.md", "w") as handle:
+        handle.write("x")
+    copies = []
+    with pytest.raises(agentlaunch.Stale):
+        agentlaunch.from_cache(agentlaunch.AgentLaunch("claude", [], dry_run=False),
+                               hit(agent, policy), copies)
+    assert copies == []
+    assert os.listdir(f"{home}/.cache/agent-sandbox/agents") == []
+    assert [n for n in os.listdir(f"{home}/.local/state/agent-sandbox/agents")
+            if n.endswith(".json")] == []     # no record left to recover
+
+
+def test_a_compile_that_changed_what_the_copy_read_is_not_stored(tmp_path, capsys):
+    home = str(tmp_path)
+    agent, policy = compiled(home)
+    assert agent.stored(policy, None, {}) is not None
+    changed = policy._replace(hidden=(f"{home}/.claude",))
+    assert agent.stored(changed, None, {}) is None
+
+
+def egress_plan(key: str, port: int = RELAY_PORT) -> EgressPlan:
+    return EgressPlan("/d", "/d/proxy.sock", port, {"ANTHROPIC_API_KEY": "sk-ant-api03-ph"},
+                      {"anthropic": {"upstream": "https://api.anthropic.com", "key": key,
+                                     "header": "x-api-key", "scheme": "", "placeholder": "p"}},
+                      [], "/audit", ())
+
+
+def test_the_stored_egress_plan_holds_no_key_and_a_hit_puts_its_own_back():
+    environ = {"ANTHROPIC_API_KEY": "sk-ant-api03-REAL"}
+    stored = agentlaunch.egress_template(egress_plan("sk-ant-api03-REAL"), environ)
+    assert "REAL" not in repr(stored.brokers) and stored.audit == ""
+    filled = agentlaunch.egress_filled(stored, {"ANTHROPIC_API_KEY": "sk-ant-api03-NOW"}, "/h")
+    assert filled.brokers["anthropic"]["key"] == "sk-ant-api03-NOW"
+    assert filled.audit.startswith("/h/")
+
+
+def test_an_egress_plan_that_cannot_be_rebuilt_is_not_stored():
+    environ = {"ANTHROPIC_API_KEY": "sk-ant-api03-REAL"}
+    # A key that is not the environment's own; a port chosen for this launch.
+    assert agentlaunch.egress_template(egress_plan("sk-ant-api03-OTHER"), environ) is None
+    assert agentlaunch.egress_template(egress_plan("sk-ant-api03-REAL", 40000), environ) is None
