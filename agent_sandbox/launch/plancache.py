@@ -31,7 +31,9 @@ config/load.py load_cache).
 Fresh at every launch: the session id and the chaperon's directory. A plan
 is stored with the ones it was compiled with (random, 48 and 32 bits) and a
 hit substitutes new ones in every string (and the session id in payload
-bytes). The chaperon itself is started from its stored configuration.
+bytes). The chaperon itself is started from its stored configuration; an
+agent's session copy and egress proxy are made again from what
+launch/agentlaunch.py stores beside the plan.
 
 The environment is stored as a template: the value of every variable the
 plan keeps verbatim from the launch's environment (an API key a profile
