@@ -562,6 +562,14 @@ class Cache:
             if (st.st_mode & 0o170000 != 0o100000 or st.st_uid != os.getuid()
                     or st.st_mode & 0o022 or st.st_size > MAX_BYTES):
                 return None
+            if time_ns() - st.st_mtime_ns > TOUCH_AFTER_NS:
+                # Used: the eviction keeps the most recently used plans (a
+                # burst of jobs does not flush the interactive ones); at most
+                # once an hour, a metadata write on a home that may be NFS.
+                try:
+                    os.utime(fd)
+                except OSError:
+                    pass
             data = b""
             while len(data) < st.st_size:
                 chunk = os.read(fd, st.st_size - len(data))
@@ -684,12 +692,14 @@ def _open_private(path: str, below=()) -> int | None:
 
 
 MAX_PLANS = 64      # one per distinct context: environments, projects, options
+TOUCH_AFTER_NS = 3600 * 10**9
 STALE_TEMP_S = 60
 
 
 def _evict(dir_fd: int, kept: str) -> None:
     """Keep the cache (the directory `dir_fd`) to MAX_PLANS files (the
-    least recently compiled go: a plan still used is compiled again once)
+    least recently used go — a hit touches its file, within the hour —: a
+    plan still used is compiled again once)
     and remove temporary files a killed launcher left. Best effort, after a
     store only; `kept`: the name of the file just stored."""
     try:

@@ -267,3 +267,24 @@ def test_directories_made_under_umask_002_are_made_private_and_missed_once(tmp_p
         assert path.stat().st_mode & 0o777 == 0o700
     (state / "link").symlink_to(state)
     assert not plancache._private_dir(str(state / "link"))
+
+
+def test_a_hit_marks_its_plan_used_so_the_eviction_keeps_it(tmp_path, monkeypatch):
+    """The eviction removes the least recently *used* plans: a hit touches
+    its file (at most once an hour), so a burst of job plans does not flush
+    the interactive ones."""
+    monkeypatch.setattr("agent_sandbox.paths.state_dir", lambda home: str(tmp_path / "state"))
+    (tmp_path / "state").mkdir(mode=0o700)
+    cache = Cache(("opts",), {"A": "1"}, str(tmp_path))
+    old = os.path.getmtime(tmp_path) - 10
+    os.utime(tmp_path, (old, old))
+    with Recorder() as recorder:
+        os.path.isdir(tmp_path)
+    cache.store(recorder, {"x": (SID, 1)}, SID, None)
+    os.utime(cache.path, (1000, 1000))
+    assert cache.load(NEW, "00000000") == {"x": (NEW, 1)}
+    used = os.path.getmtime(cache.path)
+    assert used > 1000 + 3600
+    os.utime(cache.path, (used - 60, used - 60))      # used within the hour: left alone
+    assert cache.load(NEW, "00000000") is not None
+    assert os.path.getmtime(cache.path) == used - 60
