@@ -16,8 +16,10 @@ Prints the median (and p90) wall time of:
   * python3 -I -S -c pass               (the interpreter floor)
   * agent-sandbox claude --version      (the claude profile with a stand-in agent,
                                          a shell script printing a version, first
-                                         on PATH; profiles are compiled at every
-                                         launch) beside the stand-in run outside
+                                         on PATH; its NETWORK_MODE=allowlist starts
+                                         the egress proxy; warm plan cache, as
+                                         profiles are cached since this session)
+                                         beside the stand-in run outside
 and checks the target of issue 19: warm launch median <= bare bwrap median +
 2 x the interpreter floor. Exit 0 when the target holds, 1 otherwise. It also
 prints the launcher's own share: warm launch minus the plan's own bwrap.
