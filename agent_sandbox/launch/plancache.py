@@ -131,16 +131,27 @@ def _pseudo_fingerprint(path: str):
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError as exc:
         return ("error", exc.errno)
+    chunks = []
     try:
-        data = os.read(fd, 65536)
+        # Whole: a login node's mountinfo runs past 64 KiB (hundreds of
+        # NFS, Lustre and autofs mounts), and a change beyond a prefix
+        # would go unseen.
+        while sum(map(len, chunks)) < MAX_BYTES:
+            chunk = os.read(fd, 1 << 16)
+            if not chunk:
+                break
+            chunks.append(chunk)
     except OSError as exc:
         return ("error", exc.errno)
     finally:
         os.close(fd)
+    data = b"".join(chunks)
     if path.startswith("/proc/") and path.endswith("/status"):
         # Pids, memory and counters change with every process; only the
         # confinement and identity lines can decide a plan.
         data = b"\n".join(line for line in data.splitlines() if line.startswith(_PROC_KEEP))
+    if len(data) > 4096:
+        return ("digest", _digest(data))   # not every cache file a copy of a long table
     return ("data", data)
 
 

@@ -288,3 +288,19 @@ def test_a_hit_marks_its_plan_used_so_the_eviction_keeps_it(tmp_path, monkeypatc
     os.utime(cache.path, (used - 60, used - 60))      # used within the hour: left alone
     assert cache.load(NEW, "00000000") is not None
     assert os.path.getmtime(cache.path) == used - 60
+
+
+def test_a_long_proc_file_is_fingerprinted_whole(tmp_path):
+    """/proc/self/mountinfo of a login node runs past 64 KiB: a mount that
+    changes beyond the first 64 KiB changes the fingerprint too (and a long
+    table is kept as a digest, not copied into every cache file)."""
+    table = tmp_path / "mountinfo"
+    lines = [f"{i} 1 0:{i} / /mnt/m{i} rw - nfs server:/x rw\n" for i in range(3000)]
+    table.write_text("".join(lines))
+    assert table.stat().st_size > 1 << 16
+    before = plancache._pseudo_fingerprint(str(table))
+    lines[-1] = lines[-1].replace("rw - nfs", "ro - nfs")
+    table.write_text("".join(lines))
+    after = plancache._pseudo_fingerprint(str(table))
+    assert before != after and before[0] == "digest" and len(before[1]) == 32
+    assert plancache._pseudo_fingerprint(str(table)) == after
