@@ -66,6 +66,15 @@ def _touches(op, path: str, resolve) -> bool:
                for target in _names(path, resolve))
 
 
+def _ancestors(path: str) -> set[str]:
+    """`path` and every parent of it, up to /."""
+    found = {path}
+    while path != "/":
+        path = os.path.dirname(path)
+        found.add(path)
+    return found
+
+
 def _identity(op, kind=RoBind) -> bool:
     return isinstance(op, kind) and op.src == op.dest
 
@@ -83,14 +92,18 @@ def drop_redundant(ops: Iterable, mounts: frozenset[str], *,
     # --remount-ro needs a mount point at its path: those binds stay.
     remounted = {op.dest for op in ops if isinstance(op, RemountRo)}
     kept: list = []
+    parents: set[str] = set()     # the read-only self-binds kept so far (a quick first test)
     for op in ops:
-        if _identity(op) and op.dest not in remounted and resolve(op.dest) == op.dest:
+        if (_identity(op) and op.dest not in remounted and _ancestors(op.dest) & parents
+                and resolve(op.dest) == op.dest):
             last = next((k for k in reversed(kept) if _touches(k, op.dest, resolve)), None)
             if (last is not None and _identity(last) and is_within(op.dest, last.dest)
                     and resolve(last.dest) == last.dest
                     and not _mount_between(last.dest, op.dest, mounts)):
                 continue
         kept.append(op)
+        if _identity(op):
+            parents.add(op.dest)
     return kept
 
 
@@ -127,4 +140,11 @@ def economize(ops: Iterable, mounts: frozenset[str] | None = None, *,
         mounts = host_mount_points()
     if mounts is None:
         return ops
-    return defer_heavy(drop_redundant(ops, mounts, resolve=resolve), mounts, resolve=resolve)
+    resolved: dict[str, str] = {}
+
+    def cached(path: str) -> str:   # each path once: the rules compare pairs
+        if path not in resolved:
+            resolved[path] = resolve(path)
+        return resolved[path]
+
+    return defer_heavy(drop_redundant(ops, mounts, resolve=cached), mounts, resolve=cached)
