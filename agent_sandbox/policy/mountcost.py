@@ -23,8 +23,14 @@ each proven not to change what any path inside shows or allows:
   with the same modes.
 
 Both are pure given the host facts they are handed (the mount points, a path
-resolver), which mount_ops() reads once; an unreadable mount table disables
-them (nothing is dropped or moved).
+resolver); bwrap's plan hands them PlanContext.host_mounts or reads the mount
+table once. An unreadable mount table disables them (nothing is dropped or
+moved). Moving is exact whatever the table says (only destinations decide
+whether two operations commute); dropping relies on the table at compile
+time: a mount that appears later exactly between the parent and the path
+is still made read-only at launch by the parent's recursive bind, and only
+an automount trigger created there afterwards would escape (a cached plan
+keys on the boot, not on the mount table).
 """
 from __future__ import annotations
 
