@@ -226,3 +226,18 @@ def test_every_home_mode_keeps_its_view(tmp_path, mode):
     assert cheaper.index(RoBind("/sys", "/sys")) == max(
         i for i, op in enumerate(cheaper) if not isinstance(op, RemountRo))
     assert_same_view(ops, cheaper)
+
+
+def test_the_prefix_resolver_is_realpath(tmp_path):
+    """economize's memoised resolver answers exactly what os.path.realpath does."""
+    real = tmp_path / "real"
+    (real / "sub").mkdir(parents=True)
+    (tmp_path / "to-real").symlink_to("real")                  # relative
+    (tmp_path / "chain").symlink_to(tmp_path / "to-real")       # a link to a link
+    (real / "up").symlink_to("..")                              # back up the tree
+    (tmp_path / "dangling").symlink_to(tmp_path / "missing")
+    resolve = mountcost._prefix_resolver()
+    for name in ("real/sub", "to-real/sub/x", "chain/sub", "chain/up/chain/sub", "dangling/x",
+                 "missing/a/b", "to-real/up/to-real"):
+        path = str(tmp_path / name)
+        assert resolve(path) == os.path.realpath(path), name
