@@ -2,7 +2,8 @@
 
 bubblewrap's protection is entirely determined by its arguments, so this
 module is where the sandbox's security lives. It is pure: policy in, Plan out.
-The filesystem comes from fsview (mount order included); this module adds the
+The filesystem comes from fsview (mount order included), made cheaper for
+bwrap without changing it (policy/mountcost.py); this module adds the
 namespaces, the process options and the file-descriptor payloads (seccomp
 filter, filtered passwd files, the session marker, seeded home files).
 
@@ -21,6 +22,7 @@ from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Gu
                                          fd_hygiene, helper_argv, namespace_scoping,
                                          own_network, relay_args)
 from agent_sandbox.paths import helper_module
+from agent_sandbox.policy.mountcost import economize
 from agent_sandbox.policy.resolve import Policy
 from agent_sandbox.policy.view import (Bind, Data, Dev, DevBind, File, Proc, RemountRo, RoBind,
                                        Symlink, Tmpfs, mount_ops)
@@ -83,7 +85,9 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     Either way bwrap keeps loading seccomp itself."""
     landlock_abi, python = context.landlock_abi, context.python
     scope_with = "helper" if context.program_setuid else "spawn"
-    ops = mount_ops(policy)
+    # The same view with fewer and cheaper mounts (bwrap rereads the mount
+    # table at every bind): policy/mountcost.py.
+    ops = economize(mount_ops(policy), context.host_mounts)
     payloads = dict(payloads)
     for index, path in enumerate(policy.home_seeded):
         # dotfile managers make these symlinks; the policy checked the target

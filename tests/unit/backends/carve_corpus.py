@@ -33,6 +33,8 @@ FIXTURE = Path(__file__).with_name("carve_corpus.json")
 # Where the package lives (the helper's folder is in argv): not part of the record.
 PACKAGE_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(agent_sandbox.__file__)))
 ROOT_ENTRIES = ("usr", "etc", "home", "tmp", "proc", "srv", "data", "bin", "opt", "lib")
+# A fixed mount table (bwrap's plan moves binds carrying submounts late): not the host's.
+HOST_MOUNTS = frozenset({"/", "/proc", "/dev", "/sys", "/sys/fs/cgroup"})
 ABIS = (0, 6)
 SECCOMP = Payload(data=b"\x06\x00\x00\x00\x00\x00\xff\x7f")
 
@@ -123,7 +125,8 @@ def plan(name: str, policy, abi: int, payloads: dict):
     from agent_sandbox.backends import BACKENDS, PlanContext
 
     program = "/usr/bin/python3" if name == "landlock" else f"/usr/bin/{name}"
-    context = PlanContext(program=program, landlock_abi=abi, root_entries=ROOT_ENTRIES)
+    context = PlanContext(program=program, landlock_abi=abi, root_entries=ROOT_ENTRIES,
+                          host_mounts=HOST_MOUNTS)
     return BACKENDS[name].plan(policy, ["claude", "--resume"], payloads, context=context)
 
 

@@ -26,6 +26,7 @@ from tests.unit.homes import HOME_MODES, USER, context, make_home, settings_for
 
 SECRET = "sk-ant-api03-DISTINCTIVE-SECRET-VALUE-8c1f"
 OTHER_SECRET = "ghp_ANOTHER_DISTINCTIVE_TOKEN_77"
+HOST_MOUNTS = frozenset({"/"})    # no submounts: mountcost moves nothing
 MOUNT_KINDS = {"ro-bind", "bind", "dev-bind", "tmpfs", "symlink", "proc", "dev", "ro-data",
                "file"}
 
@@ -54,7 +55,8 @@ def make_plan(policy, command=("claude",)) -> Plan:
     if policy.filter_passwd:
         for name in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
             payloads[name] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
-    return bwrap.plan(policy, list(command), payloads, context=PlanContext("/usr/bin/bwrap"))
+    return bwrap.plan(policy, list(command), payloads,
+                      context=PlanContext("/usr/bin/bwrap", host_mounts=HOST_MOUNTS))
 
 
 # ---------------------------------------------------------------- the oracle
