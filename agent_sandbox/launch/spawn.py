@@ -280,6 +280,12 @@ def _spawn_scoped(ruleset: dict, argv: list[str], env: dict, **kwargs):
             hold.release()
         finally:
             started.release()
+        # Then it only waits: the launcher's signals (SIGWINCH for the
+        # relayed terminal, those it forwards to the command) go to the main
+        # thread, whose select() they interrupt — not to this one, where
+        # their handler would wait for the main thread's next wake-up. (After
+        # the spawn: the child must not inherit the mask.)
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         hold.acquire()
 
     _thread.start_new_thread(work, ())
