@@ -19,7 +19,8 @@ is what makes them again:
 - the egress proxy's plan (egress.py) without the real API keys: they are
   the launch environment's own values (its digest is in the key; a plan
   whose keys are not is not stored), put back at a hit; the audit log's
-  name is made anew. A proxy whose relay port is chosen per launch
+  name and the keys' placeholders (random per session, wherever the plan
+  holds them: the environment, the proxy's spec) are made anew. A proxy whose relay port is chosen per launch
   (landlock's free port) is not stored.
 
 Only what a hit needs is imported on its path.
@@ -153,6 +154,18 @@ def egress_template(planned, environ):
             return None
         brokers[name] = dict(broker, key=KEY_FROM_ENVIRON)
     return planned._replace(brokers=brokers, audit="")
+
+
+def renewed(planned) -> tuple:
+    """(placeholder, its fixed part) of each brokered key: random per session
+    (egress.placeholder), so a hit makes new ones wherever the plan holds
+    them (plancache.Cache.load) — a fresh compile would."""
+    if planned is None:
+        return ()
+    from agent_sandbox.launch.egress import BROKERS, PLACEHOLDER_MARK
+
+    return tuple((broker["placeholder"], BROKERS[name].prefix + PLACEHOLDER_MARK)
+                 for name, broker in planned.brokers.items())
 
 
 def egress_filled(stored, environ, home: str):

@@ -340,10 +340,14 @@ def _store(cache, recorder, prepared: Prepared, agent, egressed: list) -> None:
     session = prepared.chaperon
     tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
     cache.settings = prepared.settings    # a job's entry checks SANDBOX_ENV (jobcache.py)
+    from agent_sandbox.launch.agentlaunch import renewed
+
+    # The egress proxy's placeholder keys are the session's own: new at a hit.
+    fresh = renewed(egressed[0] if egressed else None)
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
                            "denied": prepared.denied, "placeholders": prepared.placeholders,
                            "chaperon": session.config if session else None, **extra},
-                prepared.policy.session_id, tag)
+                prepared.policy.session_id, tag, **({"renewed": fresh} if fresh else {}))
 
 
 def slotted(plan) -> bool:

@@ -267,3 +267,28 @@ def test_directories_made_under_umask_002_are_made_private_and_missed_once(tmp_p
         assert path.stat().st_mode & 0o777 == 0o700
     (state / "link").symlink_to(state)
     assert not plancache._private_dir(str(state / "link"))
+
+
+def test_a_hit_renews_the_tokens_random_per_launch_in_strings_and_bytes(tmp_path, monkeypatch):
+    """An egress proxy's placeholder key is the session's own (agentlaunch.renewed):
+    each hit gets a new one wherever the plan holds it; a token that is not
+    its fixed part and hex digits is a miss."""
+    monkeypatch.setattr("agent_sandbox.paths.state_dir", lambda home: str(tmp_path / "state"))
+    (tmp_path / "state").mkdir(mode=0o700)
+    cache = Cache(("opts",), {"A": "1"}, str(tmp_path))
+    old = os.path.getmtime(tmp_path) - 10
+    os.utime(tmp_path, (old, old))
+    with Recorder() as recorder:
+        os.path.isdir(tmp_path)
+    token = "sk-agentsandbox" + "ab" * 20
+    cache.store(recorder, {"env": {"K": token}, "data": b"k=" + token.encode()}, SID, None,
+                renewed=((token, "sk-agentsandbox"),))
+    first, second = cache.load(NEW, "00000000"), cache.load(NEW, "00000000")
+    for hit in (first, second):
+        assert hit["env"]["K"].startswith("sk-agentsandbox") and hit["env"]["K"] != token
+        assert len(hit["env"]["K"]) == len(token)
+        assert hit["data"] == b"k=" + hit["env"]["K"].encode()
+    assert first["env"]["K"] != second["env"]["K"]
+    for fixed in ("sk-other", "sk-agentsandbox" + "ab" * 19 + "a"):
+        cache.store(recorder, {"x": 1}, SID, None, renewed=((token, fixed),))
+        assert cache.load(NEW, "00000000") is None, fixed

@@ -1,0 +1,80 @@
+"""Attack review of agent profile launches served by the compiled plan cache
+(issue 19: "a cached plan must never be weaker than a fresh compile", and no
+secret in a cache file). The agents are stand-in shell scripts under
+~/tools/bin, run by an unprivileged user on the real backends. Each test is
+one attack and fails on the code it was found against (95d0ea3).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import INSTALLED
+
+HIT = "plan:      from the compiled plan cache"
+STATE = (".claude", ".claude.json", ".cache/agent-sandbox", ".local/state/agent-sandbox",
+         "tools")
+
+
+@pytest.fixture
+def home(user):
+    """The user's home without any agent state or plan, before and after."""
+    def clean():
+        for entry in STATE:
+            path = user.home / entry
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path)
+            elif path.exists() or path.is_symlink():
+                path.unlink()
+    clean()
+    yield user.home
+    clean()
+
+
+def _agent(user, project, env, *args, dry_run=False):
+    argv = [INSTALLED, *(["--dry-run"] if dry_run else []), "claude", *args]
+    result = user.run(argv, cwd=project, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def _stored(home: Path) -> bytes:
+    plans = home / ".local/state/agent-sandbox/cache/plans"
+    return b"".join(p.read_bytes() for p in plans.iterdir() if p.is_file())
+
+
+KEY_PROBE = """#!/bin/sh
+echo "key=$ANTHROPIC_API_KEY"
+"""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_cached_agent_launch_gets_a_placeholder_key_of_its_own(user, project, home,
+                                                                 backend):
+    """The egress proxy brokers the API key: inside, the key variable holds a
+    placeholder, random per session (docs/network.md: "new every session"),
+    the one value the broker route takes. A hit reused the compile's — the
+    same placeholder in every cached session, and on disk in the cache file
+    for as long as the plan was used —, where a fresh compile makes a new
+    one. Each hit must make its own (in the environment and the proxy's
+    spec alike), and none of them, nor the real key, is in a cache file."""
+    user.write("tools/bin/claude", KEY_PROBE, 0o755)
+    real = "sk-ant-api03-" + os.urandom(16).hex()
+    env = user.env(PATH=f"{home}/tools/bin:/usr/local/bin:/usr/bin:/bin",
+                   SANDBOX_BACKEND=backend, ANTHROPIC_API_KEY=real)
+    _agent(user, project, env)     # makes the AGENT_STATE entries (too new to store)
+    keys = []
+    for attempt in range(3):
+        if attempt:
+            assert HIT in _agent(user, project, env, dry_run=True), attempt
+        out = _agent(user, project, env).splitlines()
+        assert out[0].startswith("key=sk-ant-api03-agentsandbox"), out
+        keys.append(out[0].removeprefix("key="))
+    assert len({len(k) for k in keys}) == 1, keys
+    assert len(set(keys)) == 3, keys
+    stored = _stored(home)
+    assert real.encode() not in stored
+    assert not any(k.encode() in stored for k in keys[1:]), "a hit's placeholder is on disk"
