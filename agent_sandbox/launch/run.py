@@ -218,10 +218,13 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
     payloads = {}
     if chaperon:
         payloads["stub"] = chaperon.stub_payload()
-    if profile is not None and profile.note_path:
-        policy, payloads["note-0"] = _with_note(policy, profile, slurm=chaperon is not None)
     policy, generated = check_bound_files(settings, policy, selection.name)
     payloads.update(generated)
+    if profile is not None and profile.note_path:
+        # After the check: the note stands in for the user's file at its
+        # path, with the text the check left (a token blanked, payloads.py).
+        policy, payloads["note-0"] = _with_note(policy, profile, payloads,
+                                                slurm=chaperon is not None)
     base, denied = base_payloads(policy, selection.name)
     payloads.update(base)
     abi = landlock_abi()

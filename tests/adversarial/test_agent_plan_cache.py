@@ -78,3 +78,37 @@ def test_a_cached_agent_launch_gets_a_placeholder_key_of_its_own(user, project, 
     stored = _stored(home)
     assert real.encode() not in stored
     assert not any(k.encode() in stored for k in keys[1:]), "a hit's placeholder is on disk"
+
+
+NOTE_PROBE = """#!/bin/sh
+cat "$HOME/.claude/CLAUDE.md" 2>&1
+echo "exit-of-probe"
+"""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
+def test_a_secret_in_the_agents_note_file_lands_in_no_cache_file(user, project, home, backend):
+    """The profile's note is appended to the user's own ~/.claude/CLAUDE.md,
+    whose text went into the note payload as read — after the bound-file
+    check had found a token in that file and blanked it (bwrap), so the
+    stored plan held the token in clear in a cache file (and bwrap, given
+    both the blanked file and the note at that path, failed to start).
+    The note stands in for the blanked file, with its text: no token in the
+    cache, none inside, the user's notes and the sandbox's note both there."""
+    token = "ghp_" + os.urandom(18).hex()
+    user.write(".claude/CLAUDE.md", f"my notes\nexport GH_TOKEN={token}\n", 0o600)
+    user.write("tools/bin/claude", NOTE_PROBE, 0o755)
+    env = user.env(PATH=f"{home}/tools/bin:/usr/local/bin:/usr/bin:/bin",
+                   SANDBOX_BACKEND=backend, NETWORK_MODE="open")
+    for attempt in range(3):     # the first makes the AGENT_STATE entries (too new to store)
+        if attempt == 2 and backend == "bwrap":
+            # (elsewhere the file is skipped, hidden after the session copy
+            # read the hidden paths: such a launch is not stored)
+            assert HIT in _agent(user, project, env, dry_run=True)
+        out = _agent(user, project, env)
+        assert "exit-of-probe" in out and token not in out, out
+        if backend == "bwrap":    # blanked (elsewhere the file is not bound: SPEC §6)
+            assert "my notes" in out and "You are running inside agent-sandbox" in out, out
+    for path in (home / ".local/state/agent-sandbox").rglob("*"):
+        if path.is_file():
+            assert token.encode() not in path.read_bytes(), f"the token is in {path}"
