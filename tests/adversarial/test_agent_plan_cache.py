@@ -276,3 +276,24 @@ def test_each_agent_input_changed_in_turn_gives_exactly_the_fresh_plan(user, pro
             if directory.exists():
                 directory.rmdir()
         (user.project / "agent-plan-oracle.py").unlink(missing_ok=True)
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_gateway_url_with_credentials_lands_in_no_cache_file(user, project, home, backend):
+    """ANTHROPIC_BASE_URL set outside names a gateway, which becomes the
+    broker's upstream; its URL can hold the gateway's credentials (a
+    token in its path). The plan
+    cache keeps no value of the environment (the template) — but the stored
+    egress plan held the upstream in clear in the cache file."""
+    user.write("tools/bin/claude", KEY_PROBE, 0o755)
+    secret = os.urandom(12).hex()
+    env = user.env(PATH=f"{home}/tools/bin:/usr/local/bin:/usr/bin:/bin",
+                   SANDBOX_BACKEND=backend, ANTHROPIC_API_KEY="sk-ant-api03-" + "r" * 24,
+                   ANTHROPIC_BASE_URL=f"https://gateway.example/t/{secret}/anthropic")
+    for attempt in range(3):
+        if attempt == 2:
+            assert HIT in _agent(user, project, env, dry_run=True)
+        assert _agent(user, project, env).startswith("key=sk-ant-api03-agentsandbox")
+    for path in (home / ".local/state/agent-sandbox").rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), f"the gateway's secret is in {path}"
