@@ -8,31 +8,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import ADMIN_DIR, INSTALLED, PREFIX
+from tests.integration import test_agents
+
+home = test_agents.home      # the fixture: the home without agent state, before and after
 
 HIT = "plan:      from the compiled plan cache"
-STATE = (".claude", ".claude.json", ".cache/agent-sandbox", ".local/state/agent-sandbox",
-         "tools", "tools2", ".npmrc", "npm-global", ".config/agent-sandbox/agents")
-
-
-@pytest.fixture
-def home(user):
-    """The user's home without any agent state or plan, before and after."""
-    def clean():
-        for entry in STATE:
-            path = user.home / entry
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
-    clean()
-    yield user.home
-    clean()
 
 
 def _agent(user, project, env, *args, dry_run=False):
@@ -202,13 +187,13 @@ def test_each_agent_input_changed_in_turn_gives_exactly_the_fresh_plan(user, pro
     changed in turn: the next launch misses, or gives exactly what a fresh
     compile gives."""
     key = "sk-ant-api03-" + "k" * 20
-    env = user.env(PATH=f"{home}/tools2:{home}/tools/bin:/usr/local/bin:/usr/bin:/bin",
+    env = user.env(PATH=f"{home}/tools/bin2:{home}/tools/bin:/usr/local/bin:/usr/bin:/bin",
                    SANDBOX_BACKEND=backend, ANTHROPIC_API_KEY=key,
                    NETWORK_MODE="open" if backend == "landlock" else None)
     user.set_config("CHAPERON=false\n")
     user.write("tools/bin/claude", "#!/bin/sh\necho hello\n", 0o755)
-    (home / "tools2").mkdir()
-    os.chown(home / "tools2", user.uid, user.gid)
+    (home / "tools/bin2").mkdir()
+    os.chown(home / "tools/bin2", user.uid, user.gid)
     user.write(".claude/settings.json", SETTINGS, 0o600)
     user.write(".claude/CLAUDE.md", "my notes\n", 0o600)
     user.write("npm-global/lib/node_modules/.keep", "", 0o644)
@@ -237,9 +222,9 @@ def test_each_agent_input_changed_in_turn_gives_exactly_the_fresh_plan(user, pro
 
     changes = [
         ("a claude earlier on PATH",
-         lambda: user.write("tools2/claude", "#!/bin/sh\necho other\n", 0o755)),
+         lambda: user.write("tools/bin2/claude", "#!/bin/sh\necho other\n", 0o755)),
         ("the executable runs with another #!/usr/bin/env runtime",
-         lambda: user.write("tools2/claude", "#!/usr/bin/env python3\nprint(1)\n", 0o755)),
+         lambda: user.write("tools/bin2/claude", "#!/usr/bin/env python3\nprint(1)\n", 0o755)),
         ("a user profile overrides the shipped one",
          lambda: user.write(".config/agent-sandbox/agents/claude.conf",
                             shipped + "ALLOWED_HOSTS+=(example.org)\nAGENT_STATE+=(.claude/x/)\n")),
