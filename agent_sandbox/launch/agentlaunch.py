@@ -16,10 +16,11 @@ is what makes them again:
   configuration directory gained an entry, a settings file became a
   symlink…) is a miss: that copy is removed and the launch compiled.
   The copy's own files are the session's: made with the recorder paused;
-- the egress proxy's plan (egress.py) without the real API keys: they are
-  the launch environment's own values (its digest is in the key; a plan
+- the egress proxy's plan (egress.py) without the real API keys and the
+  base URLs the user set: they are the launch environment's own values (its digest is in the key; a plan
   whose keys are not is not stored), put back at a hit; the audit log's
-  name is made anew. A proxy whose relay port is chosen per launch
+  name and the keys' placeholders (random per session, wherever the plan
+  holds them: the environment, the proxy's spec) are made anew. A proxy whose relay port is chosen per launch
   (landlock's free port) is not stored.
 
 Only what a hit needs is imported on its path.
@@ -35,6 +36,7 @@ from agent_sandbox.errors import NOT_FOUND, SandboxError
 COPY_READS = ("home", "session_id", "protected", "hidden", "backend", "project_dir")
 COPY_WRITES = ("extra_writable", "session_files", "home_writable", "home_readonly")
 KEY_FROM_ENVIRON = "\x00the key from the environment"   # no real key holds NUL
+URL_FROM_ENVIRON = "\x00the base URL from the environment"
 
 
 class AgentMissing(SandboxError):
@@ -140,7 +142,9 @@ def _writes(policy, variable: str) -> dict:
 # ---------------------------------------------------------------- egress
 def egress_template(planned, environ):
     """The egress plan without its real keys (each is the environment's own
-    value), or None when it cannot be stored."""
+    value) nor the base URLs the user set (a gateway's URL can hold its
+    credentials: the environment's too, as for any value the plan cache
+    keeps from it), or None when it cannot be stored."""
     from agent_sandbox.launch.egress import BROKERS
     from agent_sandbox.names import RELAY_PORT
 
@@ -152,15 +156,33 @@ def egress_template(planned, environ):
         if known is None or environ.get(known.key_var) != broker.get("key"):
             return None
         brokers[name] = dict(broker, key=KEY_FROM_ENVIRON)
+        if broker.get("upstream") == environ.get(known.base_url_var, "").rstrip("/"):
+            brokers[name]["upstream"] = URL_FROM_ENVIRON
     return planned._replace(brokers=brokers, audit="")
+
+
+def renewed(planned) -> tuple:
+    """(placeholder, its fixed part) of each brokered key: random per session
+    (egress.placeholder), so a hit makes new ones wherever the plan holds
+    them (plancache.Cache.load) — a fresh compile would."""
+    if planned is None:
+        return ()
+    from agent_sandbox.launch.egress import BROKERS, PLACEHOLDER_MARK
+
+    return tuple((broker["placeholder"], BROKERS[name].prefix + PLACEHOLDER_MARK)
+                 for name, broker in planned.brokers.items())
 
 
 def egress_filled(stored, environ, home: str):
     """The stored egress plan with this launch's keys and audit log."""
     from agent_sandbox.launch.egress import BROKERS, audit_path
 
-    brokers = {name: dict(broker, key=environ[BROKERS[name].key_var])
-               for name, broker in stored.brokers.items()}
+    brokers = {}
+    for name, broker in stored.brokers.items():
+        known = BROKERS[name]
+        brokers[name] = dict(broker, key=environ[known.key_var])
+        if broker["upstream"] == URL_FROM_ENVIRON:
+            brokers[name]["upstream"] = environ[known.base_url_var].rstrip("/")
     return stored._replace(brokers=brokers, audit=audit_path(home))
 
 

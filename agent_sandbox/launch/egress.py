@@ -83,10 +83,14 @@ def wanted(policy) -> bool:
     return policy.network_mode == "allowlist" and not policy.network_isolated
 
 
+PLACEHOLDER_MARK = "agentsandbox"
+
+
 def placeholder(prefix: str) -> str:
     """Looks like a key of the API to the client (prefix, length, alphabet),
-    and is random per session, so it can be told apart from any real key."""
-    return prefix + "agentsandbox" + os.urandom(20).hex()
+    and is random per session, so it can be told apart from any real key (a
+    cached plan's are made anew at each hit: agentlaunch.renewed)."""
+    return prefix + PLACEHOLDER_MARK + os.urandom(20).hex()
 
 
 def free_port() -> int:

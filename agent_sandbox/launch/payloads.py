@@ -160,13 +160,22 @@ def _read_bound_file(path: str):
     return TOO_LARGE if data == OVER else data
 
 
-def _with_note(policy, profile, *, slurm: bool):
-    """The profile's note, after whatever the user keeps at that path."""
+def _with_note(policy, profile, payloads: dict, *, slurm: bool):
+    """The profile's note, after whatever the user keeps at that path — as
+    check_bound_files left it: a file it blanked (a token in the user's
+    CLAUDE.md) gives its blanked text, and the note takes the blanked copy's
+    place (one file at that path: the payload and the plan cache's copy of
+    it hold no token); a file it skipped is hidden."""
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.config.profiles import note_text
 
     existing = b""
-    if not policy.is_hidden(os.path.realpath(profile.note_path)):
+    blanked = [g for g in policy.generated_files if g[0] == profile.note_path]
+    if blanked:
+        existing = payloads.pop(blanked[0][1]).data.rstrip(b"\n") + b"\n\n"
+        policy = policy._replace(generated_files=tuple(
+            g for g in policy.generated_files if g[0] != profile.note_path))
+    elif not policy.is_hidden(os.path.realpath(profile.note_path)):
         try:
             with open(profile.note_path, "rb") as handle:
                 existing = handle.read(1 << 20).rstrip(b"\n") + b"\n\n"

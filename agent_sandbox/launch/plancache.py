@@ -28,12 +28,13 @@ bound-file verdicts) are not recorded: each checks its own inputs, which the
 compile observes, and trusts only the user's own files (the rule below,
 config/load.py load_cache).
 
-Fresh at every launch: the session id and the chaperon's directory. A plan
-is stored with the ones it was compiled with (random, 48 and 32 bits) and a
-hit substitutes new ones in every string (and the session id in payload
-bytes). The chaperon itself is started from its stored configuration; an
-agent's session copy and egress proxy are made again from what
-launch/agentlaunch.py stores beside the plan.
+Fresh at every launch: the session id, the chaperon's directory and the
+tokens the caller names as random per launch (`renewed`: an egress proxy's
+placeholder keys). A plan is stored with the ones it was compiled with
+(random, 48 and 32 bits) and a hit substitutes new ones in every string
+(and in payload bytes). The chaperon itself is started from its stored
+configuration; an agent's session copy and egress proxy are made again from
+what launch/agentlaunch.py stores beside the plan.
 
 The environment is stored as a template: the value of every variable the
 plan keeps verbatim from the launch's environment (an API key a profile
@@ -597,6 +598,7 @@ class Cache:
                 if fingerprint(path, kind) != print_:
                     return None
             old_session, old_chaperon = frozen["session"], frozen["chaperon_tag"] or ""
+            renewals = [(old, _renew(old, fixed)) for old, fixed in frozen["renewed"]]
             new_chaperon = f"{session_id}-{chaperon_suffix}" if old_chaperon else ""
             # The chaperon's directory first (it holds the session id), then
             # the id; whatever still names the old directory afterwards (an
@@ -604,13 +606,17 @@ class Cache:
             old_suffix = old_chaperon.rpartition("-")[2]
 
             def swap_str(text: str) -> str:
+                for old, new in renewals:
+                    text = text.replace(old, new)
                 if old_chaperon:
                     text = text.replace(old_chaperon, new_chaperon)
                     if old_suffix in text:
                         raise ValueError("a stale chaperon directory")
                 return text.replace(old_session, session_id)
 
-            swaps = [(old_chaperon.encode(), new_chaperon.encode())] if old_chaperon else []
+            swaps = [(old.encode(), new.encode()) for old, new in renewals]
+            if old_chaperon:
+                swaps.append((old_chaperon.encode(), new_chaperon.encode()))
             swaps.append((old_session.encode(), session_id.encode()))
 
             def swap_bytes(data: bytes) -> bytes:
@@ -625,10 +631,13 @@ class Cache:
             return None
 
     def store(self, recorder: Recorder, launch: dict, session_id: str,
-              chaperon_tag: str | None, required=()) -> None:
+              chaperon_tag: str | None, required=(), renewed=()) -> None:
         """Best effort: a launch never fails because the cache cannot be
         written; an uncacheable compile is simply not stored. `required`:
-        variables the template must take out (a job's per-task values)."""
+        variables the template must take out (a job's per-task values).
+        `renewed`: (token, its fixed part) for each string the compile made
+        random for this launch alone, the rest hex digits: a hit makes new
+        ones (_renew)."""
         if not recorder.cacheable:
             return
         launch, names = template(launch, self.environ)
@@ -636,7 +645,8 @@ class Cache:
             return
         try:
             frozen = {"launch": freeze(launch), "session": session_id,
-                      "chaperon_tag": chaperon_tag}
+                      "chaperon_tag": chaperon_tag,
+                      "renewed": tuple((str(t), str(f)) for t, f in renewed)}
             data = marshal.dumps((FORMAT, self.context, tuple(recorder.seen.items()), frozen))
         except (Uncacheable, ValueError):
             return
@@ -675,6 +685,16 @@ class Cache:
             _evict(dir_fd, name)
         finally:
             os.close(dir_fd)
+
+
+def _renew(token: str, fixed: str) -> str:
+    """A new token like `token`: its fixed part, then as many random hex
+    digits; ValueError (a miss) for anything else."""
+    rest = token[len(fixed):]
+    if not (fixed and token.startswith(fixed) and rest and len(rest) % 2 == 0
+            and rest == rest.lower() and all(c in "0123456789abcdef" for c in rest)):
+        raise ValueError("not a renewable token")
+    return fixed + os.urandom(len(rest) // 2).hex()
 
 
 def _open_private(path: str, below=()) -> int | None:

@@ -218,10 +218,13 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
     payloads = {}
     if chaperon:
         payloads["stub"] = chaperon.stub_payload()
-    if profile is not None and profile.note_path:
-        policy, payloads["note-0"] = _with_note(policy, profile, slurm=chaperon is not None)
     policy, generated = check_bound_files(settings, policy, selection.name)
     payloads.update(generated)
+    if profile is not None and profile.note_path:
+        # After the check: the note stands in for the user's file at its
+        # path, with the text the check left (a token blanked, payloads.py).
+        policy, payloads["note-0"] = _with_note(policy, profile, payloads,
+                                                slurm=chaperon is not None)
     base, denied = base_payloads(policy, selection.name)
     payloads.update(base)
     abi = landlock_abi()
@@ -340,10 +343,14 @@ def _store(cache, recorder, prepared: Prepared, agent, egressed: list) -> None:
     session = prepared.chaperon
     tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
     cache.settings = prepared.settings    # a job's entry checks SANDBOX_ENV (jobcache.py)
+    from agent_sandbox.launch.agentlaunch import renewed
+
+    # The egress proxy's placeholder keys are the session's own: new at a hit.
+    fresh = renewed(egressed[0] if egressed else None)
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
                            "denied": prepared.denied, "placeholders": prepared.placeholders,
                            "chaperon": session.config if session else None, **extra},
-                prepared.policy.session_id, tag)
+                prepared.policy.session_id, tag, **({"renewed": fresh} if fresh else {}))
 
 
 def slotted(plan) -> bool:

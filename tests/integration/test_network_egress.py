@@ -684,6 +684,9 @@ def test_a_cached_agent_launch_brokers_the_key_of_its_own_environment(net, backe
             placeholders.append(data["key"])
             assert leftovers(user) == []
         assert all(MARKER not in p for p in placeholders)
+        # Each session's own placeholder, the one its proxy takes (a fresh
+        # compile makes a new one; a hit reused the compile's).
+        assert len(set(placeholders)) == 3, placeholders
         plans = user.home / ".local/state/agent-sandbox/cache/plans"
         assert list(plans.glob("*.marshal")), "no plan was stored"
         for path in plans.iterdir():

@@ -105,3 +105,21 @@ def test_an_egress_plan_that_cannot_be_rebuilt_is_not_stored():
     # A key that is not the environment's own; a port chosen for this launch.
     assert agentlaunch.egress_template(egress_plan("sk-ant-api03-OTHER"), environ) is None
     assert agentlaunch.egress_template(egress_plan("sk-ant-api03-REAL", 40000), environ) is None
+
+
+def test_a_gateway_url_the_user_set_is_not_stored_and_a_hit_puts_its_own_back():
+    """A base URL set outside is the broker's upstream; a gateway's URL can
+    hold its credentials (https://user:token@…): the environment's, so not
+    stored, as the key."""
+    url = "https://u:GATEWAYSECRET@gw.example/v1"
+    environ = {"ANTHROPIC_API_KEY": "sk-ant-api03-REAL", "ANTHROPIC_BASE_URL": url + "/"}
+    planned = egress_plan("sk-ant-api03-REAL")
+    planned.brokers["anthropic"]["upstream"] = url
+    stored = agentlaunch.egress_template(planned, environ)
+    assert "GATEWAYSECRET" not in repr(stored)
+    filled = agentlaunch.egress_filled(stored, environ, "/h")
+    assert filled.brokers["anthropic"]["upstream"] == url
+    # The default upstream (no base URL set) is stored as it is.
+    default = agentlaunch.egress_template(egress_plan("sk-ant-api03-REAL"),
+                                          {"ANTHROPIC_API_KEY": "sk-ant-api03-REAL"})
+    assert default.brokers["anthropic"]["upstream"] == "https://api.anthropic.com"

@@ -130,7 +130,8 @@ def test_paused_and_ignored_paths_are_not_noted(tmp_path):
     assert recorder.seen == {}
 
 
-def test_a_cache_file_not_the_users_own_or_writable_by_others_is_a_miss(tmp_path, monkeypatch):
+def _cache_and_recorder(tmp_path, monkeypatch):
+    """A cache slot below tmp_path and a recorder that saw one settled path."""
     monkeypatch.setattr("agent_sandbox.paths.state_dir", lambda home: str(tmp_path / "state"))
     (tmp_path / "state").mkdir(mode=0o700)
     cache = Cache(("opts",), {"A": "1"}, str(tmp_path))
@@ -138,6 +139,11 @@ def test_a_cache_file_not_the_users_own_or_writable_by_others_is_a_miss(tmp_path
     os.utime(tmp_path, (old, old))
     with Recorder() as recorder:
         os.path.isdir(tmp_path)
+    return cache, recorder
+
+
+def test_a_cache_file_not_the_users_own_or_writable_by_others_is_a_miss(tmp_path, monkeypatch):
+    cache, recorder = _cache_and_recorder(tmp_path, monkeypatch)
     cache.store(recorder, {"x": (SID, 1)}, SID, None)
     assert cache.load(NEW, "00000000") == {"x": (NEW, 1)}
     os.chmod(cache.path, 0o620)
@@ -304,3 +310,22 @@ def test_a_long_proc_file_is_fingerprinted_whole(tmp_path):
     after = plancache._pseudo_fingerprint(str(table))
     assert before != after and before[0] == "digest" and len(before[1]) == 32
     assert plancache._pseudo_fingerprint(str(table)) == after
+
+
+def test_a_hit_renews_the_tokens_random_per_launch_in_strings_and_bytes(tmp_path, monkeypatch):
+    """An egress proxy's placeholder key is the session's own (agentlaunch.renewed):
+    each hit gets a new one wherever the plan holds it; a token that is not
+    its fixed part and hex digits is a miss."""
+    cache, recorder = _cache_and_recorder(tmp_path, monkeypatch)
+    token = "sk-agentsandbox" + "ab" * 20
+    cache.store(recorder, {"env": {"K": token}, "data": b"k=" + token.encode()}, SID, None,
+                renewed=((token, "sk-agentsandbox"),))
+    first, second = cache.load(NEW, "00000000"), cache.load(NEW, "00000000")
+    for hit in (first, second):
+        assert hit["env"]["K"].startswith("sk-agentsandbox") and hit["env"]["K"] != token
+        assert len(hit["env"]["K"]) == len(token)
+        assert hit["data"] == b"k=" + hit["env"]["K"].encode()
+    assert first["env"]["K"] != second["env"]["K"]
+    for fixed in ("sk-other", "sk-agentsandbox" + "ab" * 19 + "a"):
+        cache.store(recorder, {"x": 1}, SID, None, renewed=((token, fixed),))
+        assert cache.load(NEW, "00000000") is None, fixed
