@@ -85,13 +85,18 @@ class AgentLaunch:
         return profile
 
     def before(self, home: str) -> None:
-        """AGENT_STATE entries made, copies of killed launchers merged."""
-        if self.dry_run:
-            return
-        from agent_sandbox.launch import agentcopy
+        """AGENT_STATE entries made (the copies of killed launchers were
+        merged before the plan cache was asked: recover())."""
+        if not self.dry_run:
+            create_state(self.profile.state, home)
 
-        create_state(self.profile.state, home)
-        agentcopy.recover(home)
+    def recover(self, home: str) -> None:
+        """The copies of killed launchers merged under the guard — first, as
+        a compile would see their result, before a cached plan is checked."""
+        if not self.dry_run:
+            from agent_sandbox.launch import agentcopy
+
+            agentcopy.recover(home)
 
     def copied(self, spec, before, after) -> None:
         """The compile made the session copy: `before` → `after`."""

@@ -462,6 +462,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
 
     # A native terminal only when both ends are one.
     terminal = os.isatty(0) and os.isatty(1)
+    if agent is not None:
+        agent.recover(environ_home())
     cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal, job,
                          agent.name if agent else None), environ, agent)
     recorder, is_slotted, egressed = None, False, []
