@@ -491,14 +491,20 @@ print(json.dumps({"answer": answer, "found": found,
 '''
 
 
+def mock_agent(net) -> None:
+    """A profile that brokers Anthropic's key for /usr/bin/python3 and the
+    probe script it runs."""
+    net.user.write(".config/agent-sandbox/agents/mockagent.conf",
+                   "AGENT_COMMAND=(/usr/bin/python3)\nNETWORK_MODE=allowlist\n"
+                   "AGENT_BROKERS=(anthropic)\n")
+    net.user.set_config(net.config + "ENABLED_AGENTS+=(mockagent)\n")
+    (net.fixture / "broker_probe.py").write_text(BROKER_PROBE)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_brokered_key_reaches_the_api_and_never_the_sandbox(net, backend):
     user = net.user
-    user.write(".config/agent-sandbox/agents/mockagent.conf",
-               "AGENT_COMMAND=(/usr/bin/python3)\nNETWORK_MODE=allowlist\n"
-               "AGENT_BROKERS=(anthropic)\n")
-    user.set_config(net.config + "ENABLED_AGENTS+=(mockagent)\n")
-    (net.fixture / "broker_probe.py").write_text(BROKER_PROBE)
+    mock_agent(net)
     before = len(net.api.seen)
     env = user.env(ANTHROPIC_API_KEY=REAL_KEY, ANTHROPIC_BASE_URL=f"https://api.test:{net.ap}")
     result = user.run([INSTALLED, "--backend", backend, "mockagent",
@@ -656,11 +662,7 @@ def test_a_cached_agent_launch_brokers_the_key_of_its_own_environment(net, backe
     environment's, put back at the hit), the hit's proxy brokers with it, and
     the session's directories are its own."""
     user = net.user
-    user.write(".config/agent-sandbox/agents/mockagent.conf",
-               "AGENT_COMMAND=(/usr/bin/python3)\nNETWORK_MODE=allowlist\n"
-               "AGENT_BROKERS=(anthropic)\n")
-    user.set_config(net.config + "ENABLED_AGENTS+=(mockagent)\n")
-    (net.fixture / "broker_probe.py").write_text(BROKER_PROBE)
+    mock_agent(net)
     wrote()       # the first launch's compile waits out the cache's racy window
     env = user.env(ANTHROPIC_API_KEY=REAL_KEY, ANTHROPIC_BASE_URL=f"https://api.test:{net.ap}")
     argv = [INSTALLED, "--backend", backend, "mockagent", str(net.fixture / "broker_probe.py"),

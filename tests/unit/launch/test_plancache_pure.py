@@ -279,13 +279,7 @@ def test_a_hit_marks_its_plan_used_so_the_eviction_keeps_it(tmp_path, monkeypatc
     """The eviction removes the least recently *used* plans: a hit touches
     its file (at most once an hour), so a burst of job plans does not flush
     the interactive ones."""
-    monkeypatch.setattr("agent_sandbox.paths.state_dir", lambda home: str(tmp_path / "state"))
-    (tmp_path / "state").mkdir(mode=0o700)
-    cache = Cache(("opts",), {"A": "1"}, str(tmp_path))
-    old = os.path.getmtime(tmp_path) - 10
-    os.utime(tmp_path, (old, old))
-    with Recorder() as recorder:
-        os.path.isdir(tmp_path)
+    cache, recorder = _cache_and_recorder(tmp_path, monkeypatch)
     cache.store(recorder, {"x": (SID, 1)}, SID, None)
     os.utime(cache.path, (1000, 1000))
     assert cache.load(NEW, "00000000") == {"x": (NEW, 1)}
