@@ -85,8 +85,12 @@ def _stat_fields(st) -> tuple:
 
 
 # How a path was observed: its metadata only (stat, lstat, access,
-# readlink), or what it holds (open, and listdir/scandir of a directory).
-META, CONTENT = 0, 1
+# readlink), or what it holds (open, and listdir/scandir of a directory), or
+# its type alone (os.path's exists, lexists, isdir, isfile, islink and
+# realpath answer nothing else: a file an agent rewrites between sessions —
+# its history, by a rename — stays the same to them).
+META, CONTENT, TYPE = 0, 1, 2
+_TYPED = ("exists", "lexists", "isdir", "isfile", "islink", "realpath")
 _PROC_KEEP = (b"NoNewPrivs", b"Seccomp", b"Uid", b"Gid", b"Groups", b"Cap")
 
 
@@ -97,6 +101,8 @@ def fingerprint(path: str, kind: int = CONTENT, stat=os.stat):
     files), which a plan that never listed it does not depend on."""
     if path.startswith(("/proc/", "/sys/")):
         return _pseudo_fingerprint(path)
+    if kind == TYPE:
+        return _type_fingerprint(path, stat)
     # (lstat, stat); stat is asked only for a symbolic link: of anything
     # else, or of a path lstat cannot find, it says what lstat said.
     try:
@@ -115,6 +121,28 @@ def fingerprint(path: str, kind: int = CONTENT, stat=os.stat):
     except ValueError:
         target = "invalid"
     return (own, target)
+
+
+def _type_fingerprint(path: str, stat):
+    """The file type, and for a symbolic link its target and the type it
+    leads to: all that os.path's type questions and realpath can learn."""
+    try:
+        own = stat(path, follow_symlinks=False).st_mode & 0o170000
+    except OSError as exc:
+        return ("type", exc.errno)
+    except ValueError:
+        return ("type", "invalid")
+    if own != 0o120000:
+        return ("type", own)
+    try:
+        target = os.readlink(path)
+    except OSError as exc:
+        target = exc.errno
+    try:
+        followed = stat(path).st_mode & 0o170000
+    except OSError as exc:
+        followed = ("error", exc.errno)
+    return ("type", own, target, followed)
 
 
 def _kind_fields(fields: tuple, kind: int) -> tuple:
@@ -168,6 +196,7 @@ class Recorder:
         self.why = ""
         self.ignore = tuple(p.rstrip("/") + "/" for p in ignore)
         self.paused = 0
+        self.typed = 0          # inside one of os.path's type questions
         self._saved: list = []
         now = time_ns()
         self.racy, self.coarse_racy = now - RACY_NS, now - COARSE_RACY_NS
@@ -187,6 +216,8 @@ class Recorder:
             return
         if not path.startswith("/"):
             path = os.path.join(os.getcwd(), path)
+        if kind == META and self.typed:
+            kind = TYPE
         if ((path, kind) in self.seen or path.startswith(self.ignore)
                 or path + "/" in self.ignore):
             return
@@ -250,6 +281,18 @@ class Recorder:
         if "subprocess" in sys.modules:
             patches.append((sys.modules["subprocess"], "_fork_exec", fork_exec))
         patches += [(builtins, "open", opening), (io, "open", opening)]
+
+        def typed(real):
+            recorder = self
+
+            def wrapper(*args, **kwargs):
+                recorder.typed += 1
+                try:
+                    return real(*args, **kwargs)
+                finally:
+                    recorder.typed -= 1
+            return wrapper
+        patches += [(os.path, name, typed(getattr(os.path, name))) for name in _TYPED]
         for module, name, value in patches:
             self._saved.append((module, name, getattr(module, name)))
             setattr(module, name, value)

@@ -507,3 +507,22 @@ def test_a_cached_agent_launch_makes_its_own_session_copy(user, project, home, b
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines()[1:] == ["hello", "extra-read-only", "last=z"]
     assert (home / ".claude/extra.md").read_text() == "hello\n"
+
+
+HISTORY_WRITER = """#!/bin/sh
+for last; do :; done
+echo "$last" >> "$CLAUDE_CONFIG_DIR/history.jsonl"
+"""
+
+
+def test_an_agent_that_keeps_its_history_still_hits_the_cache(user, project, home):
+    """An agent writes its history (an AGENT_CONFIG_KEEP entry, moved back at
+    the end): the next launch still comes from the plan cache — the compile
+    asked only the entry's type (plancache TYPE), which a rewrite keeps."""
+    user.write("tools/bin/claude", HISTORY_WRITER, 0o755)
+    env = standin_env(user)
+    for turn in ("one", "two", "three"):
+        result = run_agent(user, project, ["claude", turn], env)
+        assert result.returncode == 0, result.stderr
+    assert (home / ".claude/history.jsonl").read_text() == "one\ntwo\nthree\n"
+    assert plan_line(user, project, env).startswith("plan:      from the compiled plan cache")

@@ -62,13 +62,15 @@ def test_every_input_changed_in_turn_gives_a_fresh_compile(user, project, admin)
     bashrc = (user.home / ".bashrc").read_text()     # the session fixture's: put back after
     # (what changes, the change, the launch's options, environment, working directory)
     changes = [
+        # First, while the bound files are scanned (the next step turns the
+        # scan off: then their content decides nothing, and a hit is right).
+        ("a bound file's secret", lambda: user.write(".bashrc", token), (), None, None),
         ("user config", lambda: user.set_config(BASE + "SECRETS_IN_BOUND_FILES=off\n"), (), None, None),
         ("admin config", lambda: admin("PRIVATE_TMP=false\n"), (), None, None),
         ("environment", lambda: None, (), {"SECRETS_IN_BOUND_FILES": "skip"}, None),
         ("project", lambda: None, ("--project-dir", str(other)), None, None),
         ("working directory", lambda: None, (), None, sub),
         ("a new protected path", lambda: (project / ".envrc").write_text("x\n"), (), None, None),
-        ("a bound file's secret", lambda: user.write(".bashrc", token), (), None, None),
         ("a new hidden path configured", lambda: user.set_config(
             BASE + f"EXTRA_BLOCKED_PATHS+=({cloud})\n"), (), None, None),
         ("the hidden path appears", lambda: cloud.mkdir(), (), None, None),

@@ -7,7 +7,7 @@ import subprocess
 
 from agent_sandbox.backends.base import FdRef, Payload, Plan
 from agent_sandbox.launch import plancache
-from agent_sandbox.launch.plancache import CONTENT, META, Cache, Recorder, freeze, thaw
+from agent_sandbox.launch.plancache import CONTENT, META, TYPE, Cache, Recorder, freeze, thaw
 
 SID, NEW = "0123456789ab", "ba9876543210"
 
@@ -92,13 +92,41 @@ def test_the_recorder_notes_what_a_compile_observes(tmp_path):
     os.utime(tmp_path / "f", (old, old))
     with Recorder() as recorder:
         os.path.exists(tmp_path / "a")
+        os.stat(tmp_path / "b", follow_symlinks=False) if os.path.lexists(tmp_path / "b") else 0
+        os.access(tmp_path / "c", os.R_OK)
         with open(tmp_path / "f") as handle:
             handle.read()
         os.listdir(tmp_path)
     seen = set(recorder.seen)
-    assert (str(tmp_path / "a"), META) in seen and (str(tmp_path / "f"), CONTENT) in seen
+    assert (str(tmp_path / "a"), TYPE) in seen and (str(tmp_path / "f"), CONTENT) in seen
+    assert (str(tmp_path / "b"), TYPE) in seen and (str(tmp_path / "c"), META) in seen
     assert (str(tmp_path), CONTENT) in seen
-    assert os.stat is recorder._real["stat"]   # restored
+    assert os.stat is recorder._real["stat"] and os.path.exists.__module__ == "genericpath"
+
+
+def test_a_file_rewritten_by_rename_is_the_same_to_type_questions_only(tmp_path):
+    """os.path's type questions (and realpath) are recorded by type: an
+    agent's history rewritten through a rename (new inode, size and times)
+    does not make the next launch a miss through them; a stat of it does,
+    and so does a change of type or of a link's target."""
+    history, link = tmp_path / "history.jsonl", tmp_path / "link"
+    history.write_text("a\n")
+    link.symlink_to(history)
+    with Recorder() as typed:
+        os.path.isfile(history)
+        os.path.realpath(link)
+    with Recorder() as stated:
+        os.stat(history)
+    (tmp_path / "new").write_text("a\nb\n")
+    os.replace(tmp_path / "new", history)
+    assert all(plancache.fingerprint(p, k) == v for (p, k), v in typed.seen.items())
+    assert any(plancache.fingerprint(p, k) != v for (p, k), v in stated.seen.items())
+    link.unlink()
+    link.symlink_to(tmp_path / "elsewhere")
+    assert any(plancache.fingerprint(p, k) != v for (p, k), v in typed.seen.items())
+    history.unlink()
+    history.mkdir()
+    assert plancache.fingerprint(str(history), TYPE) == ("type", 0o040000)
 
 
 def test_the_recorder_gives_up_on_a_process_a_descriptor_lookup_or_a_racy_file(tmp_path):
