@@ -63,6 +63,7 @@ import builtins
 import marshal
 import os
 import sys
+from _thread import get_ident
 from time import time_ns
 
 FORMAT = 3    # 2: records (class and field names); 3: the environment template
@@ -196,7 +197,7 @@ class Recorder:
         self.why = ""
         self.ignore = tuple(p.rstrip("/") + "/" for p in ignore)
         self.paused = 0
-        self.typed = 0          # inside one of os.path's type questions
+        self.typed: dict = {}   # thread → depth inside os.path's type questions
         self._saved: list = []
         now = time_ns()
         self.racy, self.coarse_racy = now - RACY_NS, now - COARSE_RACY_NS
@@ -216,8 +217,8 @@ class Recorder:
             return
         if not path.startswith("/"):
             path = os.path.join(os.getcwd(), path)
-        if kind == META and self.typed:
-            kind = TYPE
+        if kind == META and self.typed and get_ident() in self.typed:
+            kind = TYPE     # (that thread's own: another's stat stays META)
         if ((path, kind) in self.seen or path.startswith(self.ignore)
                 or path + "/" in self.ignore):
             return
@@ -286,11 +287,15 @@ class Recorder:
             recorder = self
 
             def wrapper(*args, **kwargs):
-                recorder.typed += 1
+                me = get_ident()
+                recorder.typed[me] = recorder.typed.get(me, 0) + 1
                 try:
                     return real(*args, **kwargs)
                 finally:
-                    recorder.typed -= 1
+                    if recorder.typed[me] == 1:
+                        del recorder.typed[me]
+                    else:
+                        recorder.typed[me] -= 1
             return wrapper
         patches += [(os.path, name, typed(getattr(os.path, name))) for name in _TYPED]
         for module, name, value in patches:

@@ -351,3 +351,20 @@ def test_a_hit_renews_the_tokens_random_per_launch_in_strings_and_bytes(tmp_path
     for fixed in ("sk-other", "sk-agentsandbox" + "ab" * 19 + "a"):
         cache.store(recorder, {"x": 1}, SID, None, renewed=((token, fixed),))
         assert cache.load(NEW, "00000000") is None, fixed
+
+
+def test_a_stat_in_another_thread_during_a_type_question_stays_metadata(tmp_path):
+    """The type-only fingerprint applies to the thread asking os.path's
+    question: another thread's os.stat meanwhile is recorded in full."""
+    import threading
+
+    (tmp_path / "f").write_text("x")
+    with Recorder() as recorder:
+        other = threading.Thread(target=lambda: None)
+        other.start()
+        other.join()
+        recorder.typed[other.ident] = 1      # that thread inside os.path.isdir
+        os.stat(tmp_path / "f")
+        os.path.isdir(tmp_path / "g")
+    assert (str(tmp_path / "f"), META) in recorder.seen
+    assert (str(tmp_path / "g"), TYPE) in recorder.seen
