@@ -61,7 +61,7 @@ class PlanSpawner:
     """The warm plan of the cache, spawned without the launcher (setpriv and
     bwrap with the plan's argv, environment and payloads; its placeholders
     and chaperon directory made as a launch makes them): the sandbox's own
-    cost. Reads the newest plan in the cache with the install's own code."""
+    cost. Reads the newest `run` plan in the cache with the install's own code."""
 
     def __init__(self, agent_sandbox: str, plans: str, environ: dict):
         import glob
@@ -74,10 +74,15 @@ class PlanSpawner:
         from agent_sandbox.launch.run import COMMAND_SLOT
         from agent_sandbox.launch.spawn import _pdeathsig_wrapper, render_argv
 
-        newest = max(glob.glob(os.path.join(plans, "*.marshal")), key=os.path.getmtime)
-        with open(newest, "rb") as handle:
-            frozen = marshal.loads(handle.read())[3]
-        launch = plancache.thaw(frozen["launch"], lambda s: s, lambda b: b, {})
+        # The newest plan of a `run` (an agent profile's is stored with its
+        # profile, and the cache holds those too since issue 19).
+        for path in sorted(glob.glob(os.path.join(plans, "*.marshal")), key=os.path.getmtime,
+                           reverse=True):
+            with open(path, "rb") as handle:
+                frozen = marshal.loads(handle.read())[3]
+            launch = plancache.thaw(frozen["launch"], lambda s: s, lambda b: b, {})
+            if "profile" not in launch:
+                break
         if hasattr(plancache, "filled"):       # the environment template
             launch = plancache.filled(launch, environ)
         self.plan, self.render = launch["plan"], render_argv
@@ -172,8 +177,9 @@ def main() -> int:
     kept: set = set()        # the baseline's own plans (a baseline with a plan cache)
 
     def cold_cache():
-        """This install's plans removed, the baseline's kept: both share the
-        user's cache directory, and the baseline's warm figure must stay warm."""
+        """This install's `run` plan removed, the baseline's and the agent's
+        kept: they share the user's cache directory, and their warm figures
+        must stay warm."""
         for name in os.listdir(plans) if os.path.isdir(plans) else ():
             if name not in kept:
                 os.unlink(os.path.join(plans, name))
@@ -192,6 +198,11 @@ def main() -> int:
         measure(cases["baseline run -- true"], 3, project, env)
         kept.update(os.listdir(plans) if os.path.isdir(plans) else ())
     measure(cases[warm], 3, project, env)   # warm the caches
+    if not args.no_agent:
+        # The agent's plan is kept too: the cold case is `run`'s alone.
+        before_agent = set(os.listdir(plans) if os.path.isdir(plans) else ())
+        measure(cases[agent], 3, project, agent_env)
+        kept.update(set(os.listdir(plans) if os.path.isdir(plans) else ()) - before_agent)
     own = "the plan's own bwrap (no launcher)"
     results = {}
     os.chdir(project)
