@@ -18,9 +18,9 @@ egress/server.py uses the same `pump` and `join` for its own hop.
 """
 from __future__ import annotations
 
+import _socket   # the C module: `socket` (enum, selectors) costs the helper ~4 ms
 import errno
 import os
-import socket
 import sys
 
 CHUNK = 1 << 20
@@ -38,7 +38,7 @@ def _pipe() -> tuple[int, int]:
     return read_end, write_end
 
 
-def _copy(source: socket.socket, target: socket.socket, limit: int | None) -> int:
+def _copy(source: _socket.socket, target: _socket.socket, limit: int | None) -> int:
     """recv/sendall fallback; bytes moved."""
     buffer = bytearray(CHUNK)
     view = memoryview(buffer)
@@ -56,7 +56,7 @@ def _copy(source: socket.socket, target: socket.socket, limit: int | None) -> in
 _NO_SPLICE = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP)
 
 
-def _splice(source: socket.socket, target: socket.socket, limit: int | None) -> int:
+def _splice(source: _socket.socket, target: _socket.socket, limit: int | None) -> int:
     """Bytes moved source → target through a pipe, never through user space;
     where splice is refused (even after some bytes went), the rest by _copy,
     within what is left of the limit."""
@@ -86,7 +86,7 @@ def _splice(source: socket.socket, target: socket.socket, limit: int | None) -> 
     return moved
 
 
-def _drain(source: socket.socket) -> None:
+def _drain(source: _socket.socket) -> None:
     """Read and drop what the source still sends, until it ends: a socket
     closed with unread bytes resets the connection, and a reset can destroy
     the answer the peer has not read yet."""
@@ -95,7 +95,7 @@ def _drain(source: socket.socket) -> None:
         pass
 
 
-def pump(source: socket.socket, target: socket.socket, limit: int | None = None) -> int:
+def pump(source: _socket.socket, target: _socket.socket, limit: int | None = None) -> int:
     """Copy source → target until end of stream, then half close target; or
     stop after `limit` bytes, leave target open (an HTTP request whose body
     is complete: the answer still comes) and drop the rest of the source.
@@ -104,19 +104,19 @@ def pump(source: socket.socket, target: socket.socket, limit: int | None = None)
     try:
         moved = _splice(source, target, limit)
         if limit is None or moved < limit:
-            target.shutdown(socket.SHUT_WR)
+            target.shutdown(_socket.SHUT_WR)
         else:
             _drain(source)
     except OSError:
         for sock in (source, target):
             try:
-                sock.shutdown(socket.SHUT_RDWR)
+                sock.shutdown(_socket.SHUT_RDWR)
             except OSError:
                 pass
     return moved
 
 
-def join(first: socket.socket, second: socket.socket, already: int = 0,
+def join(first: _socket.socket, second: _socket.socket, already: int = 0,
          limit: int | None = None) -> tuple[int, int]:
     """Carry both directions between two connected sockets until both end
     (first → second at most `limit` bytes); close them.
@@ -137,7 +137,9 @@ def join(first: socket.socket, second: socket.socket, already: int = 0,
     return forward + already, result[0]
 
 
-def _carry(client: socket.socket, socket_path: str) -> None:
+def _carry(client: _socket.socket, socket_path: str) -> None:
+    import socket
+
     upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         upstream.connect(socket_path)
@@ -148,20 +150,20 @@ def _carry(client: socket.socket, socket_path: str) -> None:
     join(client, upstream)
 
 
-def listeners(listen_port: int) -> list[socket.socket]:
+def listeners(listen_port: int) -> list:
     """127.0.0.1:<port>, and [::1]:<port> when IPv6 loopback exists."""
     result = []
-    for family, host in ((socket.AF_INET, "127.0.0.1"), (socket.AF_INET6, "::1")):
-        sock = socket.socket(family, socket.SOCK_STREAM)
+    for family, host in ((_socket.AF_INET, "127.0.0.1"), (_socket.AF_INET6, "::1")):
+        sock = _socket.socket(family, _socket.SOCK_STREAM)
         try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            if family == socket.AF_INET6:
-                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.setsockopt(_socket.SOL_SOCKET, _socket.SO_REUSEADDR, 1)
+            if family == _socket.AF_INET6:
+                sock.setsockopt(_socket.IPPROTO_IPV6, _socket.IPV6_V6ONLY, 1)
             sock.bind((host, listen_port))
             sock.listen(128)
         except OSError:
             sock.close()
-            if family == socket.AF_INET:
+            if family == _socket.AF_INET:
                 raise
             continue
         result.append(sock)
@@ -177,18 +179,19 @@ def serve_on(bound: list, socket_path: str) -> None:
     """Accept on the listening sockets `bound` forever (the sandbox helper
     binds them before it forks the relay: sandbox_exec.start_relay)."""
     import selectors
+    import socket
     import threading
 
     selector = selectors.DefaultSelector()
-    for sock in bound:
-        selector.register(sock, selectors.EVENT_READ)
+    for sock in bound:      # listeners() makes them on the C module: wrapped for accept()
+        selector.register(socket.socket(fileno=sock.detach()), selectors.EVENT_READ)
     while True:
         for key, _ in selector.select():
             try:
                 client, _ = key.fileobj.accept()
             except OSError:
                 continue
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            client.setsockopt(_socket.IPPROTO_TCP, _socket.TCP_NODELAY, 1)
             threading.Thread(target=_carry, args=(client, socket_path), daemon=True).start()
 
 
