@@ -135,3 +135,46 @@ def helper_module(name: str):
     if HELPER_DIR not in sys.path:
         sys.path.insert(0, HELPER_DIR)
     return importlib.import_module(name)
+
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def remove_tree(path: str) -> None:
+    """shutil.rmtree(path, ignore_errors=True) without importing shutil
+    (with fnmatch and re, ~4.5 ms on a launch's exit path: session copies,
+    the egress proxy's and the chaperon's directories): each directory
+    opened from its parent's descriptor without following a link (a link a
+    session planted is removed, never followed)."""
+    try:
+        parent = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        _remove_entry(parent, os.path.basename(path))
+    finally:
+        os.close(parent)
+
+
+def _remove_entry(dir_fd: int, name: str) -> None:
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError:          # not a directory (a file, a link) or gone
+        try:
+            os.unlink(name, dir_fd=dir_fd)
+        except OSError:
+            pass
+        return
+    try:
+        with os.scandir(fd) as entries:
+            names = [entry.name for entry in entries]
+        for entry in names:
+            _remove_entry(fd, entry)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except OSError:
+        pass

@@ -387,7 +387,10 @@ def start_relay(port: int, socket_path: str) -> None:
         bound = netrelay.listeners(port)
     except OSError as exc:
         raise SetupError(f"the egress relay cannot listen on 127.0.0.1:{port} — "
-                         f"{exc.strerror or exc} (proxy socket {socket_path})") from None
+                         f"{exc.strerror or exc} (proxy socket {socket_path}); on landlock "
+                         "that port is on the host's loopback and another process holds "
+                         "it: launch again (a new port is chosen), or use the bwrap or "
+                         "firejail backend, whose relay has a network of its own") from None
     keep = sorted(sock.fileno() for sock in bound)
     child = os.fork()
     if child == 0:

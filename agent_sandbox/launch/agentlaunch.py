@@ -75,12 +75,10 @@ class AgentLaunch:
         if shutil.which(command[0], path=environ.get("PATH")) is None:
             raise AgentMissing(f"{self.name}: {command[0]} is not installed (not found on "
                                f"your PATH) — {profile.install_hint or 'install it first'}.")
-        if not before:
-            return profile
-        if recorder is None:
-            self.before(home)
-        else:
-            with recorder.pause():
+        if before:
+            from agent_sandbox.launch.plancache import Paused
+
+            with Paused(recorder):
                 self.before(home)
         return profile
 
@@ -105,19 +103,6 @@ class AgentLaunch:
                      "reads": {f: getattr(before, f) for f in COPY_READS},
                      "before": _writes(before, variable), "after": _writes(after, variable)}
 
-    def stored(self, policy, egress_plan, environ) -> dict | None:
-        """What the cache keeps beside the plan, or None: not storable."""
-        copy = self.copy
-        if copy is not None and any(getattr(policy, f) != v for f, v in copy["reads"].items()):
-            return None      # the compile changed what the copy read after it: recompute
-        egress = None
-        if egress_plan is not None:
-            egress = egress_template(egress_plan, environ)
-            if egress is None:
-                return None
-        stored = {"profile": self.profile, "copy": copy, "egress": egress}
-        return {k: v for k, v in stored.items() if v is not None}
-
 
 def create_state(entries, home: str) -> None:
     """Create missing AGENT_STATE entries (trailing / = a directory) so the
@@ -136,6 +121,24 @@ def create_state(entries, home: str) -> None:
                 os.close(fd)
         except OSError:
             pass   # the agent then runs with that state in the throw-away home
+
+
+def stored(agent, policy, egress_plan, environ) -> tuple | None:
+    """(what the cache keeps beside the plan, the tokens a hit renews) for
+    a launch — an agent's (`agent`) and one with an egress proxy
+    (`egress_plan`) keep what makes their session parts again —, or None:
+    not storable."""
+    copy = agent.copy if agent is not None else None
+    if copy is not None and any(getattr(policy, f) != v for f, v in copy["reads"].items()):
+        return None      # the compile changed what the copy read after it: recompute
+    extra = {"profile": agent.profile} if agent is not None else {}
+    if copy is not None:
+        extra["copy"] = copy
+    if egress_plan is not None:
+        extra["egress"] = egress_template(egress_plan, environ)
+        if extra["egress"] is None:
+            return None
+    return extra, renewed(egress_plan)
 
 
 def _writes(policy, variable: str) -> dict:

@@ -282,9 +282,9 @@ class ChaperonSession:
         os.close(self._wake_read)
         os.close(self._wake_write)
         if os.path.lexists(self.directory) and not _remove_unused(self.directory):
-            import shutil
+            from agent_sandbox.paths import remove_tree
 
-            shutil.rmtree(self.directory, ignore_errors=True)
+            remove_tree(self.directory)
 
 
 def _remove_unused(directory: str) -> bool:

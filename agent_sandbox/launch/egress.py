@@ -346,19 +346,8 @@ def _read_ready(fd: int, gone: int | None = None) -> bytes | None:
 
 
 def _remove(directory: str) -> None:
-    """The session's directory: its socket (left by a proxy that was
-    killed) and itself, or, when it holds anything else, the whole tree."""
-    try:
-        os.unlink(os.path.join(directory, SOCKET_NAME))
-    except OSError:
-        pass
-    try:
-        os.rmdir(directory)
-        return
-    except FileNotFoundError:
-        return
-    except OSError:
-        pass
-    import shutil   # ~2 ms; rmtree works on descriptors: planted links are not followed
+    """The session's directory, with its socket (left by a proxy that was
+    killed) and whatever else is in it (paths.remove_tree)."""
+    from agent_sandbox.paths import remove_tree
 
-    shutil.rmtree(directory, ignore_errors=True)
+    remove_tree(directory)

@@ -181,7 +181,7 @@ def _pseudo_fingerprint(path: str):
         # confinement and identity lines can decide a plan.
         data = b"\n".join(line for line in data.splitlines() if line.startswith(_PROC_KEEP))
     if len(data) > 4096:
-        return ("digest", _digest(data))   # not every cache file a copy of a long table
+        return ("digest", _hash(data))   # not every cache file a copy of a long table
     return ("data", data)
 
 
@@ -312,16 +312,26 @@ class Recorder:
         if module is not None and getattr(module, "_fork_exec", None) is wrapper:
             module._fork_exec = real
 
-    def pause(self):
-        recorder = self
+    def pause(self) -> "Paused":
+        return Paused(self)
 
-        class _Paused:
-            def __enter__(self):
-                recorder.paused += 1
 
-            def __exit__(self, *exc):
-                recorder.paused -= 1
-        return _Paused()
+class Paused:
+    """`with Paused(recorder):` what happens inside is not recorded (the
+    session's own directories and processes); with no recorder (a launch the
+    cache does not serve) there is nothing to pause."""
+    __slots__ = ("recorder",)
+
+    def __init__(self, recorder: Recorder | None):
+        self.recorder = recorder
+
+    def __enter__(self):
+        if self.recorder is not None:
+            self.recorder.paused += 1
+
+    def __exit__(self, *exc):
+        if self.recorder is not None:
+            self.recorder.paused -= 1
 
 
 # ---------------------------------------------------------------- plain data
@@ -524,11 +534,15 @@ def context(options: tuple, environ, home: str) -> tuple:
 def _digest(items) -> bytes:
     """The environment as a digest: its values hold credentials the sandbox
     removes (GH_TOKEN…), which a cache file must not keep on disk."""
+    return _hash(repr(items).encode("utf-8", "surrogateescape"))
+
+
+def _hash(data: bytes) -> bytes:
     try:
         from _blake2 import blake2b      # 35 µs to import; hashlib costs 2 ms
     except ImportError:
         from hashlib import blake2b
-    return blake2b(repr(items).encode("utf-8", "surrogateescape"), digest_size=32).digest()
+    return blake2b(data, digest_size=32).digest()
 
 
 def _private_dir(path: str) -> bool:

@@ -334,19 +334,16 @@ def _store(cache, recorder, prepared: Prepared, agent, egressed: list) -> None:
     make them again (agentlaunch.py), or not at all."""
     if any(getattr(p, "fd", None) is not None for p in prepared.plan.payloads.values()):
         return
-    from agent_sandbox.launch.agentlaunch import AgentLaunch
+    from agent_sandbox.launch.agentlaunch import stored
 
-    extra = (agent or AgentLaunch("", [], dry_run=False)).stored(
-        prepared.policy, egressed[0] if egressed else None, cache.environ)
-    if extra is None:
+    kept = stored(agent, prepared.policy, egressed[0] if egressed else None, cache.environ)
+    if kept is None:
         return
+    # `fresh`: the egress proxy's placeholder keys, the session's own: new at a hit.
+    extra, fresh = kept
     session = prepared.chaperon
     tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
     cache.settings = prepared.settings    # a job's entry checks SANDBOX_ENV (jobcache.py)
-    from agent_sandbox.launch.agentlaunch import renewed
-
-    # The egress proxy's placeholder keys are the session's own: new at a hit.
-    fresh = renewed(egressed[0] if egressed else None)
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
                            "denied": prepared.denied, "placeholders": prepared.placeholders,
                            "chaperon": session.config if session else None, **extra},
@@ -447,11 +444,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         if dry_run or spec is None:
             return policy
         try:
-            if recorder is None:
+            with Paused(recorder):   # the copy is this session's own
                 made, record = agentcopy.start(spec, policy, note_path=profile.note_path)
-            else:
-                with recorder.pause():   # the copy is this session's own
-                    made, record = agentcopy.start(spec, policy, note_path=profile.note_path)
         except OSError as exc:
             raise PolicyError(f"{profile.name}: cannot make the session copy of "
                               f"{spec.real_dir} — {exc}. Check that your home is writable.",
@@ -467,17 +461,15 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal, job,
                          agent.name if agent else None), environ, agent)
     recorder, is_slotted, egressed = None, False, []
+    from agent_sandbox.launch.plancache import Paused
 
     def start_chaperon(settings, policy):
         from agent_sandbox.launch.chaperon import ChaperonSession, wanted
 
         if dry_run or not wanted(settings, policy):
             return None
-        if recorder is None:
+        with Paused(recorder):   # its directories are this session's own
             sessions.append(ChaperonSession.start(settings, policy))
-        else:
-            with recorder.pause():   # its directories are this session's own
-                sessions.append(ChaperonSession.start(settings, policy))
         return sessions[-1]
 
     def start_shm(policy, plan):
@@ -502,11 +494,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         planned = egress.plan(settings, policy, profile)
         egressed.append(planned)
         if not dry_run:
-            if recorder is None:
+            with Paused(recorder):   # its directory and process are this session's own
                 sessions.append(egress.EgressSession.start(planned, policy.session_id))
-            else:
-                with recorder.pause():   # its directory and process are this session's own
-                    sessions.append(egress.EgressSession.start(planned, policy.session_id))
         return planned
 
     try:

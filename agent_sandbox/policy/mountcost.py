@@ -35,27 +35,24 @@ keys on the boot, not on the mount table).
 from __future__ import annotations
 
 import os
-import re
 from typing import Callable, Iterable
 
 from agent_sandbox.paths import is_within
 from agent_sandbox.policy.view import Bind, RemountRo, RoBind
 
 MOUNTINFO = "/proc/self/mountinfo"
-_ESCAPE = re.compile(r"\\([0-7]{3})")
 
 
 def host_mount_points(path: str | None = None) -> frozenset[str] | None:
     """The mount points of the caller's namespace (None: unreadable)."""
+    from agent_sandbox.policy.mountinfo import parse_mountinfo
+
     try:
         with open(path or MOUNTINFO, encoding="utf-8", errors="surrogateescape") as handle:
-            lines = handle.read().splitlines()
+            text = handle.read()
     except OSError:
         return None
-    # Octal escapes for space, tab, newline and backslash (proc(5)).
-    return frozenset(_ESCAPE.sub(lambda m: chr(int(m.group(1), 8)), point) if "\\" in point
-                     else point for point in (line.split(" ", 5)[4] for line in lines
-                                              if line.count(" ") >= 5))
+    return frozenset(mount[0] for mount in parse_mountinfo(text))
 
 
 def _related(a: str, b: str) -> bool:

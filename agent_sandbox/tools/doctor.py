@@ -30,8 +30,9 @@ from agent_sandbox import __version__
 from agent_sandbox.paths import helper_module
 from agent_sandbox.tools.checks import (GAPS, GO, NOGO, Item, _read, _run, _sysctls,
                                         chaperon_pipes_item, fs_item, munge_item,
-                                        parse_mountinfo, seccomp_check, slurm_item,
-                                        userns_check, version_line)
+                                        seccomp_check, slurm_item, userns_check,
+                                        version_line)
+from agent_sandbox.policy.mountinfo import parse_mountinfo
 
 ORDER = BACKENDS
 class Backend(NamedTuple):

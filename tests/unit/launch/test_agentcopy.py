@@ -329,25 +329,3 @@ def test_a_symlink_or_unlisted_file_of_the_user_is_never_replaced(tmp_path):
     with open(f"{home}/dotfiles/statusline.sh") as handle:
         assert handle.read() == "echo status\n"
     assert os.path.isfile(f"{home}/.claude/projects/t.jsonl")
-
-
-def test_a_copy_is_removed_without_following_the_links_a_session_planted(tmp_path):
-    """agentcopy._remove_tree (shutil.rmtree without its imports): the tree
-    goes, a link in it is removed, never followed."""
-    outside = tmp_path / "outside"
-    (outside / "keep").mkdir(parents=True)
-    (outside / "keep/file").write_text("mine")
-    root = tmp_path / "copy"
-    (root / "a/b/c").mkdir(parents=True)
-    (root / "a/b/c/file").write_text("x")
-    (root / "a/link").symlink_to(outside)
-    (root / "a/b/filelink").symlink_to(outside / "keep/file")
-    (root / "fifo").touch()
-    agentcopy._remove_tree(str(root))
-    assert not root.exists() and not root.is_symlink()
-    assert (outside / "keep/file").read_text() == "mine"
-    link = tmp_path / "link-to-outside"
-    link.symlink_to(outside)
-    agentcopy._remove_tree(str(link))          # the path itself a link: unlinked
-    assert not link.is_symlink() and (outside / "keep/file").exists()
-    agentcopy._remove_tree(str(tmp_path / "gone"))   # missing: nothing to do

@@ -79,9 +79,9 @@ def test_a_configuration_directory_that_changed_is_a_miss_and_leaves_no_copy(tmp
 def test_a_compile_that_changed_what_the_copy_read_is_not_stored(tmp_path, capsys):
     home = str(tmp_path)
     agent, policy = compiled(home)
-    assert agent.stored(policy, None, {}) is not None
+    assert agentlaunch.stored(agent, policy, None, {}) is not None
     changed = policy._replace(hidden=(f"{home}/.claude",))
-    assert agent.stored(changed, None, {}) is None
+    assert agentlaunch.stored(agent, changed, None, {}) is None
 
 
 def egress_plan(key: str, port: int = RELAY_PORT) -> EgressPlan:

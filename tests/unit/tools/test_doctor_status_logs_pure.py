@@ -12,6 +12,7 @@ import pytest
 
 from agent_sandbox.tools import checks, doctor, logs, status
 from agent_sandbox.launch import registry
+from agent_sandbox.policy.mountinfo import parse_mountinfo
 from agent_sandbox.tools.checks import GAPS, GO, NOGO
 from agent_sandbox.tools.checks import Item
 from agent_sandbox.tools.doctor import Backend
@@ -308,7 +309,7 @@ MOUNTINFO = """\
 
 
 def test_mountinfo_longest_prefix_and_escapes():
-    mounts = checks.parse_mountinfo(MOUNTINFO)
+    mounts = parse_mountinfo(MOUNTINFO)
     assert checks.mount_of("/home/u", mounts)[1] == "nfs4"
     assert checks.mount_of("/home/u/my lab/proj", mounts)[1] == "lustre"
     assert checks.mount_of("/home/u/my labx", mounts)[1] == "nfs4"
@@ -324,7 +325,7 @@ def test_fs_kind(fstype, kind):
 
 
 def test_fs_item_read_only_project_is_gaps():
-    mounts = checks.parse_mountinfo(MOUNTINFO)
+    mounts = parse_mountinfo(MOUNTINFO)
     item = checks.fs_item("project fs", "/scratch/p", [mounts[3]], project=True,
                           slurm_present=True)
     assert item.status == GAPS and "read-only" in item.summary
