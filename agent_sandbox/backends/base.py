@@ -40,8 +40,10 @@ class PlanContext(NamedTuple):   # not a dataclass: dataclasses imports inspect 
     # take its privileges, so Landlock scoping goes through the helper inside).
     program_setuid: bool = False
     root_entries: tuple[str, ...] | None = None   # os.listdir("/"); None: read it (firejail)
-    # The host's mount points (/proc/self/mountinfo); None: read them (bwrap's mount costs).
-    host_mounts: frozenset[str] | None = None
+    # The host's mount points (/proc/self/mountinfo), a set or a
+    # mountinfo.MountPoints keeping the questions asked; None: read them
+    # (bwrap's mount costs).
+    host_mounts: object = None
 
 
 class Backend(Protocol):

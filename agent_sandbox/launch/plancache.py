@@ -100,6 +100,8 @@ def fingerprint(path: str, kind: int = CONTENT, stat=os.stat):
     directory only stat'ed is described without its size and times: those
     change with every entry made or removed in it (placeholders, a session's
     files), which a plan that never listed it does not depend on."""
+    if type(kind) is tuple:
+        return _derived_fingerprint(path, kind)
     if path.startswith(("/proc/", "/sys/")):
         return _pseudo_fingerprint(path)
     if kind == TYPE:
@@ -146,6 +148,17 @@ def _type_fingerprint(path: str, stat):
     return ("type", own, target, followed)
 
 
+def _derived_fingerprint(path: str, kind: tuple):
+    """Answers the compile got from `path` to the questions `kind` names:
+    ("mounts", questions) asks the mount table the bwrap plan's rules asked
+    (mountinfo.MountPoints), not the whole table a login node keeps changing."""
+    if kind[0] != "mounts":
+        return ("unknown", kind[0])
+    from agent_sandbox.mountinfo import answers, read_mount_points
+
+    return answers(read_mount_points(path), kind[1])
+
+
 def _kind_fields(fields: tuple, kind: int) -> tuple:
     if kind == META and fields[2] & 0o170000 == 0o040000:
         return fields[:5]
@@ -186,6 +199,9 @@ def _pseudo_fingerprint(path: str):
 
 
 # ---------------------------------------------------------------- recording
+ACTIVE: list = []    # the recorders inside their `with` (for facts the compile derives)
+
+
 class Recorder:
     """Fingerprints every path the code inside `with` observes. `ignore`:
     directories whose content is fresh per launch or checked by its own
@@ -233,6 +249,12 @@ class Recorder:
                                    for f in print_):
             self.give_up(f"{path} changed during the compile")
 
+    def derived(self, path: str, kind: tuple, answers) -> None:
+        """A fact the compile derived from `path` (read unrecorded): the
+        answers it got, asked again at a hit (_derived_fingerprint)."""
+        if not self.paused:
+            self.seen[(path, kind)] = answers
+
     def _racy(self, ctime_ns: int) -> bool:
         if ctime_ns % 1_000_000_000:
             return ctime_ns > self.racy
@@ -246,6 +268,7 @@ class Recorder:
         import _posixsubprocess
         import io
 
+        ACTIVE.append(self)
         self._real = {name: getattr(os, name) for name in _OBSERVING}
         note = self.note
 
@@ -304,6 +327,7 @@ class Recorder:
         return self
 
     def __exit__(self, *exc) -> None:
+        ACTIVE.remove(self)
         for module, name, value in reversed(self._saved):
             setattr(module, name, value)
         self._saved.clear()

@@ -62,11 +62,29 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
     except OSError:
         setuid = False
     backend = BACKENDS[selection.name]
+    mounts, recorder = _host_mounts()
     context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(),
-                          program_setuid=setuid)
+                          program_setuid=setuid, host_mounts=mounts)
     backend.refuse(policy, context=context)
     plan = backend.plan(policy, command, payloads, context=context)
+    if recorder is not None and mounts is not None and mounts.asked:
+        from agent_sandbox.mountinfo import MOUNTINFO
+
+        recorder.derived(MOUNTINFO, ("mounts", tuple(mounts.asked)), tuple(mounts.asked.values()))
     return plan._replace(chosen_because=selection.reason)
+
+
+def _host_mounts():
+    """(the host's mount points for the plan, the recorder of this compile).
+    The table is read unrecorded: a cached plan keys on the answers the
+    plan's rules got from it (mountinfo.py), which the recorder is given."""
+    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.mountinfo import MountPoints, read_mount_points
+
+    recorder = ACTIVE[-1] if ACTIVE else None
+    with Paused(recorder):
+        points = read_mount_points()
+    return (None if points is None else MountPoints(points)), recorder
 
 
 def check_required(plan, policy, settings, abi: int) -> None:

@@ -29,30 +29,25 @@ moved). Moving is exact whatever the table says (only destinations decide
 whether two operations commute); dropping relies on the table at compile
 time: a mount that appears later exactly between the parent and the path
 is still made read-only at launch by the parent's recursive bind, and only
-an automount trigger created there afterwards would escape (a cached plan
-keys on the boot, not on the mount table).
+an automount trigger created there afterwards would escape. So a cached
+plan keys on the rules' questions and their answers (mountinfo.MountPoints
+keeps them; launch/plancache.py asks them again at every hit): a changed
+answer is a miss, while the rest of a login node's busy table is not.
 """
 from __future__ import annotations
 
 import os
 from typing import Callable, Iterable
 
+from agent_sandbox.mountinfo import MountPoints, read_mount_points
 from agent_sandbox.paths import is_within
 from agent_sandbox.policy.view import Bind, RemountRo, RoBind
 
-MOUNTINFO = "/proc/self/mountinfo"
 
-
-def host_mount_points(path: str | None = None) -> frozenset[str] | None:
-    """The mount points of the caller's namespace (None: unreadable)."""
-    from agent_sandbox.policy.mountinfo import parse_mountinfo
-
-    try:
-        with open(path or MOUNTINFO, encoding="utf-8", errors="surrogateescape") as handle:
-            text = handle.read()
-    except OSError:
-        return None
-    return frozenset(mount[0] for mount in parse_mountinfo(text))
+def _points(mounts) -> MountPoints:
+    """The rules ask a MountPoints (it keeps their questions for the plan
+    cache); a plain set of mount points is wrapped."""
+    return mounts if isinstance(mounts, MountPoints) else MountPoints(mounts)
 
 
 def _related(a: str, b: str) -> bool:
@@ -83,16 +78,10 @@ def _identity(op, kind=RoBind) -> bool:
     return isinstance(op, kind) and op.src == op.dest
 
 
-def _mount_between(parent: str, path: str, mounts: frozenset[str]) -> bool:
-    """A host mount point below `parent`, at `path` or between the two: the
-    path's files (or an automount) are not those of the parent's mount."""
-    return any(m != parent and is_within(m, parent) and is_within(path, m) for m in mounts)
-
-
-def drop_redundant(ops: Iterable, mounts: frozenset[str], *,
+def drop_redundant(ops: Iterable, mounts, *,
                    resolve: Callable[[str], str] = os.path.realpath) -> list:
     """`ops` without the read-only self-binds an earlier one already makes."""
-    ops = list(ops)
+    ops, mounts = list(ops), _points(mounts)
     # --remount-ro needs a mount point at its path: those binds stay.
     remounted = {op.dest for op in ops if isinstance(op, RemountRo)}
     kept: list = []
@@ -103,7 +92,7 @@ def drop_redundant(ops: Iterable, mounts: frozenset[str], *,
             last = next((k for k in reversed(kept) if _touches(k, op.dest, resolve)), None)
             if (last is not None and _identity(last) and is_within(op.dest, last.dest)
                     and resolve(last.dest) == last.dest
-                    and not _mount_between(last.dest, op.dest, mounts)):
+                    and not mounts.between(last.dest, op.dest)):
                 continue
         kept.append(op)
         if _identity(op):
@@ -111,14 +100,10 @@ def drop_redundant(ops: Iterable, mounts: frozenset[str], *,
     return kept
 
 
-def _submounts(path: str, mounts: frozenset[str]) -> int:
-    return sum(1 for m in mounts if m != path and is_within(m, path))
-
-
-def defer_heavy(ops: Iterable, mounts: frozenset[str], *,
+def defer_heavy(ops: Iterable, mounts, *,
                 resolve: Callable[[str], str] = os.path.realpath) -> list:
     """`ops` with the binds carrying host submounts moved as late as they can go."""
-    ops = list(ops)
+    ops, mounts = list(ops), _points(mounts)
     end = len(ops)
     while end and isinstance(ops[end - 1], RemountRo):
         end -= 1
@@ -126,7 +111,7 @@ def defer_heavy(ops: Iterable, mounts: frozenset[str], *,
     for index in range(end - 1, -1, -1):
         op = ops[index]
         if not (isinstance(op, (RoBind, Bind)) and os.path.dirname(op.dest) == "/"
-                and resolve(op.dest) == op.dest and _submounts(op.src, mounts)):
+                and resolve(op.dest) == op.dest and mounts.carries(op.src)):
             continue
         passed = (o for i, o in enumerate(ops[index + 1:end], index + 1) if i not in moved)
         if not any(_touches(other, op.dest, resolve) for other in passed):
@@ -136,14 +121,16 @@ def defer_heavy(ops: Iterable, mounts: frozenset[str], *,
             + [ops[i] for i in moved] + ops[end:])
 
 
-def economize(ops: Iterable, mounts: frozenset[str] | None = None, *,
+def economize(ops: Iterable, mounts=None, *,
               resolve: Callable[[str], str] = os.path.realpath) -> list:
-    """Both rewrites, with the host's mount table read now unless given."""
+    """Both rewrites, with the host's mount table read now unless given (a
+    set of mount points, or a MountPoints that keeps the questions asked)."""
     ops = list(ops)
     if mounts is None:
-        mounts = host_mount_points()
+        mounts = read_mount_points()
     if mounts is None:
         return ops
+    mounts = _points(mounts)
     cached = _prefix_resolver() if resolve is os.path.realpath else resolve
     return defer_heavy(drop_redundant(ops, mounts, resolve=cached), mounts, resolve=cached)
 

@@ -32,7 +32,7 @@ from agent_sandbox.tools.checks import (GAPS, GO, NOGO, Item, _read, _run, _sysc
                                         chaperon_pipes_item, fs_item, munge_item,
                                         seccomp_check, slurm_item, userns_check,
                                         version_line)
-from agent_sandbox.policy.mountinfo import parse_mountinfo
+from agent_sandbox.mountinfo import parse_mountinfo
 
 ORDER = BACKENDS
 class Backend(NamedTuple):

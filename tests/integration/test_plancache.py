@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -210,3 +212,42 @@ def test_a_cached_plan_equals_a_fresh_compile_and_runs_the_command_given(user, p
     assert result.returncode == 0, result.stderr
     assert result.stdout == "[a b]\n[]\n[--]\n[$HOME]\n[\u00e9]\n", result.stdout
     assert user.sandbox("sh", "-c", "exit 7", options=options, cwd=project).returncode == 7
+
+
+def _mounted(path: Path):
+    """A tmpfs on `path` in the host's mount table for the `with` block."""
+    class Mounted:
+        def __enter__(self):
+            path.mkdir()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(path)],
+                           check=True)
+
+        def __exit__(self, *exc):
+            subprocess.run(["umount", str(path)], check=True)
+            path.rmdir()
+    return Mounted()
+
+
+def test_a_mount_elsewhere_keeps_the_plan_one_the_plan_asked_about_does_not(user, project):
+    """A login node's mount table changes all the time (a home automounted
+    for whoever logs in, expiring when idle): the bwrap plan's mount rules
+    asked the table a few questions (policy/mountcost.py), and only a mount
+    that answers one of them differently makes the next launch compile.
+    Before, the whole table keyed the plan: every automount was a miss."""
+    user.set_config(BASE)
+    options = ("--backend", "bwrap")
+    assert not any(line.split()[4].startswith("/opt/") for line in open("/proc/self/mountinfo")), \
+        "this test needs a host without mounts below /opt (it mounts one there)"
+    fresh(user, project, *options)
+    launch(user, project, *options)
+    report, source = dry_run(user, project, *options)
+    assert source.startswith(HIT), source
+    with _mounted(Path(f"/mnt/as-plancache-{os.getpid()}")):
+        report_elsewhere, source = dry_run(user, project, *options)
+        assert source.startswith(HIT), source
+        assert report_elsewhere == report
+    with _mounted(Path(f"/opt/as-plancache-{os.getpid()}")):
+        changed, source = dry_run(user, project, *options)
+        # /opt now carries a mount: its bind goes after the others.
+        assert source.startswith(MISS), source
+        assert changed != report and changed == fresh(user, project, *options)

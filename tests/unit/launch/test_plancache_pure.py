@@ -334,6 +334,32 @@ def test_a_long_proc_file_is_fingerprinted_whole(tmp_path):
     assert plancache._pseudo_fingerprint(str(table)) == after
 
 
+def test_the_mount_table_is_keyed_by_the_answers_the_plan_got(tmp_path, monkeypatch):
+    """A login node's mount table changes all the time (automounted homes):
+    the plan's rules asked it two kinds of question (mountinfo.py), and a hit
+    asks them again — a mount elsewhere is still a hit, one that answers a
+    question differently is a miss. Before, the whole table was the key."""
+    table = tmp_path / "mountinfo"
+    row = "{0} 1 0:{0} / {1} rw - tmpfs tmpfs rw\n"
+    table.write_text(row.format(1, "/") + row.format(2, "/sys") + row.format(3, "/sys/fs/cgroup"))
+    cache, recorder = _cache_and_recorder(tmp_path, monkeypatch)
+    kind = ("mounts", (("carries", "/sys"), ("carries", "/opt"), ("between", "/opt", "/opt/as")))
+    with recorder:
+        recorder.derived(str(table), kind, (True, False, False))
+    assert recorder.seen[(str(table), kind)] == (True, False, False)
+    cache.store(recorder, {"x": (SID, 1)}, SID, None)
+    assert cache.load(NEW, "00000000") is not None
+    with open(table, "a") as handle:
+        handle.write(row.format(4, "/home/alice"))
+    assert cache.load(NEW, "00000000") is not None
+    with open(table, "a") as handle:
+        handle.write(row.format(5, "/opt/apps"))
+    assert cache.load(NEW, "00000000") is None
+    with plancache.Paused(recorder):      # a paused recorder notes nothing
+        recorder.derived(str(table), ("mounts", ()), ())
+    assert (str(table), ("mounts", ())) not in recorder.seen
+
+
 def test_a_hit_renews_the_tokens_random_per_launch_in_strings_and_bytes(tmp_path, monkeypatch):
     """An egress proxy's placeholder key is the session's own (agentlaunch.renewed):
     each hit gets a new one wherever the plan holds it; a token that is not

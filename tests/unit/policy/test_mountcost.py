@@ -14,10 +14,10 @@ import os
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from agent_sandbox.mountinfo import read_mount_points
 from agent_sandbox.paths import is_within
 from agent_sandbox.policy import mountcost
-from agent_sandbox.policy.mountcost import (defer_heavy, drop_redundant, economize,
-                                            host_mount_points)
+from agent_sandbox.policy.mountcost import defer_heavy, drop_redundant, economize
 from agent_sandbox.policy.resolve import resolve_policy
 from agent_sandbox.policy.view import (Bind, Data, Proc, RemountRo, RoBind, Symlink, Tmpfs,
                                        mount_ops)
@@ -172,17 +172,10 @@ def test_only_top_level_binds_move():
 
 def test_an_unreadable_mount_table_changes_nothing(tmp_path, monkeypatch):
     ops = [RoBind("/opt", "/opt"), RoBind("/opt/as", "/opt/as")]
-    assert host_mount_points(str(tmp_path / "missing")) is None
-    monkeypatch.setattr(mountcost, "MOUNTINFO", str(tmp_path / "missing"))
+    assert read_mount_points(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(mountcost, "read_mount_points", lambda: None)
     assert economize(ops, None, resolve=same) == ops
     assert economize(ops, frozenset({"/"}), resolve=same) == ops[:1]
-
-
-def test_the_mount_table_is_read_with_its_escapes(tmp_path):
-    table = tmp_path / "mountinfo"
-    table.write_text("22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
-                     "23 22 0:5 / /mnt/with\\040space rw - tmpfs tmpfs rw\n")
-    assert host_mount_points(str(table)) == {"/", "/mnt/with space"}
 
 
 # ---------------------------------------------------------------- the same view
