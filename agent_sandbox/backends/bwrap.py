@@ -29,15 +29,36 @@ from agent_sandbox.policy.view import (Bind, Data, Dev, DevBind, File, Proc, Rem
 
 NAME = "bwrap"
 BWRAP = "bwrap"
+# bubblewrap makes the sandbox's mounts slaves of the host's ("so that we
+# still receive mounts from the real root"): on a host whose / is shared
+# (every systemd host) a mount made there after the start — an automount the
+# agent triggers by looking below an autofs directory under READONLY_MOUNTS,
+# a FUSE mount — appears inside with the host's flags, writable. bwrap 0.8
+# has no option against it, so with PRIVATE_MOUNTS it runs in a user and
+# mount namespace of its own whose mounts are private: nothing propagates
+# into what it copies (util-linux's unshare, mapping the user to itself;
+# bwrap nests its own namespaces inside as before). The price: an automount
+# not yet mounted at the start answers ELOOP inside. A setuid bwrap keeps the
+# host's propagation: in a user namespace it would lose its privileges.
+PRIVATE_MOUNTS = ("/usr/bin/unshare", "--user", "--map-current-user", "--mount",
+                  "--propagation", "private", "--")
+PROPAGATION_GAP = ("a mount the host makes below a read-only path after the start (an "
+                   "automount, a FUSE mount) is writable inside if the host's is: ")
 
 
-def guarantees(policy: Policy, *, landlock_abi: int = 0):
+def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):
     """(provides, partial, cannot) for this policy on a kernel with the given
-    Landlock ABI (scoping is layered in through the helper from ABI 6)."""
+    Landlock ABI (scoping is layered in through the helper from ABI 6) and
+    for a bwrap that is `setuid` or not."""
     g = Guarantees()
     for name in ("fs.hidden", "fs.write_confined", "fs.protected", "env.scrubbed",
                  "pid.isolated", "slurm.boundary", "self.protected", "tty.safe"):
         g.yes(name)
+    if not policy.private_mounts:
+        g.partial("fs.write_confined", PROPAGATION_GAP + "PRIVATE_MOUNTS=false")
+    elif setuid:
+        g.partial("fs.write_confined", PROPAGATION_GAP + "a setuid bwrap keeps the host's "
+                  "mount propagation (install it without the setuid bit)")
     g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
     g.either("ipc.isolated", policy.private_ipc, "PRIVATE_IPC=false in the configuration")
     g.either("passwd.filtered", policy.filter_passwd and "/etc" in policy.system_readonly,
@@ -93,8 +114,9 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         # dotfile managers make these symlinks; the policy checked the target
         payloads[f"seed-{index}"] = Payload(path=os.path.realpath(path))
 
-    argv: list = [context.program, "--unshare-user", "--unshare-pid", "--unshare-uts",
-                  "--unshare-cgroup-try"]
+    private_mounts = policy.private_mounts and not context.program_setuid
+    argv: list = [*(PRIVATE_MOUNTS if private_mounts else ()), context.program,
+                  "--unshare-user", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     if policy.private_ipc:
         argv.append("--unshare-ipc")
     if own_network(policy):
@@ -133,7 +155,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     missing = used - set(payloads)
     if missing:  # pragma: no cover - a programming error
         raise ValueError(f"plan needs payloads it was not given: {sorted(missing)}")
-    provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
+    provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
+                                           setuid=context.program_setuid)
     return Plan(backend=NAME, argv=tuple(argv),
                 payloads={k: v for k, v in payloads.items() if k in used},
                 env=dict(policy.env), provides=provides, cannot=cannot, mounts=tuple(ops),
@@ -155,8 +178,13 @@ def landlock_scope(abi: int) -> bytes:
 
 
 def probe_argv(path: str = BWRAP) -> list[str]:
-    """A trivial sandbox with the namespaces and options a real launch needs."""
-    return [path, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    """A trivial sandbox with the namespaces and options a real launch needs
+    (behind PRIVATE_MOUNTS as a launch is, unless bwrap is setuid)."""
+    try:
+        setuid = bool(os.stat(path).st_mode & 0o4000)
+    except OSError:
+        setuid = False
+    return [*(() if setuid else PRIVATE_MOUNTS), path, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--ro-bind", "/", "/",
             "--die-with-parent", "--new-session", "--", "/bin/true"]
 

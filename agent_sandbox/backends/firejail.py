@@ -286,9 +286,15 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
                   "(EACCES, name visible): " + " ".join(blacklisted_hidden))
     else:
         g.yes("fs.hidden")
-    for name in ("fs.write_confined", "fs.protected", "env.scrubbed", "pid.isolated",
+    for name in ("fs.protected", "env.scrubbed", "pid.isolated",
                  "slurm.boundary", "self.protected", "tty.safe"):
         g.yes(name)
+    # firejail makes its mounts slaves of the host's and has no option
+    # against it; setuid, it cannot run in a user namespace of ours (bwrap does).
+    g.partial("fs.write_confined", "a mount the host makes below a read-only path after the "
+              "start (an automount, a FUSE mount) is writable inside if the host's is: "
+              + ("firejail keeps the host's mount propagation (bwrap and landlock do not)"
+                 if policy.private_mounts else "PRIVATE_MOUNTS=false"))
     g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
     g.either("ipc.isolated", policy.private_ipc, "PRIVATE_IPC=false in the configuration")
     if policy.filter_passwd:

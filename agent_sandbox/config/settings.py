@@ -43,6 +43,7 @@ class Settings(NamedTuple):
 
     PRIVATE_TMP: bool = True
     PRIVATE_IPC: bool = True
+    PRIVATE_MOUNTS: bool = True     # bwrap: host mounts made after the start stay outside
     FILTER_PASSWD: bool = True
     NETWORK_MODE: Literal["open", "allowlist", "isolated"] = "open"   # names.NETWORK_MODES
     # NETWORK_MODE=allowlist (docs/network.md): the hosts the egress proxy lets

@@ -68,6 +68,7 @@ JOIN_TIMEOUT = 60
 SHAPING = ("backend", "project_dir", "home_access", "system_readonly", "home_readonly",
            "home_writable", "home_seeded", "extra_writable", "hidden", "readonly_overlays",
            "run_binds", "slurm_masks", "slurm_binaries", "devices", "private_tmp", "private_ipc",
+           "private_mounts",
            "filter_passwd", "network_isolated", "seccomp", "seccomp_extra", "pinned")
 # Set by the chaperon's job wrapper (chaperon/jobwrap.py) to the id of the
 # session that submitted the job or step; the agent cannot set it.

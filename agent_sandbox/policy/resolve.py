@@ -122,6 +122,8 @@ class Policy(NamedTuple):
     # proxy's socket (host path, in this session's egress directory) and the
     # relay's port; landlock_partial: the admin accepts landlock's weaker form.
     network_mode: str = "open"
+    # PRIVATE_MOUNTS: no mount the host makes after the start propagates in (bwrap).
+    private_mounts: bool = True
     egress_socket: str | None = None
     relay_port: int = 0
     landlock_partial: bool = False
@@ -387,7 +389,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,
         filter_passwd=settings.FILTER_PASSWD,
         network_isolated=settings.NETWORK_MODE == "isolated",
-        network_mode=settings.NETWORK_MODE,
+        network_mode=settings.NETWORK_MODE, private_mounts=settings.PRIVATE_MOUNTS,
         landlock_partial=settings.LANDLOCK_ALLOWLIST_PARTIAL,
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),

@@ -452,9 +452,10 @@ def gather(project_dir: str | None, environ) -> Report:
     project = os.path.realpath(ctx.project_dir or ctx.cwd)
     items.append(fs_item("project fs", project, mounts, project=True,
                          slurm_present=slurm_present, refusal=refusal))
-    from agent_sandbox.tools.visibility import gpu_item, site_paths_item
+    from agent_sandbox.tools.visibility import automount_item, gpu_item, site_paths_item
 
     items.append(site_paths_item(any_policy))
+    items.append(automount_item(any_policy, mounts))
     gpus = gpu_item(any_policy, environ)
     if gpus is not None:
         items.append(gpus)

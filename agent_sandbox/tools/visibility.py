@@ -48,6 +48,35 @@ def site_paths_item(policy) -> Item:
                 "EXTRA_WRITABLE_PATHS+=(DIR/your-part) to write", data={"invisible": hidden})
 
 
+def automount_item(policy, mounts) -> Item:
+    """Automounter directories (autofs) the sandbox shows read-only: with
+    PRIVATE_MOUNTS a share not mounted when the sandbox starts is unreachable
+    inside (ELOOP); without it, one mounted later is as writable inside as on
+    the host (docs/backends.md). `mounts`: mountinfo.parse_mountinfo rows."""
+    if policy is None:
+        return Item("automounts", GO, "no policy (see config)")
+    shown = list(policy.system_readonly)
+    points = sorted({point for point, fstype, _, _ in mounts if fstype == "autofs"
+                     and any(_within(point, top) for top in shown)})
+    if not points:
+        return Item("automounts", GO, "no automounter directory below the read-only trees",
+                    data={"autofs": []})
+    listed = " ".join(points)
+    if policy.private_mounts:
+        return Item("automounts", GAPS,
+                    f"autofs at {listed}: a share not mounted when a sandbox starts answers "
+                    "'Too many levels of symbolic links' inside (PRIVATE_MOUNTS keeps mounts "
+                    "made after the start out)",
+                    "look at what the session needs before starting (ls DIR/NAME), or set "
+                    "PRIVATE_MOUNTS=false if these shares are read-only (CVMFS)",
+                    data={"autofs": points, "private_mounts": True})
+    return Item("automounts", GAPS,
+                f"autofs at {listed}: with PRIVATE_MOUNTS=false a share mounted after the start "
+                "appears inside as the host mounts it — writable if the share is",
+                "PRIVATE_MOUNTS=true (shares then must be mounted before the start)",
+                data={"autofs": points, "private_mounts": False})
+
+
 def gpu_item(policy, environ) -> Item | None:
     """In a job or task with GPUs: would their devices be bound? None when
     Slurm allocated no GPU here."""

@@ -688,7 +688,7 @@ def test_banner_says_which_backend_and_what_it_does_not_enforce(jail, project):
     if jail.backend == "landlock":
         assert "not enforced: fs.hidden, fs.protected, pid.isolated" in result.stderr
     if jail.backend == "firejail":
-        assert "partly enforced: passwd.filtered" in result.stderr
+        assert "partly enforced: fs.write_confined, passwd.filtered" in result.stderr
 
 
 def test_nested_run_does_not_rewrap(jail, project):

@@ -19,6 +19,7 @@ import pytest
 from agent_sandbox.launch.spawn import render_argv
 from agent_sandbox.launch import report
 from agent_sandbox.backends import bwrap
+from agent_sandbox.backends.bwrap import PRIVATE_MOUNTS
 from agent_sandbox.backends.base import FdRef, Payload, Plan, PlanContext
 from agent_sandbox.policy.view import mount_ops, placeholders
 from agent_sandbox.policy.resolve import _is_within, resolve_policy
@@ -48,7 +49,7 @@ def build(home: Path, conf: str = "", *, environ=None, cwd=None, project_dir=Non
     return policy, make_plan(policy, list(command))
 
 
-def make_plan(policy, command=("claude",)) -> Plan:
+def make_plan(policy, command=("claude",), *, setuid: bool = False) -> Plan:
     payloads = {"marker": Payload(data=b"session=sess-0001\n")}
     if policy.seccomp:
         payloads["seccomp"] = Payload(data=b"\x06\x00\x00\x00\x00\x00\xff\x7f")
@@ -56,7 +57,8 @@ def make_plan(policy, command=("claude",)) -> Plan:
         for name in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
             payloads[name] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
     return bwrap.plan(policy, list(command), payloads,
-                      context=PlanContext("/usr/bin/bwrap", host_mounts=HOST_MOUNTS))
+                      context=PlanContext("/usr/bin/bwrap", host_mounts=HOST_MOUNTS,
+                                          program_setuid=setuid))
 
 
 # ---------------------------------------------------------------- the oracle
@@ -471,7 +473,11 @@ def pairs(argv) -> list[tuple]:
 def test_default_namespaces_and_process_options(home):
     policy, plan = build(home)
     argv = argv_of(plan)
-    assert argv[0] == "/usr/bin/bwrap"
+    # bwrap in a user and mount namespace of its own, whose mounts are private
+    # (no mount the host makes later propagates into the sandbox).
+    assert tuple(argv[:len(PRIVATE_MOUNTS)]) == PRIVATE_MOUNTS
+    assert argv[len(PRIVATE_MOUNTS)] == "/usr/bin/bwrap"
+    assert "fs.write_confined" in plan.provides
     head = argv[:argv.index("--chdir")]
     for flag in ("--unshare-user", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try",
                  "--unshare-ipc", "--die-with-parent", "--new-session", "--disable-userns"):
@@ -484,6 +490,22 @@ def test_default_namespaces_and_process_options(home):
     for i, arg in enumerate(argv):
         if arg == "--tmpfs":
             assert argv[i - 2] == "--perms" and len(argv[i - 1]) == 4, argv[i - 2:i + 2]
+
+
+def test_a_setuid_bwrap_runs_unwrapped_and_says_what_propagation_costs(home):
+    """In a user namespace a setuid bwrap would lose its privileges: it runs
+    as it is, and the plan says that later host mounts stay writable."""
+    policy, _ = build(home)
+    plan = make_plan(policy, setuid=True)
+    assert plan.argv[0] == "/usr/bin/bwrap" and "/usr/bin/unshare" not in plan.argv
+    assert "a setuid bwrap keeps" in dict(plan.partial)["fs.write_confined"]
+
+
+def test_private_mounts_false_keeps_the_host_propagation_and_says_so(home):
+    policy, plan = build(home, "PRIVATE_MOUNTS=false\n")
+    assert not policy.private_mounts
+    assert plan.argv[0] == "/usr/bin/bwrap" and "/usr/bin/unshare" not in plan.argv
+    assert dict(plan.partial)["fs.write_confined"].endswith("PRIVATE_MOUNTS=false")
 
 
 def test_private_tmp_toggle(home):
