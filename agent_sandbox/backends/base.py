@@ -44,6 +44,9 @@ class PlanContext(NamedTuple):   # not a dataclass: dataclasses imports inspect 
     # mountinfo.MountPoints keeping the questions asked; None: read them
     # (bwrap's mount costs).
     host_mounts: object = None
+    # Why the backend cannot run in a mount namespace of its own here
+    # (bwrap's PRIVATE_MOUNTS probe); "": it can, or it was not asked.
+    private_mounts_failure: str = ""
 
 
 class Backend(Protocol):

@@ -21,6 +21,7 @@ from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Gu
                                          Payload, Plan, PlanContext, egress_guarantee,
                                          fd_hygiene, helper_argv, namespace_scoping,
                                          own_network, relay_args)
+from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module
 from agent_sandbox.policy.mountcost import economize
 from agent_sandbox.policy.resolve import Policy
@@ -178,17 +179,31 @@ def landlock_scope(abi: int) -> bytes:
 
 
 def probe_argv(path: str = BWRAP) -> list[str]:
-    """A trivial sandbox with the namespaces and options a real launch needs
-    (behind PRIVATE_MOUNTS as a launch is, unless bwrap is setuid)."""
-    try:
-        setuid = bool(os.stat(path).st_mode & 0o4000)
-    except OSError:
-        setuid = False
-    return [*(() if setuid else PRIVATE_MOUNTS), path, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+    """A trivial sandbox with the namespaces and options a real launch needs."""
+    return [path, "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--unshare-cgroup-try", "--disable-userns", "--ro-bind", "/", "/",
             "--die-with-parent", "--new-session", "--", "/bin/true"]
 
 
+def private_mounts_probe_argv(path: str = BWRAP) -> list[str]:
+    """The probe behind PRIVATE_MOUNTS: where unprivileged user namespaces are
+    allowed for bwrap but not for util-linux's unshare (an AppArmor policy),
+    bwrap works and PRIVATE_MOUNTS cannot."""
+    return list(PRIVATE_MOUNTS) + probe_argv(path)
+
+
+def refuse(policy: Policy, *, context: PlanContext) -> None:
+    if policy.private_mounts and not context.program_setuid and context.private_mounts_failure:
+        raise PolicyError(
+            "PRIVATE_MOUNTS=true, but bwrap cannot run in a mount namespace of its own here "
+            f"(`unshare --user --mount` failed: {context.private_mounts_failure}). Set "
+            "PRIVATE_MOUNTS=false in ~/.config/agent-sandbox/sandbox.conf (mounts the host "
+            "makes after the start then appear inside: fs.write_confined partial), use "
+            "--backend landlock, or ask your admin to allow unprivileged user namespaces "
+            "for /usr/bin/unshare.", reason="private_mounts_unavailable")
+
+
 # A blanked copy of a home file stands in for it (--ro-bind-data from a descriptor).
 BACKEND = FunctionBackend(NAME, BWRAP, binds_generated_files=True, guarantees=guarantees,
-                          plan=plan, probe_argv=probe_argv)
+                          plan=plan, probe_argv=probe_argv, refuse=refuse)
+BACKEND.private_mounts_probe_argv = private_mounts_probe_argv

@@ -63,8 +63,17 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
         setuid = False
     backend = BACKENDS[selection.name]
     mounts, recorder = _host_mounts()
+    failure = ""
+    probe = getattr(backend, "private_mounts_probe_argv", None)
+    if probe is not None and policy.private_mounts and not setuid:
+        from agent_sandbox.launch.select import probe_backend
+
+        passed, detail = probe_backend(selection.name, selection.path, policy.home,
+                                       argv=probe(selection.path), kind="private-mounts")
+        failure = "" if passed else detail
     context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(),
-                          program_setuid=setuid, host_mounts=mounts)
+                          program_setuid=setuid, host_mounts=mounts,
+                          private_mounts_failure=failure)
     backend.refuse(policy, context=context)
     plan = backend.plan(policy, command, payloads, context=context)
     if recorder is not None and mounts is not None and mounts.asked:

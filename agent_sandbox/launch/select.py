@@ -94,13 +94,15 @@ def _probe_cache(name: str, home: str) -> str:
     return os.path.join(state_dir(home), "cache", f"probe-{name}.marshal")
 
 
-def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
-    """Run the backend's trivial sandbox; (passed, detail)."""
+def probe_backend(name: str, path: str, home: str, *, argv=None,
+                  kind: str = "") -> tuple[bool, str]:
+    """Run the backend's trivial sandbox (or `argv`, a probe of one of its
+    options, cached under its `kind`); (passed, detail)."""
     from agent_sandbox.backends import BACKENDS
     from agent_sandbox.config.load import load_cache, store_cache
 
-    inputs = _probe_inputs(name, path)
-    cache = _probe_cache(name, home)
+    inputs = _probe_inputs(name, path) + (kind, tuple(argv or ()))
+    cache = _probe_cache(f"{name}-{kind}" if kind else name, home)
     cached = load_cache(cache, inputs)
     if isinstance(cached, tuple) and len(cached) == 2:
         return cached
@@ -108,7 +110,7 @@ def probe_backend(name: str, path: str, home: str) -> tuple[bool, str]:
 
     transient = False
     try:
-        result = subprocess.run(BACKENDS[name].probe_argv(path), stdin=subprocess.DEVNULL,
+        result = subprocess.run(argv or BACKENDS[name].probe_argv(path), stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd="/",
                                 env={"PATH": "/usr/bin:/bin"}, timeout=30)
         lines = result.stderr.decode("utf-8", "replace").strip().splitlines()
@@ -144,8 +146,11 @@ def helper_python() -> str:
 
 
 def forget_probe(backend: str) -> None:
-    """A backend that failed to start is probed afresh next time."""
-    try:
-        os.unlink(_probe_cache(backend, pwd.getpwuid(os.getuid()).pw_dir))
-    except OSError:
-        pass
+    """A backend that failed to start is probed afresh next time (its
+    options' probes too)."""
+    home = pwd.getpwuid(os.getuid()).pw_dir
+    for kind in ("", "private-mounts"):
+        try:
+            os.unlink(_probe_cache(f"{backend}-{kind}" if kind else backend, home))
+        except OSError:
+            pass

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_sandbox.errors import PolicyError
 from agent_sandbox.launch.spawn import render_argv
 from agent_sandbox.launch import report
 from agent_sandbox.backends import bwrap
@@ -701,3 +702,25 @@ def test_plan_env_is_a_copy_of_the_policy_env(home):
     assert plan.env == dict(policy.env)
     assert plan.env["HOME"] == str(home)
     assert plan.env is not policy.env
+
+
+def test_where_unshare_cannot_make_the_namespace_private_mounts_refuses_with_the_fix(home):
+    """An AppArmor policy may let bwrap make user namespaces but not
+    util-linux's unshare: PRIVATE_MOUNTS cannot hold, and the launch is
+    refused (never run with the host's propagation unannounced)."""
+    policy, _ = build(home)
+    context = PlanContext("/usr/bin/bwrap", private_mounts_failure="unshare failed: EPERM")
+    with pytest.raises(PolicyError) as refused:
+        bwrap.refuse(policy, context=context)
+    assert "unshare failed: EPERM" in str(refused.value)
+    assert "PRIVATE_MOUNTS=false" in str(refused.value)
+    bwrap.refuse(policy, context=PlanContext("/usr/bin/bwrap"))          # it works: no refusal
+    policy_false, _ = build(home, "PRIVATE_MOUNTS=false\n")
+    bwrap.refuse(policy_false, context=context)                          # not asked for
+    bwrap.refuse(policy, context=context._replace(program_setuid=True))  # setuid: said partial
+
+
+def test_the_private_mounts_probe_is_the_plain_probe_behind_unshare():
+    assert bwrap.private_mounts_probe_argv("/usr/bin/bwrap") == (
+        list(PRIVATE_MOUNTS) + bwrap.probe_argv("/usr/bin/bwrap"))
+    assert bwrap.probe_argv("/usr/bin/bwrap")[0] == "/usr/bin/bwrap"

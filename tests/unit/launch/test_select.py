@@ -34,3 +34,23 @@ def test_a_probe_killed_by_a_signal_is_not_remembered(tmp_path, monkeypatch):
     _probe_with(monkeypatch, "kill -9 $$")
     assert not select.probe_backend("bwrap", "/bin/sh", str(tmp_path))[0]
     assert not (tmp_path / ".local/state/agent-sandbox/cache/probe-bwrap.marshal").exists()
+
+
+def test_an_option_probe_runs_its_own_argv_and_keeps_its_own_verdict(tmp_path, monkeypatch):
+    """bwrap's PRIVATE_MOUNTS probe: its verdict is remembered apart from the
+    backend's (one may fail where the other passes), and forget_probe drops both."""
+    _probe_with(monkeypatch, "exit 0")
+    cache = tmp_path / ".local/state/agent-sandbox/cache"
+    assert select.probe_backend("bwrap", "/bin/sh", str(tmp_path))[0]
+    failing = ["/bin/sh", "-c", "echo 'unshare: unshare failed: Operation not permitted' >&2; "
+               "exit 1"]
+    assert select.probe_backend("bwrap", "/bin/sh", str(tmp_path), argv=failing,
+                                kind="private-mounts") == (
+        False, "unshare: unshare failed: Operation not permitted")
+    assert (cache / "probe-bwrap.marshal").exists()
+    assert (cache / "probe-bwrap-private-mounts.marshal").exists()
+    assert select.probe_backend("bwrap", "/bin/sh", str(tmp_path))[0]     # still its own
+    monkeypatch.setattr(select.pwd, "getpwuid",
+                        lambda uid: types.SimpleNamespace(pw_dir=str(tmp_path)))
+    select.forget_probe("bwrap")
+    assert not any(cache.glob("probe-bwrap*"))
