@@ -62,6 +62,9 @@ def automount_item(policy, mounts) -> Item:
         return Item("automounts", GO, "no automounter directory below the read-only trees",
                     data={"autofs": []})
     listed = " ".join(points)
+    if getattr(policy, "backend", "") == "landlock":
+        return Item("automounts", GO, f"autofs at {listed}: landlock shares the host's mounts "
+                    "and confines writes by path", data={"autofs": points})
     if policy.private_mounts:
         return Item("automounts", GAPS,
                     f"autofs at {listed}: a share not mounted when a sandbox starts answers "

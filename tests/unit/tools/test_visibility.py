@@ -15,8 +15,9 @@ TABLE = parse_mountinfo(
     "32 30 0:50 / /cvmfs/soft.example.org ro - fuse cvmfs2 ro\n")
 
 
-def policy(private_mounts=True, readonly=("/usr", "/etc", "/cvmfs")):
-    return SimpleNamespace(system_readonly=readonly, private_mounts=private_mounts)
+def policy(private_mounts=True, readonly=("/usr", "/etc", "/cvmfs"), backend="bwrap"):
+    return SimpleNamespace(system_readonly=readonly, private_mounts=private_mounts,
+                           backend=backend)
 
 
 def test_autofs_below_a_read_only_tree_is_named_with_what_private_mounts_costs():
@@ -34,3 +35,8 @@ def test_without_private_mounts_the_item_says_a_later_share_is_writable():
 def test_no_autofs_below_the_read_only_trees_is_go():
     assert automount_item(policy(readonly=("/usr", "/etc")), TABLE).status == GO
     assert automount_item(None, TABLE).status == GO
+
+
+def test_on_landlock_automounts_are_the_hosts_and_writes_are_confined_by_path():
+    item = automount_item(policy(backend="landlock"), TABLE)
+    assert item.status == GO and item.data["autofs"] == ["/cvmfs"]
