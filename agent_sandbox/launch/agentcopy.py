@@ -34,7 +34,7 @@ next launch of a profile or `agent-sandbox status` finds it stale (registry
 judge) and runs the same guarded merge. Nothing is applied unchecked.
 Every file of the copy is opened without following symlinks, and the copy
 root itself is made, merged and removed through a descriptor of
-~/.cache/agent-sandbox/agents reached from the home without following a
+~/.cache/agent-sandbox/agents reached from ~/.cache without following a
 link (paths.open_own_dir): ~/.cache may be writable inside
 (HOME_WRITABLE), and a link a session left there would have the next copy
 made and granted writable wherever it points (refused, named).
@@ -50,6 +50,9 @@ from agent_sandbox.paths import remove_entry
 
 SUBDIR = "agents"
 COPIES = ".cache/agent-sandbox/" + SUBDIR   # below the home: the copy roots
+# ~/.cache itself may be the user's symlink (to scratch, for the home's
+# quota): followed. Below it, nothing is (open_own_dir).
+_CACHE, _OWN = COPIES.split("/", 1)
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_BYTES = 16 << 20
 
@@ -135,8 +138,9 @@ def _open_copies(home: str) -> int:
     package, pyenv plugins: run outside). Refused, saying what to remove."""
     from agent_sandbox.paths import NotOwnDirectory, open_own_dir
 
+    os.makedirs(os.path.join(home, _CACHE), mode=0o700, exist_ok=True)
     try:
-        return open_own_dir(home, COPIES, create=True)
+        return open_own_dir(os.path.join(home, _CACHE), _OWN, create=True)
     except NotOwnDirectory as exc:
         from agent_sandbox.errors import PolicyError
 
@@ -158,7 +162,7 @@ def _copies_of(record: dict) -> int | None:
     if not home or os.path.dirname(str(record.get("root", ""))) != os.path.join(home, COPIES):
         return None
     try:
-        return open_own_dir(home, COPIES)
+        return open_own_dir(os.path.join(home, _CACHE), _OWN)
     except OSError:
         return None
 

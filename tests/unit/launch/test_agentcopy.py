@@ -361,3 +361,17 @@ def test_a_copy_whose_directory_became_a_link_is_neither_merged_nor_removed(tmp_
     # and the next launch refuses to make its copy through it
     with pytest.raises(PolicyError, match=r"\.cache/agent-sandbox/agents is a symlink"):
         agentcopy.start(spec, fake_policy(home)._replace(session_id="s2"))
+
+
+def test_a_symlinked_cache_directory_of_the_user_is_followed(tmp_path):
+    # ~/.cache -> /scratch/$USER/cache (the home's quota) is the user's own:
+    # only what lies below it must be agent-sandbox's directories.
+    home = str(tmp_path / "home")
+    os.makedirs(f"{home}/.claude")
+    os.makedirs(f"{tmp_path}/scratch/cache")
+    os.symlink(f"{tmp_path}/scratch/cache", f"{home}/.cache")
+    spec = agentcopy.spec_for(profile(config_dir=("CLAUDE_CONFIG_DIR", ".claude")), home)
+    policy, record = agentcopy.start(spec, fake_policy(home))
+    assert os.path.isdir(f"{tmp_path}/scratch/cache/agent-sandbox/agents/s1")
+    agentcopy.finish(record)
+    assert os.listdir(f"{tmp_path}/scratch/cache/agent-sandbox/agents") == []
