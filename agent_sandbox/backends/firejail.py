@@ -194,6 +194,9 @@ class View:
             # The session dir lies in an always-hidden directory on purpose
             # (no other session's is reachable); only this one is whitelisted.
             self.whitelist.append(chaperon)
+        if staging:
+            # The same for the project's staging directory (read-only: late_readonly).
+            self.whitelist.append(staging)
         egress = getattr(policy, "egress_socket", None)
         if egress:
             # The egress proxy's directory (same reason; it holds the socket only).

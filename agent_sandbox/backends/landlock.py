@@ -174,6 +174,10 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
     r.grant(policy.project_dir, RW)
     for path in readonly:
         r.grant(path, ll.READ)
+    if staging:
+        # In the always-hidden staging root (no other project's is reachable):
+        # an exact rule, as the chaperon's directory.
+        r.rules.append((ll.READ, staging))
     return list(dict.fromkeys(r.rules))
 
 
