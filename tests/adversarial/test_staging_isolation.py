@@ -32,7 +32,8 @@ def _project_hash(path) -> str:
     return project_hash(str(path))
 
 
-@pytest.mark.parametrize("grant", ["HOME_WRITABLE+=(.local/share)", "HOME_WRITABLE+=(.local)"])
+@pytest.mark.parametrize("grant", ["HOME_WRITABLE+=(.local/share)", "HOME_WRITABLE+=(.local)",
+                                   "HOME_ACCESS=write"])
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_no_sandbox_writes_another_projects_staging_directory(user, project, backend, grant):
     other = project.parent / (project.name + "-other")
