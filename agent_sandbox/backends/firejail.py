@@ -205,6 +205,10 @@ class View:
             if _is_within(path, home):
                 if not self._hidden(path):
                     self.home_writable(path)
+                else:
+                    # an agent's session copy in the run directory (as the
+                    # chaperon's directory: this one alone; view.py writable)
+                    self.whitelist.append(path)
             else:
                 self.grant_outside_home(path)
         for path in overlays:

@@ -6,7 +6,7 @@ sources), others are choices the user wants kept (trust, permissions, auth
 method, model, theme). So the agent never writes its live settings: for a
 profile with AGENT_CONFIG_DIR the launcher builds, before the sandbox starts,
 
-- a copy root `~/.cache/agent-sandbox/agents/<session>/` (0700, writable
+- a copy root `~/.local/state/agent-sandbox-run/agents/<session>/` (0700, writable
   inside, the profile's variable — CLAUDE_CONFIG_DIR, CODEX_HOME,
   GEMINI_CLI_HOME — points the agent at it), holding
 - the guarded settings files (AGENT_SETTINGS) as plain copies, and
@@ -33,11 +33,10 @@ the session made is dropped and reported (a `.env`, a `.config.json`, a
 next launch of a profile or `agent-sandbox status` finds it stale (registry
 judge) and runs the same guarded merge. Nothing is applied unchecked.
 Every file of the copy is opened without following symlinks, and the copy
-root itself is made, merged and removed through a descriptor of
-~/.cache/agent-sandbox/agents reached from ~/.cache without following a
-link (paths.open_own_dir): ~/.cache may be writable inside
-(HOME_WRITABLE), and a link a session left there would have the next copy
-made and granted writable wherever it points (refused, named).
+root lies in the always-hidden run directory (copies_dir: no sandbox can
+reach another session's copy or swap a directory on the way to it) and is
+made, merged and removed through a descriptor of that directory
+(paths.open_own_dir).
 """
 from __future__ import annotations
 
@@ -49,10 +48,6 @@ from agent_sandbox.errors import say
 from agent_sandbox.paths import remove_entry
 
 SUBDIR = "agents"
-COPIES = ".cache/agent-sandbox/" + SUBDIR   # below the home: the copy roots
-# ~/.cache itself may be the user's symlink (to scratch, for the home's
-# quota): followed. Below it, nothing is (open_own_dir).
-_CACHE, _OWN = COPIES.split("/", 1)
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_BYTES = 16 << 20
 
@@ -126,31 +121,40 @@ def _is_dir(path: str) -> bool:
         return False
 
 
+def copies_dir(home: str) -> str:
+    """Where the copy roots go: in the run directory, which every sandbox
+    hides (policy.CREDENTIAL_DIRS) and whose parents none can rename (mount
+    points, or not granted on landlock); each session is granted its own
+    root alone, by exact path, past the hiding (policy/view.py, firejail,
+    landlock: a hidden writable path). Before, in ~/.cache/agent-sandbox:
+    a sandbox with ~/.cache writable (HOME_WRITABLE+=(.cache)) could swap
+    `agents` for a link while another session's launcher made its copy, and
+    have that copy granted writable wherever it pointed."""
+    from agent_sandbox.paths import run_dir
+
+    return os.path.join(run_dir(home), SUBDIR)
+
+
 def copy_root(home: str, session: str) -> str:
-    return os.path.join(home, COPIES, session)
+    return os.path.join(copies_dir(home), session)
 
 
 def _open_copies(home: str) -> int:
-    """~/.cache/agent-sandbox/agents, made and opened through descriptors
-    (paths.open_own_dir): with ~/.cache writable inside (HOME_WRITABLE), a
-    session could have left a link there so that the next launch makes its
-    copy — and grants it writable — in a directory of the user's (a Vim
-    package, pyenv plugins: run outside). Refused, saying what to remove."""
-    from agent_sandbox.paths import NotOwnDirectory, open_own_dir
+    """The copies' directory, made and opened through descriptors
+    (paths.open_own_dir: no symlink, the user's own), refused by name when
+    it is not agent-sandbox's."""
+    from agent_sandbox.paths import NotOwnDirectory, open_own_dir, run_dir
 
-    os.makedirs(os.path.join(home, _CACHE), mode=0o700, exist_ok=True)
+    os.makedirs(run_dir(home), mode=0o700, exist_ok=True)
     try:
-        return open_own_dir(os.path.join(home, _CACHE), _OWN, create=True)
+        return open_own_dir(run_dir(home), SUBDIR, create=True)
     except NotOwnDirectory as exc:
         from agent_sandbox.errors import PolicyError
 
         raise PolicyError(
             f"{exc.path} {exc.what} — agent-sandbox makes its agents' session copies only "
-            f"in directories of its own below {os.path.join(home, COPIES)}, and a sandbox "
-            f"with ~/.cache writable (HOME_WRITABLE) may have put this there to have the "
-            f"next copy made, and granted writable, elsewhere. See what it is "
-            f"(ls -la {exc.path}), remove it, and run again.",
-            reason="agent_copy_dir") from None
+            f"in a directory of its own there. See what it is (ls -la {exc.path}), "
+            f"remove it, and run again.", reason="agent_copy_dir") from None
 
 
 def _copies_of(record: dict) -> int | None:
@@ -158,11 +162,13 @@ def _copies_of(record: dict) -> int | None:
     _open_copies does (None when it is gone or no longer ours)."""
     from agent_sandbox.paths import open_own_dir
 
+    from agent_sandbox.paths import run_dir
+
     home = str(record.get("home", ""))
-    if not home or os.path.dirname(str(record.get("root", ""))) != os.path.join(home, COPIES):
-        return None
+    if not home or os.path.dirname(str(record.get("root", ""))) != copies_dir(home):
+        return None     # (a record of an older version: its copy stays, unmerged)
     try:
-        return open_own_dir(os.path.join(home, _CACHE), _OWN)
+        return open_own_dir(run_dir(home), SUBDIR)
     except OSError:
         return None
 

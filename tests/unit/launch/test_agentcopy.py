@@ -229,7 +229,7 @@ def test_a_project_settings_file_is_edited_on_a_copy_bound_in_its_place(tmp_path
     real = f"{home}/proj/.claude/settings.local.json"
     policy, record = agentcopy.start(project_spec(home), fake_policy(home))
     ((copy, dest),) = policy.session_files
-    assert dest == real and copy.startswith(f"{home}/.cache/agent-sandbox/agents/")
+    assert dest == real and copy.startswith(f"{home}/.local/state/agent-sandbox-run/agents/")
     with open(copy, "w") as handle:   # "allow … in this project", and a hook
         json.dump({"permissions": {"allow": ["Read(./**)"]}, "hooks": {"Stop": "sh"}}, handle)
     assert not os.path.exists(real)                                  # nothing live meanwhile
@@ -333,7 +333,7 @@ def test_a_symlink_or_unlisted_file_of_the_user_is_never_replaced(tmp_path):
 
 
 def test_a_copy_whose_directory_became_a_link_is_neither_merged_nor_removed(tmp_path, capsys):
-    # With ~/.cache writable inside, the session swaps the copy roots'
+    # Were the copies directory reachable from a sandbox, it could swap the copy roots
     # directory for a link to one of its making: the merge would read a copy
     # of its choosing and the removal would follow the link.
     home = str(tmp_path)
@@ -359,19 +359,6 @@ def test_a_copy_whose_directory_became_a_link_is_neither_merged_nor_removed(tmp_
     assert not os.path.exists(record)
     assert "NOT merged back" in capsys.readouterr().err
     # and the next launch refuses to make its copy through it
-    with pytest.raises(PolicyError, match=r"\.cache/agent-sandbox/agents is a symlink"):
+    with pytest.raises(PolicyError, match=r"agent-sandbox-run/agents is a symlink"):
         agentcopy.start(spec, fake_policy(home)._replace(session_id="s2"))
 
-
-def test_a_symlinked_cache_directory_of_the_user_is_followed(tmp_path):
-    # ~/.cache -> /scratch/$USER/cache (the home's quota) is the user's own:
-    # only what lies below it must be agent-sandbox's directories.
-    home = str(tmp_path / "home")
-    os.makedirs(f"{home}/.claude")
-    os.makedirs(f"{tmp_path}/scratch/cache")
-    os.symlink(f"{tmp_path}/scratch/cache", f"{home}/.cache")
-    spec = agentcopy.spec_for(profile(config_dir=("CLAUDE_CONFIG_DIR", ".claude")), home)
-    policy, record = agentcopy.start(spec, fake_policy(home))
-    assert os.path.isdir(f"{tmp_path}/scratch/cache/agent-sandbox/agents/s1")
-    agentcopy.finish(record)
-    assert os.listdir(f"{tmp_path}/scratch/cache/agent-sandbox/agents") == []
