@@ -91,7 +91,8 @@ def test_no_session_reaches_another_sessions_copy(user, project, home, backend, 
     # A concurrent session's copy root, as its launcher has just made it (the
     # moment a session could swap a directory on the way to it).
     user.set_config(grant + "\n")
-    copies = home / ".local/state/agent-sandbox-run/agents"
+    first = claude(user, project, home, backend, 'dirname "$CLAUDE_CONFIG_DIR"')
+    copies = Path(first.stdout.split()[0])       # where this version makes them
     other = copies / "0123456789ab"
     other.mkdir(parents=True, exist_ok=True)
     for path in (copies, other):
@@ -110,3 +111,4 @@ def test_no_session_reaches_another_sessions_copy(user, project, home, backend, 
     assert list(other.iterdir()) == []
     assert copies.is_dir() and not (copies.parent / "agents.moved").exists()
     assert sorted(p.name for p in copies.iterdir()) == ["0123456789ab"]   # own copy removed
+    assert copies == home / ".local/state/agent-sandbox-run/agents"
