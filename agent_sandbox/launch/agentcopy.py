@@ -126,7 +126,7 @@ def copies_dir(home: str) -> str:
     hides (policy.CREDENTIAL_DIRS) and whose parents none can rename (mount
     points, or not granted on landlock); each session is granted its own
     root alone, by exact path, past the hiding (policy/view.py, firejail,
-    landlock: a hidden writable path). Before, in ~/.cache/agent-sandbox:
+    landlock: a hidden writable path). Before, in ~/.cache/agent-sandbox/:
     a sandbox with ~/.cache writable (HOME_WRITABLE+=(.cache)) could swap
     `agents` for a link while another session's launcher made its copy, and
     have that copy granted writable wherever it pointed."""
