@@ -693,9 +693,10 @@ def finish(record_path: str, *, recovered: bool = False) -> None:
         copies = _copies_of(record)
         if copies is None:
             say(f"{spec.profile}: the session's changes to its settings were NOT merged back — "
-                f"{os.path.dirname(root)} is no longer agent-sandbox's own directory (a "
-                f"symlink, or gone); nothing of it was applied or removed. Look at it, remove "
-                f"it, and run again.")
+                f"its copy {root} is not in agent-sandbox's own directory "
+                f"{copies_dir(str(record.get('home', '')))} (a symlink or another owner's "
+                f"directory on the way, or a copy an earlier version made elsewhere); nothing "
+                f"of it was applied or removed. Look at it, and remove it.")
             os.unlink(record_path)
             return
         try:
