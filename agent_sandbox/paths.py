@@ -140,6 +140,61 @@ def helper_module(name: str):
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+class NotOwnDirectory(OSError):
+    """A component of one of the launcher's own directories is a symlink, not
+    a directory, or not the user's: something else put it there."""
+
+    def __init__(self, path: str, what: str):
+        super().__init__(f"{path} {what}")
+        self.path, self.what = path, what
+
+
+def open_own_dir(base: str, relative: str, *, create: bool = False) -> int:
+    """A directory of the launcher's own below `base` (the home, from the
+    password database), opened from `base` one component at a time without
+    following a symlink, each component a directory owned by this user
+    (missing ones made 0700 when `create`): a descriptor the caller works
+    through. A name-based os.makedirs/os.mkdir would follow a link that a
+    sandbox with that place writable (HOME_WRITABLE+=(.cache)) planted, and
+    make, write and grant the launcher's directory wherever it points.
+    Raises NotOwnDirectory naming the first component that is not one, or
+    the OSError of a missing one."""
+    import stat
+
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    path = base
+    try:
+        for part in [p for p in relative.split("/") if p]:
+            path = os.path.join(path, part)
+            if create:
+                try:
+                    os.mkdir(part, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+            try:
+                inner = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                try:
+                    mode = os.stat(part, dir_fd=fd, follow_symlinks=False).st_mode
+                except OSError:
+                    raise exc from None
+                raise NotOwnDirectory(path, "is a symlink" if stat.S_ISLNK(mode)
+                                      else "is not a directory") from None
+            os.close(fd)
+            fd = inner
+            if os.fstat(fd).st_uid != os.getuid():
+                raise NotOwnDirectory(path, "is not owned by you")
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def remove_entry(dir_fd: int, name: str) -> None:
+    """remove_tree for the entry `name` of an open directory."""
+    _remove_entry(dir_fd, name)
+
+
 def remove_tree(path: str) -> None:
     """shutil.rmtree(path, ignore_errors=True) without importing shutil
     (with fnmatch and re, ~4.5 ms on a launch's exit path: session copies,

@@ -71,7 +71,8 @@ def main() -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
         shutil.rmtree(codex, ignore_errors=True)
-        shutil.rmtree(os.path.join(home, ".cache", "agent-sandbox", "agents"), ignore_errors=True)
+        shutil.rmtree(os.path.join(home, ".local", "state", "agent-sandbox-run", "agents"),
+                      ignore_errors=True)
     return 0
 
 

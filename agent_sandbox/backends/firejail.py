@@ -194,6 +194,9 @@ class View:
             # The session dir lies in an always-hidden directory on purpose
             # (no other session's is reachable); only this one is whitelisted.
             self.whitelist.append(chaperon)
+        if staging:
+            # The same for the project's staging directory (read-only: late_readonly).
+            self.whitelist.append(staging)
         egress = getattr(policy, "egress_socket", None)
         if egress:
             # The egress proxy's directory (same reason; it holds the socket only).
@@ -202,6 +205,10 @@ class View:
             if _is_within(path, home):
                 if not self._hidden(path):
                     self.home_writable(path)
+                else:
+                    # an agent's session copy in the run directory (as the
+                    # chaperon's directory: this one alone; view.py writable)
+                    self.whitelist.append(path)
             else:
                 self.grant_outside_home(path)
         for path in overlays:

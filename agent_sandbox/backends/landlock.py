@@ -44,7 +44,7 @@ from agent_sandbox.backends.base import (HELPER_PYTHON, FdRef, FunctionBackend, 
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module, user_config_dir
 from agent_sandbox.policy.resolve import Policy
-from agent_sandbox.policy.view import Grant, Rule, Stop, beneath, carve_walk
+from agent_sandbox.policy.view import Grant, Rule, Stop, beneath, carve_walk, is_hidden
 
 ll = helper_module("landlock")
 
@@ -162,7 +162,10 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
     for path in policy.home_seeded:
         r.grant(os.path.realpath(path), ll.READ)
     for path in policy.home_writable + policy.extra_writable:
-        r.grant(path, RW)
+        if is_hidden(path, policy.hidden):
+            r.rules.append((RW, path))   # an agent's session copy (policy/view.py writable)
+        else:
+            r.grant(path, RW)
     chaperon = getattr(policy, "chaperon_dir", None)
     if chaperon:
         # Inside an always-hidden directory on purpose, so no other session's
@@ -174,6 +177,10 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
     r.grant(policy.project_dir, RW)
     for path in readonly:
         r.grant(path, ll.READ)
+    if staging:
+        # In the always-hidden staging root (no other project's is reachable):
+        # an exact rule, as the chaperon's directory.
+        r.rules.append((ll.READ, staging))
     return list(dict.fromkeys(r.rules))
 
 

@@ -6,7 +6,7 @@ sources), others are choices the user wants kept (trust, permissions, auth
 method, model, theme). So the agent never writes its live settings: for a
 profile with AGENT_CONFIG_DIR the launcher builds, before the sandbox starts,
 
-- a copy root `~/.cache/agent-sandbox/agents/<session>/` (0700, writable
+- a copy root `~/.local/state/agent-sandbox-run/agents/<session>/` (0700, writable
   inside, the profile's variable — CLAUDE_CONFIG_DIR, CODEX_HOME,
   GEMINI_CLI_HOME — points the agent at it), holding
 - the guarded settings files (AGENT_SETTINGS) as plain copies, and
@@ -32,7 +32,11 @@ the session made is dropped and reported (a `.env`, a `.config.json`, a
 `rules/` directory would steer or run the user's unsandboxed agent). A launcher killed with SIGKILL leaves its record: the
 next launch of a profile or `agent-sandbox status` finds it stale (registry
 judge) and runs the same guarded merge. Nothing is applied unchecked.
-Every file of the copy is opened without following symlinks.
+Every file of the copy is opened without following symlinks, and the copy
+root lies in the always-hidden run directory (copies_dir: no sandbox can
+reach another session's copy or swap a directory on the way to it) and is
+made, merged and removed through a descriptor of that directory
+(paths.open_own_dir).
 """
 from __future__ import annotations
 
@@ -41,9 +45,10 @@ import stat
 from collections import namedtuple
 
 from agent_sandbox.errors import say
-from agent_sandbox.paths import remove_tree
+from agent_sandbox.paths import remove_entry
 
 SUBDIR = "agents"
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 MAX_BYTES = 16 << 20
 
 
@@ -116,8 +121,61 @@ def _is_dir(path: str) -> bool:
         return False
 
 
+def copies_dir(home: str) -> str:
+    """Where the copy roots go: in the run directory, which every sandbox
+    hides (policy.CREDENTIAL_DIRS) and whose parents none can rename (mount
+    points, or not granted on landlock); each session is granted its own
+    root alone, by exact path, past the hiding (policy/view.py, firejail,
+    landlock: a hidden writable path). Before, in ~/.cache/agent-sandbox/:
+    a sandbox with ~/.cache writable (HOME_WRITABLE+=(.cache)) could swap
+    `agents` for a link while another session's launcher made its copy, and
+    have that copy granted writable wherever it pointed."""
+    from agent_sandbox.paths import run_dir
+
+    return os.path.join(run_dir(home), SUBDIR)
+
+
 def copy_root(home: str, session: str) -> str:
-    return os.path.join(home, ".cache", "agent-sandbox", SUBDIR, session)
+    return os.path.join(copies_dir(home), session)
+
+
+def _open_copies(home: str) -> int:
+    """The copies' directory, made and opened through descriptors
+    (paths.open_own_dir: no symlink, the user's own), refused by name when
+    it is not agent-sandbox's."""
+    from agent_sandbox.paths import NotOwnDirectory, open_own_dir, run_dir
+
+    os.makedirs(run_dir(home), mode=0o700, exist_ok=True)
+    try:
+        return open_own_dir(run_dir(home), SUBDIR, create=True)
+    except NotOwnDirectory as exc:
+        from agent_sandbox.errors import PolicyError
+
+        raise PolicyError(
+            f"{exc.path} {exc.what} — agent-sandbox makes its agents' session copies only "
+            f"in a directory of its own there. See what it is (ls -la {exc.path}), "
+            f"remove it, and run again.", reason="agent_copy_dir") from None
+
+
+def _copies_of(record: dict) -> int | None:
+    """The copy roots' directory of a record's session, opened as
+    _open_copies does (None when it is gone or no longer ours)."""
+    from agent_sandbox.paths import open_own_dir
+
+    from agent_sandbox.paths import run_dir
+
+    home = str(record.get("home", ""))
+    if not home or os.path.dirname(str(record.get("root", ""))) != copies_dir(home):
+        return None     # (a record of an older version: its copy stays, unmerged)
+    try:
+        return open_own_dir(run_dir(home), SUBDIR)
+    except OSError:
+        return None
+
+
+def _remove_copy(copies: int, session: str) -> None:
+    remove_entry(copies, session)
+    remove_entry(copies, session + ".project")
 
 
 def _record_dir(home: str) -> str:
@@ -141,20 +199,32 @@ def start(spec: Spec, policy, *, note_path: str = ""):
     root = copy_root(policy.home, policy.session_id)
     records = _record_dir(policy.home)
     os.makedirs(records, mode=0o700, exist_ok=True)
-    os.makedirs(os.path.dirname(root), mode=0o700, exist_ok=True)
-    os.mkdir(root, 0o700)
+    copies = _open_copies(policy.home)
     try:
-        return _build(spec, policy, root, records, note_path)
-    except BaseException:
-        remove_tree(root)     # no record yet: nothing refers to it
-        raise
+        os.mkdir(policy.session_id, 0o700, dir_fd=copies)
+        try:
+            root_fd = os.open(policy.session_id, _DIR, dir_fd=copies)
+            try:
+                return _build(spec, policy, root, root_fd, copies, records, note_path)
+            finally:
+                os.close(root_fd)
+        except BaseException:
+            _remove_copy(copies, policy.session_id)   # no record yet: nothing refers to it
+            raise
+    finally:
+        os.close(copies)
 
 
-def _build(spec: Spec, policy, root: str, records: str, note_path: str):
+def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: str,
+           note_path: str):
+    """Everything made below root_fd, by descriptor (the names are what the
+    sandbox is given)."""
     from agent_sandbox.launch import registry
 
     mirror = os.path.join(root, spec.mirror) if spec.mirror else root
-    os.makedirs(mirror, mode=0o700, exist_ok=True)
+    mirror_fd = _open_below(root_fd, spec.mirror, create=True)
+    if mirror_fd is None:
+        raise OSError(f"cannot make {mirror}")
     guarded = {os.path.join(root, g.name) for g in spec.files}
     try:
         names = set(os.listdir(spec.real_dir))
@@ -165,13 +235,16 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
     for path in [p.path for p in policy.protected] + [note_path]:
         if path and os.path.dirname(path) == spec.real_dir:
             names.add(os.path.basename(path))
-    for name in sorted(names):
-        real = os.path.join(spec.real_dir, name)
-        if _named(name, spec.scratch, True) and not _protected(real, [
-                p.path for p in policy.protected]):
-            continue        # starts empty in the copy; the real one stays unseen by it
-        if os.path.join(mirror, name) not in guarded:
-            os.symlink(os.path.join(spec.real_dir, name), os.path.join(mirror, name))
+    try:
+        for name in sorted(names):
+            real = os.path.join(spec.real_dir, name)
+            if _named(name, spec.scratch, True) and not _protected(real, [
+                    p.path for p in policy.protected]):
+                continue    # starts empty in the copy; the real one stays unseen by it
+            if os.path.join(mirror, name) not in guarded:
+                os.symlink(os.path.join(spec.real_dir, name), name, dir_fd=mirror_fd)
+    finally:
+        os.close(mirror_fd)
     base, resolved = {}, {}
     for item in spec.files:
         # The user's own symlink (a dotfiles repository) is followed — the
@@ -182,10 +255,15 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
         data = None if resolved[item.name] is None else _read(real)
         base[item.name] = None if data is None else data.decode("utf-8", "surrogateescape")
         if data is not None:
-            target = os.path.join(root, item.name)
-            os.makedirs(os.path.dirname(target), mode=0o700, exist_ok=True)
-            _write_new(target, data)
-    project_files, session_files = _project_copies(spec, policy, root + ".project", base)
+            parent = _open_below(root_fd, os.path.dirname(item.name), create=True)
+            if parent is None:
+                raise OSError(f"cannot make {os.path.dirname(os.path.join(root, item.name))}")
+            try:
+                _write_new(os.path.basename(item.name), data, dir_fd=parent)
+            finally:
+                os.close(parent)
+    project_files, session_files = _project_copies(spec, policy, root + ".project", copies,
+                                                   base)
     record = {"session": policy.session_id, "pid": os.getpid(), "host": registry.host_name(),
               "boot_id": registry.boot_id(), "start_ticks": registry.start_ticks(),
               "uid": os.getuid(), "spec": spec._replace(files=spec.files + project_files),
@@ -206,7 +284,7 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
                            **_entry_grants(spec, policy, record["protected"])), path
 
 
-def _project_copies(spec: Spec, policy, project_root: str, base: dict) -> tuple:
+def _project_copies(spec: Spec, policy, project_root: str, copies: int, base: dict) -> tuple:
     """Session copies of the protected project files the agent saves choices
     in (Claude Code's .claude/settings.local.json), bound writable over the
     read-only placeholder — on bwrap only, the one backend that binds a file
@@ -218,6 +296,7 @@ def _project_copies(spec: Spec, policy, project_root: str, base: dict) -> tuple:
         return (), ()
     files, binds = [], []
     project_fd = os.open(policy.project_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    copy_fd = None
     try:
         for relative, patterns in spec.project_files:
             real = os.path.join(policy.project_dir, relative)
@@ -235,13 +314,24 @@ def _project_copies(spec: Spec, policy, project_root: str, base: dict) -> tuple:
                     continue        # a symlink or not a file: it stays read-only
             text = (data or b"{}\n").decode("utf-8", "surrogateescape")
             copy = os.path.join(project_root, relative)
-            os.makedirs(os.path.dirname(copy), mode=0o700, exist_ok=True)
-            _write_new(copy, text.encode("utf-8", "surrogateescape"))
+            if copy_fd is None:       # made by descriptor, as the copy root
+                os.mkdir(os.path.basename(project_root), 0o700, dir_fd=copies)
+                copy_fd = os.open(os.path.basename(project_root), _DIR, dir_fd=copies)
+            parent = _open_below(copy_fd, os.path.dirname(relative), create=True)
+            if parent is None:
+                raise OSError(f"cannot make {os.path.dirname(copy)}")
+            try:
+                _write_new(os.path.basename(relative),
+                           text.encode("utf-8", "surrogateescape"), dir_fd=parent)
+            finally:
+                os.close(parent)
             base["project:" + relative] = text
             files.append(Guarded(relative, real, patterns, "project"))
             binds.append((copy, real))
     finally:
         os.close(project_fd)
+        if copy_fd is not None:
+            os.close(copy_fd)
     return tuple(files), tuple(binds)
 
 
@@ -309,8 +399,9 @@ def _load_record(data: bytes):
     return loads(data)
 
 
-def _write_new(path: str, data: bytes, mode: int = 0o600) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
+def _write_new(path: str, data: bytes, mode: int = 0o600, dir_fd: int | None = None) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode,
+                 dir_fd=dir_fd)
     try:
         os.write(fd, data)
     finally:
@@ -596,18 +687,33 @@ def finish(record_path: str, *, recovered: bool = False) -> None:
             root, protected = record["root"], record["protected"]
         except (OSError, ValueError, TypeError, KeyError):
             return
+        # The copy is reached from the home by descriptor (_copies_of), never
+        # through a link a session left on the way: that would merge from,
+        # and remove, whatever it points at.
+        copies = _copies_of(record)
+        if copies is None:
+            say(f"{spec.profile}: the session's changes to its settings were NOT merged back — "
+                f"its copy {root} is not in agent-sandbox's own directory "
+                f"{copies_dir(str(record.get('home', '')))} (a symlink or another owner's "
+                f"directory on the way, or a copy an earlier version made elsewhere); nothing "
+                f"of it was applied or removed. Look at it, and remove it.")
+            os.unlink(record_path)
+            return
         try:
-            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError:
-            root_fd = None
-        if root_fd is not None:
+            name = os.path.basename(root)
             try:
-                _report(spec, _finish_copy(spec, root_fd, record, protected), recovered,
-                        record.get("session", "?"), str(record.get("home", "")))
-            finally:
-                os.close(root_fd)
-        remove_tree(root)
-        remove_tree(root + ".project")
+                root_fd = os.open(name, _DIR, dir_fd=copies)
+            except OSError:
+                root_fd = None
+            if root_fd is not None:
+                try:
+                    _report(spec, _finish_copy(spec, root_fd, copies, record, protected),
+                            recovered, record.get("session", "?"), str(record.get("home", "")))
+                finally:
+                    os.close(root_fd)
+            _remove_copy(copies, name)
+        finally:
+            os.close(copies)
         os.unlink(record_path)
     except OSError:
         pass
@@ -626,20 +732,23 @@ def discard(record_path: str, why: str) -> None:
         return
     say(f"{profile}: the session's changes to its settings were NOT merged back — {why}. "
         f"Nothing of {root} was applied; it is removed.")
-    remove_tree(root)
-    remove_tree(root + ".project")
+    copies = _copies_of(record)
+    if copies is not None:
+        try:
+            _remove_copy(copies, os.path.basename(root))
+        finally:
+            os.close(copies)
     try:
         os.unlink(record_path)
     except OSError:
         pass
 
 
-def _finish_copy(spec: Spec, root_fd: int, record: dict, protected) -> dict:
+def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected) -> dict:
     outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": []}
     base, resolved = record.get("base") or {}, record.get("resolved") or {}
     try:
-        project_fd = os.open(record["root"] + ".project",
-                             os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        project_fd = os.open(os.path.basename(record["root"]) + ".project", _DIR, dir_fd=copies)
     except OSError:
         project_fd = None
     for item in spec.files:

@@ -18,7 +18,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from agent_sandbox.paths import RUN_DIR, STATE_DIR, runnable_outside, user_config_dir
+from agent_sandbox.paths import (RUN_DIR, STAGING_DIR, STATE_DIR, runnable_outside,
+                                 user_config_dir)
 from agent_sandbox.paths import is_within as _is_within
 from agent_sandbox.names import forced_env, slurm_commands
 from agent_sandbox.policy.envfilter import scrub
@@ -29,11 +30,15 @@ from agent_sandbox.errors import PolicyError
 # Always hidden, in every HOME_ACCESS mode; not configurable away (SPEC §4).
 # The last one holds the chaperon session directories: hidden so that no
 # sandbox reaches another session's chaperon (firejail shows the parents of
-# its own session's directory, nothing else).
+# its own session's directory, nothing else). The job staging root too:
+# slurmstepd writes each job's logs there, outside any sandbox, and the
+# snapshots there run in the projects' sandboxes, so no sandbox may plant
+# a link or a file in another project's (HOME_WRITABLE+=(.local/share) made
+# them writable): each session is shown its own project's, read-only.
 CREDENTIAL_DIRS = (
     ".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud",
     ".password-store", STATE_DIR, ".local/share/keyrings",
-    ".netrc", ".config/gh", RUN_DIR,
+    ".netrc", ".config/gh", RUN_DIR, STAGING_DIR,
 )
 # /run is a tmpfs; only what DNS needs comes back (never munge or D-Bus).
 RUN_DNS_PATHS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager/resolv.conf")

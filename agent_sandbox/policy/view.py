@@ -368,7 +368,13 @@ class ViewBuilder:
 
     def writable(self) -> None:
         for path in self.policy.home_writable + self.policy.extra_writable:
-            self.grant(path, "rw")
+            if self._hidden(path):
+                # Only the launcher puts a hidden path here (the resolver drops
+                # configured ones): an agent's session copy in the always-hidden
+                # run directory (agentcopy.copies_dir), bound alone, exactly.
+                self.ops.append(Bind(path, path))
+            else:
+                self.grant(path, "rw")
         self.ops.append(Bind(self.policy.project_dir, self.policy.project_dir))
 
     def writable_roots(self) -> tuple[str, ...]:

@@ -171,7 +171,7 @@ def test_codex_login_with_api_key_persists(user, project, home, clis):
     assert json.loads((home / ".codex/auth.json").read_text())["OPENAI_API_KEY"] == "sk-kept-123"
     again = run_agent(user, project, ["codex", "login", "status"], env)
     assert again.returncode == 0 and "API key" in again.stderr + again.stdout
-    assert not list((home / ".cache/agent-sandbox/agents").iterdir())     # copy removed
+    assert not list((home / ".local/state/agent-sandbox-run/agents").iterdir())     # copy removed
 
 
 def test_mcp_servers_added_inside_are_dropped_and_reported(user, project, home, clis):
@@ -338,7 +338,7 @@ def test_a_sigkilled_launcher_copy_is_merged_under_the_guard_later(user, project
                                  "permissions": {"allow": ["Read(./K/**)"],
                                                  "deny": ["Bash(rm-K)"]}}
     assert not list((home / ".local/state/agent-sandbox/agents").glob("*.json"))
-    assert not list((home / ".cache/agent-sandbox/agents").iterdir())
+    assert not list((home / ".local/state/agent-sandbox-run/agents").iterdir())
 
 
 CODEX_WRITER = """#!/bin/sh
@@ -500,7 +500,8 @@ def test_a_cached_agent_launch_makes_its_own_session_copy(user, project, home, b
         assert outputs[-1][1:] == ["no-extra", "last=--x"], outputs[-1]
     copies = [lines[0].removeprefix("dir=") for lines in outputs]
     assert len(set(copies)) == 3, copies
-    assert all(c.startswith(f"{home}/.cache/agent-sandbox/agents/") for c in copies), copies
+    assert all(c.startswith(f"{home}/.local/state/agent-sandbox-run/agents/")
+               for c in copies), copies
     assert not any(Path(c).exists() for c in copies)
     user.write(".claude/extra.md", "hello\n", 0o600)
     result = run_agent(user, project, ["claude", "z"], env)

@@ -577,3 +577,39 @@ def test_a_program_in_a_place_others_or_the_user_can_write_is_not_run_outside(tm
     assert backend.find(f"{planted}:/usr/bin") == "/usr/bin/env"
     assert backend.find(str(planted)) is None
     assert find_git(f"{planted}:/usr/bin:/bin") in ("/usr/bin/git", "/bin/git")
+
+
+@pytest.mark.parametrize("mode", ["tmpwrite", "write"])
+@pytest.mark.parametrize("name", BACKENDS)
+def test_an_agents_session_copy_in_the_hidden_run_directory_is_granted_alone(home, name, mode):
+    # launch/agentcopy.py: the copy root lies in the always-hidden run
+    # directory; only it is granted (writable), nothing else of the run
+    # directory nor of the job staging root — whatever the home grants.
+    policy = policy_for(home, f"HOME_ACCESS={mode}\nHOME_WRITABLE+=(.local .cache)\n",
+                        backend=name)
+    run = home / ".local/state/agent-sandbox-run"
+    root = str(run / "agents/sess01")
+    other = str(run / "agents/other")
+    staging = home / ".local/share/agent-sandbox/jobs"
+    for path in (root, other, str(staging / "someproject")):
+        Path(path).mkdir(parents=True)
+    assert policy.is_hidden(root) and policy.is_hidden(str(staging / "someproject"))
+    policy = policy._replace(extra_writable=policy.extra_writable + (root,))
+    plan = plan_for(name, policy)
+    if name == "landlock":
+        rules = landlock_rules(plan)
+        granted = {p: r for p, r in rules.items() if _is_within(p, str(run))
+                   or _is_within(p, str(staging))}
+        assert granted == {root: "rw"}
+    elif name == "bwrap":
+        argv = list(plan.argv)
+        pairs = {(argv[i], argv[i + 1], argv[i + 2]) for i in range(len(argv) - 2)
+                 if argv[i] in ("--bind", "--ro-bind", "--bind-try", "--ro-bind-try")}
+        granted = {(op, src) for op, src, _ in pairs if _is_within(src, str(run))
+                   or _is_within(src, str(staging))}
+        assert granted == {("--bind", root)}
+    else:
+        opts = options(plan)
+        granted = [o for o in opts if str(run) in o or str(staging) in o]
+        assert f"--whitelist={root}" in granted
+        assert not any(other in o or "someproject" in o for o in granted), granted

@@ -16,6 +16,7 @@ from agent_sandbox.launch import agentcopy
 from agent_sandbox.launch import agentexe
 from agent_sandbox.launch.agentexe import install_root
 from agent_sandbox.policy.resolve import Protected
+from agent_sandbox.errors import PolicyError
 
 
 @pytest.mark.parametrize("real, root", [
@@ -228,7 +229,7 @@ def test_a_project_settings_file_is_edited_on_a_copy_bound_in_its_place(tmp_path
     real = f"{home}/proj/.claude/settings.local.json"
     policy, record = agentcopy.start(project_spec(home), fake_policy(home))
     ((copy, dest),) = policy.session_files
-    assert dest == real and copy.startswith(f"{home}/.cache/agent-sandbox/agents/")
+    assert dest == real and copy.startswith(f"{home}/.local/state/agent-sandbox-run/agents/")
     with open(copy, "w") as handle:   # "allow … in this project", and a hook
         json.dump({"permissions": {"allow": ["Read(./**)"]}, "hooks": {"Stop": "sh"}}, handle)
     assert not os.path.exists(real)                                  # nothing live meanwhile
@@ -329,3 +330,35 @@ def test_a_symlink_or_unlisted_file_of_the_user_is_never_replaced(tmp_path):
     with open(f"{home}/dotfiles/statusline.sh") as handle:
         assert handle.read() == "echo status\n"
     assert os.path.isfile(f"{home}/.claude/projects/t.jsonl")
+
+
+def test_a_copy_whose_directory_became_a_link_is_neither_merged_nor_removed(tmp_path, capsys):
+    # Were the copies directory reachable from a sandbox, it could swap the copy roots
+    # directory for a link to one of its making: the merge would read a copy
+    # of its choosing and the removal would follow the link.
+    home = str(tmp_path)
+    os.makedirs(f"{home}/.claude")
+    with open(f"{home}/.claude/settings.json", "w") as handle:
+        json.dump({"model": "a"}, handle)
+    spec = agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json",),
+        settings_keep=("settings.json:model",)), home)
+    policy, record = agentcopy.start(spec, fake_policy(home))
+    root = policy.env["CLAUDE_CONFIG_DIR"]
+    copies = os.path.dirname(root)
+    os.rename(copies, copies + ".old")
+    os.makedirs(f"{home}/decoy/s1")
+    with open(f"{home}/decoy/s1/settings.json", "w") as handle:
+        json.dump({"model": "planted"}, handle)
+    os.symlink(f"{home}/decoy", copies)
+    agentcopy.finish(record)
+    with open(f"{home}/.claude/settings.json") as handle:
+        assert json.load(handle) == {"model": "a"}
+    assert os.path.isfile(f"{home}/decoy/s1/settings.json")     # not removed through it
+    assert not os.path.exists(record)
+    assert "NOT merged back" in capsys.readouterr().err
+    # and the next launch refuses to make its copy through it
+    with pytest.raises(PolicyError, match=r"agent-sandbox-run/agents is a symlink"):
+        agentcopy.start(spec, fake_policy(home)._replace(session_id="s2"))
+

@@ -71,7 +71,7 @@ def test_a_configuration_directory_that_changed_is_a_miss_and_leaves_no_copy(tmp
         agentlaunch.from_cache(agentlaunch.AgentLaunch("claude", [], dry_run=False),
                                hit(agent, policy), copies)
     assert copies == []
-    assert os.listdir(f"{home}/.cache/agent-sandbox/agents") == []
+    assert os.listdir(f"{home}/.local/state/agent-sandbox-run/agents") == []
     assert [n for n in os.listdir(f"{home}/.local/state/agent-sandbox/agents")
             if n.endswith(".json")] == []     # no record left to recover
 
