@@ -44,12 +44,18 @@ def main() -> int:
     scratch = tempfile.mkdtemp(prefix="agents-bench-", dir=home)
     try:
         project = os.path.join(scratch, "project")
-        bin_dir = os.path.join(project, "bin")       # visible inside for both
+        # The profile's executable must not be writable inside (a session
+        # would replace what runs next time): it lives beside the project;
+        # `run` gets the same script in the project, where it is visible.
+        bin_dir = os.path.join(scratch, "bin")
         os.makedirs(bin_dir)
+        os.makedirs(project)
         standin = os.path.join(bin_dir, "codex")
-        with open(standin, "w") as handle:
-            handle.write(STANDIN)
-        os.chmod(standin, 0o755)
+        baseline = os.path.join(project, "codex-standin")
+        for path in (standin, baseline):
+            with open(path, "w") as handle:
+                handle.write(STANDIN)
+            os.chmod(path, 0o755)
         os.makedirs(os.path.join(codex, "sessions"))
         for index in range(18):
             with open(os.path.join(codex, f"state-{index}.json"), "w") as handle:
@@ -61,7 +67,7 @@ def main() -> int:
         runs = {"run -- standin (baseline)": [], "codex profile (copy + merge)": []}
         for _ in range(args.runs):      # interleaved, so drift hits both alike
             runs["run -- standin (baseline)"] += measure(
-                [args.agent_sandbox, "run", "--", standin], 1, project, env)
+                [args.agent_sandbox, "run", "--", baseline], 1, project, env)
             runs["codex profile (copy + merge)"] += measure(
                 [args.agent_sandbox, "codex"], 1, project, env)
         for name, times in runs.items():
