@@ -137,8 +137,14 @@ def main(argv: list[str]) -> int:
     bound = os.stat(spec.socket)
     try:
         proxy = Proxy(spec, load_hook(ADMIN_DIR), audit_fd)
-        sys.stdout.write("ready\n")
-        sys.stdout.flush()
+        try:
+            sys.stdout.write("ready\n")
+            sys.stdout.flush()
+        except BrokenPipeError:
+            # The launcher stopped waiting (it refused the launch meanwhile):
+            # nobody to serve. Quietly: stdout is gone for the exit's flush too.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
         asyncio.run(_run(proxy, listener))
     finally:
         try:
