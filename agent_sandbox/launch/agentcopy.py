@@ -165,12 +165,9 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
     for path in [p.path for p in policy.protected] + [note_path]:
         if path and os.path.dirname(path) == spec.real_dir:
             names.add(os.path.basename(path))
+    protected = [p.path for p in policy.protected]
     for name in sorted(names):
-        real = os.path.join(spec.real_dir, name)
-        if _named(name, spec.scratch, True) and not _protected(real, [
-                p.path for p in policy.protected]):
-            continue        # starts empty in the copy; the real one stays unseen by it
-        if os.path.join(mirror, name) not in guarded:
+        if _linked(spec, name, protected) and os.path.join(mirror, name) not in guarded:
             os.symlink(os.path.join(spec.real_dir, name), os.path.join(mirror, name))
     base, resolved = {}, {}
     for item in spec.files:
@@ -245,6 +242,16 @@ def _project_copies(spec: Spec, policy, project_root: str, base: dict) -> tuple:
     return tuple(files), tuple(binds)
 
 
+def _linked(spec: Spec, name: str, protected) -> bool:
+    """Whether the copy links this entry of the real directory: not a guarded
+    file (the copy holds its own) and not a scratch entry (it starts empty in
+    the copy; the real one stays unseen by it) unless protected."""
+    real = os.path.join(spec.real_dir, name)
+    if any(g.real == real for g in spec.files):
+        return False
+    return not _named(name, spec.scratch, True) or _protected(real, protected)
+
+
 def _exists_at(dir_fd: int, name: str) -> bool:
     try:
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -261,10 +268,12 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
     stays read-only (a script the user's status line runs, a notify script,
     rules). So the user's settings are read-only inside on every backend,
     Landlock included (it cannot carve a read-only file out of a writable
-    directory)."""
+    directory). An entry the copy does not link (a guarded file, a scratch
+    entry) is not granted at all: nothing inside refers to it, and on bwrap
+    each grant is a mount (left out, it does not exist inside: stricter, and
+    a mount less)."""
     if spec.real_dir not in policy.home_writable:
         return {}
-    guarded = {g.real for g in spec.files}
     writable, readonly = [], []
     try:
         names = sorted(os.listdir(spec.real_dir))
@@ -272,7 +281,9 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
         names = []
     for name in names:
         path = os.path.join(spec.real_dir, name)
-        if (path in guarded or _protected(path, protected) or os.path.islink(path)
+        if not _linked(spec, name, protected):
+            continue
+        if (_protected(path, protected) or os.path.islink(path)
                 or not _named(name, spec.keep, _is_dir(path))):
             readonly.append(path)
         else:
