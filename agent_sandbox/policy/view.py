@@ -377,16 +377,50 @@ class ViewBuilder:
             roots += (self.policy.home,)
         return roots
 
+    def only_protected(self, path: str, roots) -> bool:
+        """A pinned directory that holds nothing but protected paths (the
+        `.git` placeholders make in a project that is no repository: hooks/,
+        config, config.worktree, commondir), with nothing else of the view
+        below it: one read-only bind of it shows the same entries, read-only,
+        and pins it, where the pin and a bind per entry took five mounts. It
+        is stricter in one way only: no new entry can be made in it — and git
+        cannot make a repository there anyway (its hooks/ and config are
+        read-only: `git init` fails)."""
+        if path in roots:
+            return False
+        below = {p.path for p in self.policy.protected if _contains_any(path, (p.path,))}
+        views = ([c for c, _ in getattr(self.policy, "session_files", ())]
+                 + [d for _, d in getattr(self.policy, "session_files", ())]
+                 + [n for n, _ in self.policy.notes] + list(self.policy.readonly_overlays)
+                 + list(self.policy.hidden) + [self.policy.staging_dir or "/"])
+        if not below or any(_is_within(v, path) for v in views) or any(
+                os.path.islink(p) for p in below):
+            return False
+        try:
+            entries = os.listdir(path)
+        except FileNotFoundError:
+            entries = []          # placeholders make it, and only the protected paths in it
+        except OSError:
+            return False
+        return all(os.path.join(path, name) in below for name in entries)
+
     def overlays(self) -> None:
         roots = self.writable_roots()
+        whole = []
         for path in self.policy.pinned:
             # Bound onto itself (a mount point cannot be renamed or removed:
             # EBUSY), before the read-only binds of the control files in it.
             if any(_is_within(path, r) for r in roots) and not self._hidden(path):
-                self.ops.append(Bind(path, path))
+                if self.only_protected(path, roots):
+                    whole.append(path)
+                    self.ops.append(RoBind(path, path))
+                else:
+                    self.ops.append(Bind(path, path))
         for item in self.policy.protected:
             if self._hidden(item.path) or not any(_is_within(item.path, r) for r in roots):
                 continue
+            if any(_is_within(item.path, w) for w in whole):
+                continue   # read-only with the whole directory
             if os.path.islink(item.path):
                 continue   # reported as a warning by the policy checks
             # An agent's session copy (launch/agentcopy.py) is bound writable
