@@ -167,7 +167,9 @@ def _build(spec: Spec, policy, root: str, records: str, note_path: str):
             names.add(os.path.basename(path))
     protected = [p.path for p in policy.protected]
     for name in sorted(names):
-        if _linked(spec, name, protected) and os.path.join(mirror, name) not in guarded:
+        if _scratch(spec, name, protected):
+            continue        # starts empty in the copy; the real one stays unseen by it
+        if os.path.join(mirror, name) not in guarded:
             os.symlink(os.path.join(spec.real_dir, name), os.path.join(mirror, name))
     base, resolved = {}, {}
     for item in spec.files:
@@ -242,14 +244,12 @@ def _project_copies(spec: Spec, policy, project_root: str, base: dict) -> tuple:
     return tuple(files), tuple(binds)
 
 
-def _linked(spec: Spec, name: str, protected) -> bool:
-    """Whether the copy links this entry of the real directory: not a guarded
-    file (the copy holds its own) and not a scratch entry (it starts empty in
-    the copy; the real one stays unseen by it) unless protected."""
-    real = os.path.join(spec.real_dir, name)
-    if any(g.real == real for g in spec.files):
-        return False
-    return not _named(name, spec.scratch, True) or _protected(real, protected)
+def _scratch(spec: Spec, name: str, protected) -> bool:
+    """An entry of the real directory the copy has its own, empty one of
+    (AGENT_CONFIG_SCRATCH), unless protected: nothing inside refers to the
+    real one."""
+    return (_named(name, spec.scratch, True)
+            and not _protected(os.path.join(spec.real_dir, name), protected))
 
 
 def _exists_at(dir_fd: int, name: str) -> bool:
@@ -268,12 +268,12 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
     stays read-only (a script the user's status line runs, a notify script,
     rules). So the user's settings are read-only inside on every backend,
     Landlock included (it cannot carve a read-only file out of a writable
-    directory). An entry the copy does not link (a guarded file, a scratch
-    entry) is not granted at all: nothing inside refers to it, and on bwrap
-    each grant is a mount (left out, it does not exist inside: stricter, and
-    a mount less)."""
+    directory). A scratch entry (the copy has its own, empty) is not granted
+    at all: nothing inside refers to it, and on bwrap each grant is a mount
+    (left out, it does not exist inside: stricter, and a mount less)."""
     if spec.real_dir not in policy.home_writable:
         return {}
+    guarded = {g.real for g in spec.files}
     writable, readonly = [], []
     try:
         names = sorted(os.listdir(spec.real_dir))
@@ -281,9 +281,9 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
         names = []
     for name in names:
         path = os.path.join(spec.real_dir, name)
-        if not _linked(spec, name, protected):
+        if _scratch(spec, name, protected):
             continue
-        if (_protected(path, protected) or os.path.islink(path)
+        if (path in guarded or _protected(path, protected) or os.path.islink(path)
                 or not _named(name, spec.keep, _is_dir(path))):
             readonly.append(path)
         else:
