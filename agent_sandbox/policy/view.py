@@ -378,31 +378,25 @@ class ViewBuilder:
         return roots
 
     def only_protected(self, path: str, roots) -> bool:
-        """A pinned directory that holds nothing but protected paths (the
-        `.git` placeholders make in a project that is no repository: hooks/,
-        config, config.worktree, commondir), with nothing else of the view
-        below it: one read-only bind of it shows the same entries, read-only,
-        and pins it, where the pin and a bind per entry took five mounts. It
-        is stricter in one way only: no new entry can be made in it — and git
-        cannot make a repository there anyway (its hooks/ and config are
-        read-only: `git init` fails)."""
-        if path in roots:
+        """A pinned directory that does not exist yet: the placeholders make
+        it holding nothing but protected paths (the `.git` of a project that
+        is no repository: hooks/, config, config.worktree, commondir). With
+        nothing else of the view below it, one read-only bind of it shows the
+        same entries, read-only, and pins it, where the pin and a bind per
+        entry took five mounts. Stricter in one way only: nothing new can be
+        made in it — and git cannot make a repository there anyway (its
+        hooks/ and config are read-only: `git init` fails). An existing one
+        (a repository, another session's placeholders) is never listed here:
+        the placeholders change it at every launch, and the plan cache would
+        key on that."""
+        if path in roots or os.path.lexists(path):
             return False
-        below = {p.path for p in self.policy.protected if _contains_any(path, (p.path,))}
+        below = [p.path for p in self.policy.protected if _contains_any(path, (p.path,))]
         views = ([c for c, _ in getattr(self.policy, "session_files", ())]
                  + [d for _, d in getattr(self.policy, "session_files", ())]
                  + [n for n, _ in self.policy.notes] + list(self.policy.readonly_overlays)
                  + list(self.policy.hidden) + [self.policy.staging_dir or "/"])
-        if not below or any(_is_within(v, path) for v in views) or any(
-                os.path.islink(p) for p in below):
-            return False
-        try:
-            entries = os.listdir(path)
-        except FileNotFoundError:
-            entries = []          # placeholders make it, and only the protected paths in it
-        except OSError:
-            return False
-        return all(os.path.join(path, name) in below for name in entries)
+        return bool(below) and not any(_is_within(v, path) for v in views)
 
     def overlays(self) -> None:
         roots = self.writable_roots()

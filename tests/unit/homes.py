@@ -31,7 +31,6 @@ HOME_FILES = {
     "proj/src/main.py": "print()",
     "proj/.git/hooks/pre-commit": "#!/bin/sh",
     "proj/.git/config": "[core]",
-    "proj/.git/HEAD": "ref: refs/heads/main\n",   # a repository: more than git's control files
 }
 
 

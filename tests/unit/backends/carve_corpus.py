@@ -90,7 +90,6 @@ def _layout_outside_home(root: Path, home: Path) -> tuple[str, dict]:
     proj = root / "srv" / "work" / "proj"
     (proj / ".git" / "hooks").mkdir(parents=True)
     (proj / ".git" / "config").write_text("[core]")
-    (proj / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (proj / "src").mkdir()
     (proj / "src" / "a.py").write_text("a")
     (proj / "home-keys").symlink_to(home / ".ssh")
