@@ -18,12 +18,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-
-import pytest
 
 from agent_sandbox.paths import is_within
 from tests.conftest import INSTALLED, PREFIX
+from tests.integration import test_agents
 
 FLAGS_SCRIPT = """
 import json, os, sys
@@ -151,6 +149,8 @@ def test_a_project_without_a_repository_gets_one_read_only_git(user, project):
     assert not os.path.lexists(dotgit), os.listdir(project)
 
 
+home = test_agents.home      # the fixture: the user's home without agent state, before and after
+
 AGENT_PROBE = """#!/usr/bin/python3
 import errno, json, os
 claude = os.environ["HOME"] + "/.claude"
@@ -173,32 +173,15 @@ print(json.dumps({
                if line.split()[4].startswith(claude + "/")],
 }))
 """
-AGENT_STATE = (".claude", ".claude.json", ".cache/agent-sandbox",
-               ".local/state/agent-sandbox/agents", "tools")
 
 
-@pytest.fixture
-def agent_home(user):
-    def clean():
-        for entry in AGENT_STATE:
-            path = user.home / entry
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
-    clean()
-    yield user.home
-    clean()
-
-
-def test_an_agent_sees_only_the_config_entries_its_session_copy_links(user, project, agent_home):
+def test_an_agent_sees_only_the_config_entries_its_session_copy_links(user, project, home):
     """~/.claude as a user has it: the copy holds fresh scratch entries of
     its own, so the real ones are not bound (they do not exist inside:
     stricter, and a mount less each); the user's own CLAUDE.md is bound
     once, under the note. Kept entries stay writable, the rest (the real
     settings too) read-only. Fails on the code before (every entry was
     bound, CLAUDE.md twice)."""
-    home = agent_home
     user.write(".claude/settings.json", '{"model": "mine"}\n', 0o600)
     user.write(".claude/statsig/cache", "s\n")
     user.write(".claude/shell-snapshots/snap.sh", "echo mine\n")
