@@ -205,6 +205,8 @@ def main() -> int:
         # The agent's plan is kept too: the cold case is `run`'s alone.
         before_agent = set(os.listdir(plans) if os.path.isdir(plans) else ())
         measure(cases[agent], 3, project, agent_env)
+        if args.baseline:      # the baseline's agent plan too (it was compiled every round)
+            measure(cases["baseline claude --version"], 3, project, agent_env)
         kept.update(set(os.listdir(plans) if os.path.isdir(plans) else ()) - before_agent)
     own = "the plan's own bwrap (no launcher)"
     base_own = "the baseline plan's own bwrap"
