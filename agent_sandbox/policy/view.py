@@ -392,11 +392,10 @@ class ViewBuilder:
         if path in roots or os.path.lexists(path):
             return False
         below = [p.path for p in self.policy.protected if _contains_any(path, (p.path,))]
-        views = ([c for c, _ in getattr(self.policy, "session_files", ())]
-                 + [d for _, d in getattr(self.policy, "session_files", ())]
-                 + [n for n, _ in self.policy.notes] + list(self.policy.readonly_overlays)
-                 + list(self.policy.hidden) + [self.policy.staging_dir or "/"])
-        return bool(below) and not any(_is_within(v, path) for v in views)
+        others = [p for pair in getattr(self.policy, "session_files", ()) for p in pair]
+        others += [n for n, _ in self.policy.notes] + list(self.policy.readonly_overlays)
+        others += list(self.policy.hidden) + [p for p in (self.policy.staging_dir,) if p]
+        return bool(below) and not any(_is_within(p, path) for p in others)
 
     def overlays(self) -> None:
         roots = self.writable_roots()
