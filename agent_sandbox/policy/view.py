@@ -403,6 +403,8 @@ class ViewBuilder:
         for path in self.policy.pinned:
             # Bound onto itself (a mount point cannot be renamed or removed:
             # EBUSY), before the read-only binds of the control files in it.
+            if any(_is_within(path, w) for w in whole):
+                continue   # read-only, and pinned, with the whole directory
             if any(_is_within(path, r) for r in roots) and not self._hidden(path):
                 if self.only_protected(path, roots):
                     whole.append(path)

@@ -61,3 +61,15 @@ def test_a_repository_keeps_its_writable_pin_and_read_only_control_files(tmp_pat
     assert mounts[0] == Bind(dotgit, dotgit)
     assert RoBind(f"{dotgit}/hooks", f"{dotgit}/hooks") in mounts
     assert RoBind(f"{dotgit}/config", f"{dotgit}/config") in mounts
+
+
+def test_a_pinned_directory_below_the_read_only_git_is_not_bound_again(tmp_path):
+    """A protected path deeper in the `.git` the placeholders make pins its
+    parent (resolve._pinned_parents): the read-only `.git` holds it already."""
+    home = make_home(tmp_path)
+    shutil.rmtree(home / "proj" / ".git")
+    policy = resolve_policy(settings_for(home, "PROTECTED_PATHS+=(.git/info/attributes)\n"),
+                            context(home), backend="bwrap")
+    dotgit = str(home / "proj" / ".git")
+    assert f"{dotgit}/info" in policy.pinned
+    assert under(mount_ops(policy), dotgit) == [RoBind(dotgit, dotgit)]
