@@ -16,7 +16,6 @@ import os
 
 import pytest
 
-from tests.conftest import INSTALLED
 from tests.integration import test_agents
 
 home = test_agents.home      # the fixture: the user's home without agent state, before and after
@@ -36,9 +35,8 @@ def test_a_session_never_reaches_the_real_scratch_entries(user, project, home, b
     for entry in ENTRIES:
         user.write(f".claude/{entry}", "# the user's\n")
     user.write("tools/bin/claude", PLANTER, 0o755)
-    env = user.env(SANDBOX_BACKEND=backend, NETWORK_MODE="open",
-                   PATH=f"{home}/tools/bin:/usr/local/bin:/usr/bin:/bin")
-    result = user.run([INSTALLED, "claude"], cwd=project, env=env)
+    result = test_agents.run_agent(user, project, ["claude"],
+                                   test_agents.standin_env(user, SANDBOX_BACKEND=backend))
     assert result.returncode == 0, result.stderr
     assert "ran" in result.stdout
     for entry in ENTRIES:

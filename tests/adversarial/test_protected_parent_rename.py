@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import INSTALLED
 from tests.integration import test_agents
 
 home = test_agents.home      # the fixture: the user's home without agent state, before and after
@@ -30,9 +29,8 @@ echo ran
 @pytest.mark.parametrize("backend", ["bwrap", "firejail"])
 def test_the_parent_of_a_protected_path_cannot_be_renamed_away(user, project, home, backend):
     user.write("tools/bin/claude", PLANTER, 0o755)
-    env = user.env(SANDBOX_BACKEND=backend, NETWORK_MODE="open",
-                   PATH=f"{home}/tools/bin:/usr/local/bin:/usr/bin:/bin")
-    result = user.run([INSTALLED, "claude"], cwd=project, env=env)
+    result = test_agents.run_agent(user, project, ["claude"],
+                                   test_agents.standin_env(user, SANDBOX_BACKEND=backend))
     assert result.returncode == 0, result.stderr
     assert "ran" in result.stdout
     assert "moved" not in result.stdout and "planted" not in result.stdout, result.stdout

@@ -20,7 +20,7 @@ import json
 import os
 
 from agent_sandbox.paths import is_within
-from tests.conftest import INSTALLED, PREFIX
+from tests.conftest import PREFIX
 from tests.integration import test_agents
 
 FLAGS_SCRIPT = """
@@ -190,9 +190,8 @@ def test_an_agent_sees_only_the_config_entries_its_session_copy_links(user, proj
     user.write(".claude/notify.sh", "#!/bin/sh\n", 0o755)
     user.write(".claude/hooks/pre.sh", "#!/bin/sh\n", 0o755)
     user.write("tools/bin/claude", AGENT_PROBE, 0o755)
-    env = user.env(SANDBOX_BACKEND="bwrap", NETWORK_MODE="open",
-                   PATH=f"{home}/tools/bin:/usr/local/bin:/usr/bin:/bin")
-    result = user.run([INSTALLED, "claude"], cwd=project, env=env)
+    result = test_agents.run_agent(user, project, ["claude"],
+                                   test_agents.standin_env(user, SANDBOX_BACKEND="bwrap"))
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert seen["exists"] == {"settings.json": True, "statsig": False, "shell-snapshots": False,
