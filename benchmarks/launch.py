@@ -25,8 +25,9 @@ and checks the target of issue 19: warm launch median <= bare bwrap median +
 prints the launcher's own share: warm launch minus the plan's own bwrap.
 
 With --baseline PATH (another install, e.g. the commit before a change, built
-with scripts/install.sh into another prefix) that install's launch is
-measured in the same interleaved rounds and the ratio printed.
+with scripts/install.sh into another prefix) that install's launch and its
+plan's own bwrap are measured in the same interleaved rounds and the ratios
+printed.
 
 Usage: python3 benchmarks/launch.py [--runs N] [--agent-sandbox PATH] [--baseline PATH]
                                     [--slurm] [--no-agent]
@@ -197,13 +198,18 @@ def main() -> int:
         shutil.rmtree(plans, ignore_errors=True)
         measure(cases["baseline run -- true"], 3, project, env)
         kept.update(os.listdir(plans) if os.path.isdir(plans) else ())
+        # Its plan is the newest `run` plan now: the baseline's own bwrap.
+        base_spawner = PlanSpawner(args.baseline, plans, env)
     measure(cases[warm], 3, project, env)   # warm the caches
     if not args.no_agent:
         # The agent's plan is kept too: the cold case is `run`'s alone.
         before_agent = set(os.listdir(plans) if os.path.isdir(plans) else ())
         measure(cases[agent], 3, project, agent_env)
+        if args.baseline:      # the baseline's agent plan too (it was compiled every round)
+            measure(cases["baseline claude --version"], 3, project, agent_env)
         kept.update(set(os.listdir(plans) if os.path.isdir(plans) else ()) - before_agent)
     own = "the plan's own bwrap (no launcher)"
+    base_own = "the baseline plan's own bwrap"
     results = {}
     os.chdir(project)
     spawner = PlanSpawner(args.agent_sandbox, plans, env)
@@ -215,6 +221,8 @@ def main() -> int:
                                                         before.get(name)))
             if name == warm:
                 results.setdefault(own, []).extend(spawner.measure(1))
+                if args.baseline:
+                    results.setdefault(base_own, []).extend(base_spawner.measure(1))
     for name, times in results.items():
         print(summary(name, times))
     launch = statistics.median(results[warm])
@@ -234,6 +242,11 @@ def main() -> int:
             line += f"; baseline {statistics.median(results['baseline claude --version']):.1f} ms"
         print(line)
     sandbox = statistics.median(results[own])
+    if args.baseline:
+        base_sandbox = statistics.median(results[base_own])
+        print(f"the plan's own bwrap against the baseline's: {sandbox:.1f} vs "
+              f"{base_sandbox:.1f} ms ({(sandbox / base_sandbox - 1) * 100:+.1f}%; "
+              f"{len(spawner.plan.mounts)} vs {len(base_spawner.plan.mounts)} mount operations)")
     print(f"the launcher's own share: {launch - sandbox:.1f} ms over the plan's own bwrap "
           f"({sandbox:.1f} ms; the interpreter alone is {floor:.1f} ms)")
     print(f"cold cache: {statistics.median(results[cold]):.1f} ms; warm: {launch:.1f} ms")

@@ -235,11 +235,10 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
     for path in [p.path for p in policy.protected] + [note_path]:
         if path and os.path.dirname(path) == spec.real_dir:
             names.add(os.path.basename(path))
+    protected = [p.path for p in policy.protected]
     try:
         for name in sorted(names):
-            real = os.path.join(spec.real_dir, name)
-            if _named(name, spec.scratch, True) and not _protected(real, [
-                    p.path for p in policy.protected]):
+            if _scratch(spec, name, protected):
                 continue    # starts empty in the copy; the real one stays unseen by it
             if os.path.join(mirror, name) not in guarded:
                 os.symlink(os.path.join(spec.real_dir, name), name, dir_fd=mirror_fd)
@@ -335,6 +334,14 @@ def _project_copies(spec: Spec, policy, project_root: str, copies: int, base: di
     return tuple(files), tuple(binds)
 
 
+def _scratch(spec: Spec, name: str, protected) -> bool:
+    """An entry of the real directory the copy has its own, empty one of
+    (AGENT_CONFIG_SCRATCH), unless protected: nothing inside refers to the
+    real one."""
+    return (_named(name, spec.scratch, True)
+            and not _protected(os.path.join(spec.real_dir, name), protected))
+
+
 def _exists_at(dir_fd: int, name: str) -> bool:
     try:
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -351,7 +358,9 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
     stays read-only (a script the user's status line runs, a notify script,
     rules). So the user's settings are read-only inside on every backend,
     Landlock included (it cannot carve a read-only file out of a writable
-    directory)."""
+    directory). A scratch entry (the copy has its own, empty) is not granted
+    at all: nothing inside refers to it, and on bwrap each grant is a mount
+    (left out, it does not exist inside: stricter, and a mount less)."""
     if spec.real_dir not in policy.home_writable:
         return {}
     guarded = {g.real for g in spec.files}
@@ -362,6 +371,8 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
         names = []
     for name in names:
         path = os.path.join(spec.real_dir, name)
+        if _scratch(spec, name, protected):
+            continue
         if (path in guarded or _protected(path, protected) or os.path.islink(path)
                 or not _named(name, spec.keep, _is_dir(path))):
             readonly.append(path)

@@ -4,7 +4,7 @@ bubblewrap 0.8 re-reads /proc/self/mountinfo for every bind and --remount-ro
 (bind_mount(): realpath, readlink, parse_mountinfo, then a remount with the
 flags), so an operation costs in proportion to the mounts already in the
 namespace: the host's (under bwrap's old root) plus the sandbox's own so far.
-On a login node with hundreds of mounts every bind is dear. Two rewrites,
+On a login node with hundreds of mounts every bind is dear. Three rewrites,
 each proven not to change what any path inside shows or allows:
 
 - drop_redundant(): a read-only bind of a path onto itself is left out when
@@ -14,6 +14,13 @@ each proven not to change what any path inside shows or allows:
   and no --remount-ro names the path (it needs a mount point there).
   That parent's bind already shows the same files, read-only, with nosuid and
   nodev (the install dir below a read-only /opt, a path granted twice).
+- drop_covered(): a bind or payload on a path that a later bind or payload
+  on exactly that path covers whole is left out, when nothing between the
+  two mounts below the path or remounts it, and no --perms between them
+  would give a missing parent directory other modes than the first one's
+  (bwrap makes a missing parent 0755 unless the operation's --perms lacks
+  group or other bits): the later mount shows, the earlier one never could
+  (an agent's own CLAUDE.md granted read-only, then the note over it).
 - defer_heavy(): a bind whose host source carries submounts (/sys with its
   cgroup mounts) adds them all to the table every later operation reads; it
   is moved to the end, before the trailing read-only remounts, when it
@@ -22,7 +29,7 @@ each proven not to change what any path inside shows or allows:
   parent directory already exists (/), so bwrap creates the same directories
   with the same modes.
 
-Both are pure given the host facts they are handed (the mount points, a path
+All three are pure given the host facts they are handed (the mount points, a path
 resolver); bwrap's plan hands them PlanContext.host_mounts or reads the mount
 table once. An unreadable mount table disables them (nothing is dropped or
 moved). Moving is exact whatever the table says (only destinations decide
@@ -41,7 +48,7 @@ from typing import Callable, Iterable
 
 from agent_sandbox.mountinfo import MountPoints, read_mount_points
 from agent_sandbox.paths import is_within
-from agent_sandbox.policy.view import Bind, RemountRo, RoBind
+from agent_sandbox.policy.view import Bind, Data, RemountRo, RoBind
 
 
 def _points(mounts) -> MountPoints:
@@ -100,6 +107,37 @@ def drop_redundant(ops: Iterable, mounts, *,
     return kept
 
 
+_COVERS = (RoBind, Bind, Data)
+
+
+def _neutral(op) -> bool:
+    """bwrap makes the missing parents of this operation's path 0755."""
+    mode = getattr(op, "mode", None)
+    return mode is None or bool(mode & 0o070 and mode & 0o007)
+
+
+def drop_covered(ops: Iterable, *, resolve: Callable[[str], str] = os.path.realpath) -> list:
+    """`ops` without the binds and payloads a later one on the same path covers."""
+    ops = list(ops)
+    dropped: set[int] = set()
+    for index, op in enumerate(ops):
+        if not isinstance(op, _COVERS) or not _neutral(op) or resolve(op.dest) != op.dest:
+            continue
+        for later in ops[index + 1:]:
+            if not _neutral(later):
+                break
+            if isinstance(later, RemountRo):
+                if later.dest == op.dest:
+                    break
+                continue
+            if not any(is_within(name, op.dest) for name in _names(later.dest, resolve)):
+                continue
+            if later.dest == op.dest and isinstance(later, _COVERS):
+                dropped.add(index)
+            break
+    return [op for index, op in enumerate(ops) if index not in dropped]
+
+
 def defer_heavy(ops: Iterable, mounts, *,
                 resolve: Callable[[str], str] = os.path.realpath) -> list:
     """`ops` with the binds carrying host submounts moved as late as they can go."""
@@ -123,8 +161,8 @@ def defer_heavy(ops: Iterable, mounts, *,
 
 def economize(ops: Iterable, mounts=None, *,
               resolve: Callable[[str], str] = os.path.realpath) -> list:
-    """Both rewrites, with the host's mount table read now unless given (a
-    set of mount points, or a MountPoints that keeps the questions asked)."""
+    """The three rewrites, with the host's mount table read now unless given
+    (a set of mount points, or a MountPoints that keeps the questions asked)."""
     ops = list(ops)
     if mounts is None:
         mounts = read_mount_points()
@@ -132,7 +170,8 @@ def economize(ops: Iterable, mounts=None, *,
         return ops
     mounts = _points(mounts)
     cached = _prefix_resolver() if resolve is os.path.realpath else resolve
-    return defer_heavy(drop_redundant(ops, mounts, resolve=cached), mounts, resolve=cached)
+    ops = drop_covered(drop_redundant(ops, mounts, resolve=cached), resolve=cached)
+    return defer_heavy(ops, mounts, resolve=cached)
 
 
 def _prefix_resolver() -> Callable[[str], str]:

@@ -261,6 +261,31 @@ def _git_protected(protected: tuple[Protected, ...], project: str, home: str,
     return protected, ((dotgit,) if os.path.isdir(dotgit) or creates else ())
 
 
+def _pinned_parents(protected: tuple[Protected, ...], roots: tuple[str, ...]
+                    ) -> tuple[str, ...]:
+    """The directories between a writable root and a protected path in it
+    (`.claude` for `.claude/settings.json`), parents first: pinned like
+    `.git`, or the session renames `.claude` away and makes a new one whose
+    settings.json (hooks) the user's unsandboxed agent obeys. A symlink is
+    left alone (the policy warns about protected paths reached through one)."""
+    found: dict[str, None] = {}
+    for item in protected:
+        for root in roots:
+            if item.path == root or not _is_within(item.path, root):
+                continue
+            parent = os.path.dirname(item.path)
+            chain = []
+            while parent != root and _is_within(parent, root):
+                chain.append(parent)
+                parent = os.path.dirname(parent)
+            for path in reversed(chain):
+                if os.path.islink(path):
+                    break
+                if path not in roots:          # a root is bound already: a mount point
+                    found[path] = None
+    return tuple(sorted(found, key=lambda p: (p.count("/"), p)))
+
+
 def _devices(settings, environ=None, site_conf: str | None = None) -> tuple[str, ...]:
     """DEVICES (globs) and, in a Slurm job or task, the devices of its
     allocated GPUs (policy/gres.py), minus DEVICES_BLACKLIST."""
@@ -367,6 +392,9 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     protected = _protected(settings, project, home) + tuple(
         Protected(r, os.path.isdir(r), True) for r in denied if os.path.exists(r))
     protected, pinned = _git_protected(protected, project, home, ctx.environ)
+    roots = ((project,) + home_writable + extra_writable
+             + ((home,) if settings.HOME_ACCESS == "write" else ()))
+    pinned = tuple(dict.fromkeys(pinned + _pinned_parents(protected, roots)))
     # /sys read-only in every sandbox (SPEC §5: NVML, hwloc, UCX and libibverbs
     # read it); a hidden path under it is carved out like anywhere else.
     system = _existing(dict.fromkeys(tuple(settings.READONLY_MOUNTS) + ("/sys",)))

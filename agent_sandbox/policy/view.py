@@ -383,16 +383,45 @@ class ViewBuilder:
             roots += (self.policy.home,)
         return roots
 
+    def only_protected(self, path: str, roots) -> bool:
+        """A pinned directory that does not exist yet: the placeholders make
+        it holding nothing but protected paths (the `.git` of a project that
+        is no repository: hooks/, config, config.worktree, commondir). With
+        nothing else of the view below it, one read-only bind of it shows the
+        same entries, read-only, and pins it, where the pin and a bind per
+        entry took five mounts. Stricter in one way only: nothing new can be
+        made in it — and git cannot make a repository there anyway (its
+        hooks/ and config are read-only: `git init` fails). An existing one
+        (a repository, another session's placeholders) is never listed here:
+        the placeholders change it at every launch, and the plan cache would
+        key on that."""
+        if path in roots or os.path.lexists(path):
+            return False
+        below = [p.path for p in self.policy.protected if _contains_any(path, (p.path,))]
+        others = [p for pair in getattr(self.policy, "session_files", ()) for p in pair]
+        others += [n for n, _ in self.policy.notes] + list(self.policy.readonly_overlays)
+        others += list(self.policy.hidden) + [p for p in (self.policy.staging_dir,) if p]
+        return bool(below) and not any(_is_within(p, path) for p in others)
+
     def overlays(self) -> None:
         roots = self.writable_roots()
+        whole = []
         for path in self.policy.pinned:
             # Bound onto itself (a mount point cannot be renamed or removed:
             # EBUSY), before the read-only binds of the control files in it.
+            if any(_is_within(path, w) for w in whole):
+                continue   # read-only, and pinned, with the whole directory
             if any(_is_within(path, r) for r in roots) and not self._hidden(path):
-                self.ops.append(Bind(path, path))
+                if self.only_protected(path, roots):
+                    whole.append(path)
+                    self.ops.append(RoBind(path, path))
+                else:
+                    self.ops.append(Bind(path, path))
         for item in self.policy.protected:
             if self._hidden(item.path) or not any(_is_within(item.path, r) for r in roots):
                 continue
+            if any(_is_within(item.path, w) for w in whole):
+                continue   # read-only with the whole directory
             if os.path.islink(item.path):
                 continue   # reported as a warning by the policy checks
             # An agent's session copy (launch/agentcopy.py) is bound writable

@@ -8,6 +8,9 @@ user on this kernel.
   read-only.
 - /sys, moved to the end of the plan, still shows every one of its host
   submounts read-only.
+- A project that is no repository gets one read-only `.git` (its
+  placeholders), and an agent only the entries of its config directory its
+  session copy links, the user's own CLAUDE.md bound once under the note.
 The mount flags are read inside with statvfs and /proc/self/mountinfo: the
 files are root's, so a failed write alone would prove nothing.
 """
@@ -18,6 +21,7 @@ import os
 
 from agent_sandbox.paths import is_within
 from tests.conftest import PREFIX
+from tests.integration import test_agents
 
 FLAGS_SCRIPT = """
 import json, os, sys
@@ -97,3 +101,111 @@ def test_sys_moved_last_keeps_every_submount_read_only(user, project):
         assert inside[path] == [True, True], path
     assert set(below) <= set(inside["mountinfo"])
     assert all(ro for m, ro in inside["mountinfo"].items() if is_within(m, "/sys"))
+
+
+# ---------------------------------------------------------------- fewer binds (this round)
+GIT_SCRIPT = """
+import errno, json, os, subprocess, sys
+def attempt(action):
+    try:
+        action()
+        return "done"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+def write(path):
+    with open(path, "w") as handle:
+        handle.write("planted")
+out = {
+    "objects": attempt(lambda: os.mkdir(".git/objects")),
+    "HEAD": attempt(lambda: write(".git/HEAD")),
+    "hook": attempt(lambda: write(".git/hooks/pre-commit")),
+    "config": attempt(lambda: write(".git/config")),
+    "rename": attempt(lambda: os.rename(".git", ".git-moved")),
+    "init": subprocess.run(["git", "init", "-q"], capture_output=True).returncode,
+    "entries": sorted(os.listdir(".git")),
+    "mounts": [line.split()[4] for line in open("/proc/self/mountinfo")
+               if line.split()[4].startswith(os.getcwd() + "/.git")],
+}
+print(json.dumps(out))
+"""
+
+
+def test_a_project_without_a_repository_gets_one_read_only_git(user, project):
+    """Its `.git` holds only the placeholders (git's control files): one
+    read-only bind of it instead of the writable pin and four binds. Nothing
+    can be made in it (before, `git init` left a `description` and a made
+    `objects/` behind in the user's project after the session), it cannot be
+    moved, and it is gone after the session. Fails on the code before
+    (objects/ and HEAD were made)."""
+    result = user.sandbox("/usr/bin/python3", "-c", GIT_SCRIPT, cwd=project,
+                          env=user.env(SANDBOX_BACKEND="bwrap"))
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    dotgit = str(project / ".git")
+    assert seen["mounts"] == [dotgit], seen["mounts"]
+    assert seen["entries"] == ["commondir", "config", "config.worktree", "hooks"]
+    assert {seen[k] for k in ("objects", "HEAD", "hook", "config")} == {"EROFS"}, seen
+    assert seen["rename"] == "EBUSY" and seen["init"] != 0, seen
+    assert not os.path.lexists(dotgit), os.listdir(project)
+
+
+home = test_agents.home      # the fixture: the user's home without agent state, before and after
+
+AGENT_PROBE = """#!/usr/bin/python3
+import errno, json, os
+claude = os.environ["HOME"] + "/.claude"
+def attempt(path):
+    try:
+        with open(path, "a") as handle:
+            handle.write("x")
+        return "written"
+    except OSError as exc:
+        return errno.errorcode[exc.errno]
+print(json.dumps({
+    "exists": {name: os.path.lexists(f"{claude}/{name}") for name in
+               ("settings.json", "statsig", "shell-snapshots", "CLAUDE.md", "projects",
+                "notify.sh", "hooks")},
+    "note": open(f"{claude}/CLAUDE.md").read(),
+    "copy": open(os.environ["CLAUDE_CONFIG_DIR"] + "/settings.json").read(),
+    "writes": {name: attempt(f"{claude}/{name}") for name in
+               ("projects/new.txt", "notify.sh", "CLAUDE.md", "hooks/x.sh", "settings.json")},
+    "mounts": [line.split()[4] for line in open("/proc/self/mountinfo")
+               if line.split()[4].startswith(claude + "/")],
+}))
+"""
+
+
+def test_an_agent_sees_only_the_config_entries_its_session_copy_links(user, project, home):
+    """~/.claude as a user has it: the copy holds fresh scratch entries of
+    its own, so the real ones are not bound (they do not exist inside:
+    stricter, and a mount less each); the user's own CLAUDE.md is bound
+    once, under the note. Kept entries stay writable, the rest (the real
+    settings too) read-only. Fails on the code before (every entry was
+    bound, CLAUDE.md twice)."""
+    user.write(".claude/settings.json", '{"model": "mine"}\n', 0o600)
+    user.write(".claude/statsig/cache", "s\n")
+    user.write(".claude/shell-snapshots/snap.sh", "echo mine\n")
+    user.write(".claude/CLAUDE.md", "# my rules\n")
+    user.write(".claude/projects/old.jsonl", "{}\n")
+    user.write(".claude/notify.sh", "#!/bin/sh\n", 0o755)
+    user.write(".claude/hooks/pre.sh", "#!/bin/sh\n", 0o755)
+    user.write("tools/bin/claude", AGENT_PROBE, 0o755)
+    result = test_agents.run_agent(user, project, ["claude"],
+                                   test_agents.standin_env(user, SANDBOX_BACKEND="bwrap"))
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    assert seen["exists"] == {"settings.json": True, "statsig": False, "shell-snapshots": False,
+                              "CLAUDE.md": True, "projects": True, "notify.sh": True,
+                              "hooks": True}
+    assert seen["copy"] == '{"model": "mine"}\n'
+    assert seen["note"].startswith("# my rules\n") and "agent-sandbox" in seen["note"]
+    assert seen["writes"] == {"projects/new.txt": "written", "notify.sh": "EROFS",
+                              "CLAUDE.md": "EACCES", "hooks/x.sh": "EROFS",   # the note: 0444
+                              "settings.json": "EROFS"}
+    claude = f"{home}/.claude"
+    assert sorted(seen["mounts"]) == sorted(f"{claude}/{name}" for name in (
+        "CLAUDE.md", "hooks", "notify.sh", "projects", "settings.json",
+        "todos")), seen["mounts"]          # todos/: AGENT_STATE, made at the first launch
+    assert (home / ".claude/shell-snapshots/snap.sh").read_text() == "echo mine\n"
+    assert (home / ".claude/CLAUDE.md").read_text() == "# my rules\n"
+    assert (home / ".claude/projects/new.txt").read_text() == "x"

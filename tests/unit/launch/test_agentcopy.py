@@ -133,10 +133,11 @@ def test_a_session_copy_round_trip(tmp_path, capsys):
     root = policy.env["CLAUDE_CONFIG_DIR"]
     assert policy.extra_writable == (root,)
     # The real directory is writable entry by entry — only the entries the
-    # allow-list names —, its settings and everything else read-only.
+    # allow-list names —, its settings and everything else read-only but a
+    # scratch entry: the copy has its own, so it is not granted at all (on
+    # bwrap each grant is a mount).
     assert policy.home_writable == (f"{home}/.cache/claude", f"{home}/.claude/projects")
     assert policy.home_readonly == (f"{home}/.claude/settings.json",
-                                    f"{home}/.claude/shell-snapshots",
                                     f"{home}/.claude/statusline.sh")
     assert not os.path.lexists(f"{root}/shell-snapshots")           # per session, empty
     assert os.readlink(f"{root}/projects") == f"{home}/.claude/projects"

@@ -17,7 +17,8 @@ from hypothesis import given, settings, strategies as st
 from agent_sandbox.mountinfo import read_mount_points
 from agent_sandbox.paths import is_within
 from agent_sandbox.policy import mountcost
-from agent_sandbox.policy.mountcost import defer_heavy, drop_redundant, economize
+from agent_sandbox.policy.mountcost import (defer_heavy, drop_covered, drop_redundant,
+                                            economize)
 from agent_sandbox.policy.resolve import resolve_policy
 from agent_sandbox.policy.view import (Bind, Data, Proc, RemountRo, RoBind, Symlink, Tmpfs,
                                        mount_ops)
@@ -133,6 +134,51 @@ def test_a_mask_reached_through_a_symlink_counts_as_touching():
     assert drop_redundant(ops, frozenset({"/"}), resolve=resolve) == ops
 
 
+# ---------------------------------------------------------------- covered
+CLAUDE_MD = "/home/u/.claude/CLAUDE.md"
+
+
+def test_a_grant_the_note_covers_is_left_out():
+    """The agent's own CLAUDE.md granted read-only with ~/.claude's entries,
+    then the note (its text plus the sandbox's) bound over it."""
+    ops = [Tmpfs("/home/u", 0o755), RoBind(CLAUDE_MD, CLAUDE_MD),
+           RoBind("/home/u/.claude/agents", "/home/u/.claude/agents"),
+           Bind("/home/u/p", "/home/u/p"), Tmpfs("/etc/slurm", 0o755),
+           Data("note-0", CLAUDE_MD, 0o444), RemountRo("/etc/slurm"), RemountRo("/")]
+    kept = drop_covered(ops, resolve=same)
+    assert kept == ops[:1] + ops[2:]
+    assert_same_view(ops, kept)
+
+
+@pytest.mark.parametrize("between", [
+    RemountRo(CLAUDE_MD),                          # the remount is the first one's
+    RoBind("/dev/null", CLAUDE_MD + "/x"),         # a mount below it: made inside it
+    Tmpfs("/home/u/.cache", 0o700),                # a parent it made would be 0700
+    Data("x", "/home/u/.x", 0o600),
+])
+def test_a_covered_grant_is_kept_when_something_between_depends_on_it(between):
+    ops = [RoBind(CLAUDE_MD, CLAUDE_MD), between, Data("note-0", CLAUDE_MD, 0o444)]
+    assert drop_covered(ops, resolve=same) == ops
+
+
+@pytest.mark.parametrize("later", [
+    Data("note-0", CLAUDE_MD, 0o400),              # its missing parents would be 0700
+    Tmpfs(CLAUDE_MD, 0o755),                       # not a cover this rule knows
+    Symlink("x", CLAUDE_MD),
+    RoBind("/h", "/home/u/.claude/CLAUDE.md/x"),   # below it, not over it
+])
+def test_only_a_bind_or_payload_on_the_same_path_covers(later):
+    ops = [RoBind(CLAUDE_MD, CLAUDE_MD), later]
+    assert drop_covered(ops, resolve=same) == ops
+
+
+def test_a_cover_reached_through_a_symlink_is_not_taken_for_the_same_path():
+    ops = [RoBind(CLAUDE_MD, CLAUDE_MD), Data("note-0", "/home/u/link/CLAUDE.md", 0o444)]
+    resolve = lambda p: p.replace("/home/u/link", "/home/u/.claude")   # noqa: E731
+    assert drop_covered(ops, resolve=resolve) == ops
+    assert drop_covered(ops[::-1], resolve=resolve) == ops[::-1]
+
+
 # ---------------------------------------------------------------- deferring
 def test_a_bind_carrying_submounts_moves_before_the_remounts():
     ops = [RoBind("/usr", "/usr"), RoBind("/sys", "/sys"), RoBind("/dev/null", "/usr/bin/srun"),
@@ -190,8 +236,17 @@ OPS = st.one_of(
 )
 
 
+# Payloads and covers on the same few paths, so that drop_covered has work.
+COVERING = st.one_of(
+    OPS,
+    st.builds(lambda n, p, m: Data(n, p, m), st.sampled_from(["n1", "n2"]),
+              st.sampled_from(PATHS[1:]), st.sampled_from([0o444, 0o644, 0o400])),
+    st.builds(lambda p: RemountRo(p), st.sampled_from(PATHS[1:])),
+)
+
+
 @settings(max_examples=400, deadline=None)
-@given(st.lists(OPS, max_size=12), st.lists(st.sampled_from(PATHS[1:]), max_size=3),
+@given(st.lists(COVERING, max_size=14), st.lists(st.sampled_from(PATHS[1:]), max_size=3),
        st.sets(st.sampled_from(PATHS[1:] + ["/a/b/c/d", "/s/x/y/z"]), max_size=4))
 def test_random_lists_keep_their_view(ops, remounts, mounts):
     ops = ops + [RemountRo(p) for p in remounts] + [RemountRo("/")]

@@ -478,3 +478,26 @@ def test_the_site_slurm_config_comes_from_the_launcher_then_the_admin_key(home, 
     top = settings_for(home, READONLY_MOUNTS=("/etc",))
     assert "/etc" not in policy_for(home, top, environ={"SLURM_CONF": "/etc/hostname"}
                                     ).slurm_masks
+
+
+# ---------------------------------------------------------------- pinned parents
+def test_the_parents_of_nested_protected_paths_are_pinned_parents_first(home):
+    """`.claude` for `.claude/settings.json`: renamed away, a new one's hooks
+    would run outside (tests/adversarial/test_protected_parent_rename.py)."""
+    settings = settings_for(home, "PROTECTED_PATHS+=(.claude/settings.json .a/b/c.json)\n")
+    policy = policy_for(home, settings)
+    proj = str(home / "proj")
+    assert policy.pinned == (f"{proj}/.git", f"{proj}/.a", f"{proj}/.claude", f"{proj}/.a/b")
+    assert f"{proj}/.vscode" not in policy.pinned      # its parent is the project: bound
+
+
+def test_a_writable_root_and_a_symlinked_parent_are_not_pinned(home, tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    (home / "proj" / ".cfg").symlink_to(tmp_path / "elsewhere")
+    settings = settings_for(home, "HOME_ACCESS=write\n"
+                            "PROTECTED_PATHS+=(.cfg/x.json ~/.config/git/config)\n"
+                            "HOME_WRITABLE+=(.config)\n")
+    policy = policy_for(home, settings)
+    assert str(home / "proj" / ".cfg") not in policy.pinned
+    assert str(home / ".config" / "git") in policy.pinned
+    assert str(home / ".config") not in policy.pinned and str(home) not in policy.pinned

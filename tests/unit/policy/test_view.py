@@ -1,0 +1,75 @@
+"""The bwrap view of a project's `.git` (policy/view.py ViewBuilder.overlays).
+
+In a project that is no repository, the placeholders make a `.git` holding
+only git's control files (hooks/, config, config.worktree, commondir), all
+kept read-only: one read-only bind of the directory shows the same and pins
+it, where the pin and a bind per entry took five mounts. An existing `.git`
+(a repository, another session's placeholders) keeps the writable pin and
+its read-only control files.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+from agent_sandbox.paths import is_within
+from agent_sandbox.policy.resolve import resolve_policy
+from agent_sandbox.policy.view import Bind, RoBind, mount_ops, placeholders
+from tests.unit.homes import context, make_home, settings_for
+
+
+def plan(home):
+    policy = resolve_policy(settings_for(home), context(home), backend="bwrap")
+    return policy, mount_ops(policy)
+
+
+def under(ops, path: str) -> list:
+    return [op for op in ops if is_within(op.dest, path)]
+
+
+def test_a_project_without_a_repository_gets_one_read_only_git(tmp_path):
+    home = make_home(tmp_path)
+    shutil.rmtree(home / "proj" / ".git")
+    dotgit = str(home / "proj" / ".git")
+    policy, ops = plan(home)
+    assert under(ops, dotgit) == [RoBind(dotgit, dotgit)]
+    # The placeholders still make what it shows, before the sandbox starts.
+    made = {p.path for p in placeholders(policy)}
+    assert {f"{dotgit}/hooks", f"{dotgit}/config", f"{dotgit}/commondir"} <= made
+    # The project's other protected paths keep their own binds.
+    envrc = str(home / "proj" / ".envrc")
+    assert RoBind(envrc, envrc) in ops
+
+
+def test_an_existing_git_of_placeholders_only_keeps_the_pin(tmp_path):
+    """A `.git` another session's placeholders made (or a killed one left) is
+    not listed: the placeholders change it at every launch, and the plan
+    cache would key on its listing (every launch in a repository a miss)."""
+    home = make_home(tmp_path)
+    dotgit = str(home / "proj" / ".git")
+    os.unlink(f"{dotgit}/hooks/pre-commit")
+    _, ops = plan(home)
+    assert under(ops, dotgit)[0] == Bind(dotgit, dotgit)
+
+
+def test_a_repository_keeps_its_writable_pin_and_read_only_control_files(tmp_path):
+    home = make_home(tmp_path)
+    dotgit = str(home / "proj" / ".git")
+    (home / "proj" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    _, ops = plan(home)
+    mounts = under(ops, dotgit)
+    assert mounts[0] == Bind(dotgit, dotgit)
+    assert RoBind(f"{dotgit}/hooks", f"{dotgit}/hooks") in mounts
+    assert RoBind(f"{dotgit}/config", f"{dotgit}/config") in mounts
+
+
+def test_a_pinned_directory_below_the_read_only_git_is_not_bound_again(tmp_path):
+    """A protected path deeper in the `.git` the placeholders make pins its
+    parent (resolve._pinned_parents): the read-only `.git` holds it already."""
+    home = make_home(tmp_path)
+    shutil.rmtree(home / "proj" / ".git")
+    policy = resolve_policy(settings_for(home, "PROTECTED_PATHS+=(.git/info/attributes)\n"),
+                            context(home), backend="bwrap")
+    dotgit = str(home / "proj" / ".git")
+    assert f"{dotgit}/info" in policy.pinned
+    assert under(mount_ops(policy), dotgit) == [RoBind(dotgit, dotgit)]
