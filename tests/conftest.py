@@ -73,6 +73,17 @@ def wrote() -> None:
     _last_write[0] = time.monotonic()
 
 
+def remove_entries(home: Path, entries) -> None:
+    """Remove each of `entries` below `home` (a file, a link — never
+    followed — or a tree): the agent tests' state, before and after."""
+    for entry in entries:
+        path = home / entry
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():
+            shutil.rmtree(path)
+
+
 def settle() -> None:
     """Wait until the last file written through the fixtures has aged past
     the plan cache's racy window (SETTLED_S)."""

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, PREFIX
+from tests.conftest import INSTALLED, PREFIX, remove_entries
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 GRANTS = ["HOME_WRITABLE+=(.cache)", "HOME_WRITABLE+=(.local)", "HOME_ACCESS=write"]
@@ -35,12 +35,7 @@ ENTRIES = (".claude", ".claude.json", "tools", ".cache/agent-sandbox", ".vim",
 @pytest.fixture
 def home(user):
     def clean():
-        for entry in ENTRIES:
-            path = user.home / entry
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-            elif path.is_dir():
-                shutil.rmtree(path)
+        remove_entries(user.home, ENTRIES)
     clean()
     user.write(".claude/settings.json", "{}\n", 0o600)
     user.write(".vim/pack/.keep", "")

@@ -15,11 +15,10 @@ every backend, with a stand-in agent in ~/tools/bin:
 from __future__ import annotations
 
 import os
-import shutil
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.conftest import INSTALLED, remove_entries
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 ENTRIES = (".claude", ".claude.json", ".codex", ".gemini", "tools", ".cache/agent-sandbox",
@@ -29,12 +28,7 @@ ENTRIES = (".claude", ".claude.json", ".codex", ".gemini", "tools", ".cache/agen
 @pytest.fixture
 def home(user):
     def clean():
-        for entry in ENTRIES:
-            path = user.home / entry
-            if path.is_symlink() or path.is_file():
-                path.unlink()
-            elif path.is_dir():
-                shutil.rmtree(path)
+        remove_entries(user.home, ENTRIES)
     clean()
     yield user.home
     clean()
