@@ -215,8 +215,9 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
                                     chaperon=session)
     from agent_sandbox.policy.view import placeholder_candidates
 
+    mounted = {getattr(op, "dest", None) for op in plan.mounts}
     return Prepared(settings, selection, policy, plan, denied, session,
-                    placeholders=placeholder_candidates(policy))
+                    placeholders=placeholder_candidates(policy, mounted))
 
 
 def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None,

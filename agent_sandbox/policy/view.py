@@ -458,16 +458,28 @@ def mount_ops(policy: Policy) -> list[Op]:
     return ViewBuilder(policy).build()
 
 
-def placeholder_candidates(policy: Policy) -> tuple:
+def placeholder_candidates(policy: Policy, mounted=None) -> tuple:
     """Protected paths in the writable surface, whether they exist or not:
     the launcher makes those missing *when it starts the sandbox* (another
     session's placeholder, there when the policy was made, may be gone)."""
     from agent_sandbox.policy.resolve import Protected
 
     roots = ViewBuilder(policy).writable_roots()
+    # A note a plan mounts over its path (`mounted`: the plan's destinations;
+    # bwrap's) needs a mount point there: in a directory the sandbox shows
+    # read-only from the host (HOME_ACCESS=read, a HOME_READONLY entry) bwrap
+    # cannot make one, so a missing note gets a placeholder too (an empty
+    # file, removed with the project's others).
+    shown = policy.home_readonly + ((policy.home,) if policy.home_access == "read" else ())
+    mounted = frozenset(mounted or ())
     notes = tuple(Protected(path, False, os.path.lexists(path)) for path, _ in policy.notes)
-    return tuple(p for p in policy.protected + notes
-                 if any(_is_within(p.path, r) for r in roots) and not policy.is_hidden(p.path))
+    return tuple(p for p in policy.protected if any(_is_within(p.path, r) for r in roots)
+                 and not policy.is_hidden(p.path)) + tuple(
+        n for n in notes if not policy.is_hidden(n.path) and (
+            any(_is_within(n.path, r) for r in roots)
+            or (n.path in mounted and os.path.isdir(os.path.dirname(n.path))
+                and os.path.dirname(n.path) != policy.home
+                and any(_is_within(os.path.dirname(n.path), r) for r in shown))))
 
 
 def placeholders(policy: Policy) -> tuple:

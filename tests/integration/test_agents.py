@@ -527,3 +527,25 @@ def test_an_agent_that_keeps_its_history_still_hits_the_cache(user, project, hom
         assert result.returncode == 0, result.stderr
     assert (home / ".claude/history.jsonl").read_text() == "one\ntwo\nthree\n"
     assert plan_line(user, project, env).startswith("plan:      from the compiled plan cache")
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
+def test_with_a_read_only_home_an_agent_without_a_memory_file_still_gets_its_note(
+        user, project, home, backend):
+    """HOME_ACCESS=read shows ~/.claude read-only from the host: bwrap could
+    not make the note's mount point where the user keeps no CLAUDE.md
+    ("Can't create file … Read-only file system", the launch refused). The
+    missing note gets a placeholder like a protected path; it is gone after."""
+    user.write("tools/bin/claude", "#!/bin/sh\ncat \"$CLAUDE_CONFIG_DIR/CLAUDE.md\"; true\n",
+               0o755)
+    user.write(".claude/settings.json", "{}\n", 0o600)
+    os.chown(home / ".claude", user.uid, user.gid)
+    assert not (home / ".claude/CLAUDE.md").exists()
+    result = run_agent(user, project, ["--backend", backend, "claude"],
+                       standin_env(user, HOME_ACCESS="read"))
+    assert result.returncode == 0, result.stderr
+    if backend == "bwrap":          # the one backend that binds the note (a payload)
+        assert "You are running inside agent-sandbox" in result.stdout, result.stdout
+    else:                           # nothing made in the user's home for them
+        assert "No such file" in result.stderr, result.stderr
+    assert not (home / ".claude/CLAUDE.md").exists()
