@@ -106,6 +106,12 @@ class FunctionBackend:
 
 
 
+# fs.write_confined's gap where the host's mount propagation reaches the
+# sandbox (bwrap without PRIVATE_MOUNTS, firejail): the reason follows.
+PROPAGATION_GAP = ("a mount the host makes below a read-only path after the start (an "
+                   "automount, a FUSE mount) is writable inside if the host's is: ")
+
+
 class Guarantees:
     """Collects yes / partial / no per guarantee, in GUARANTEE_TEXT order."""
 

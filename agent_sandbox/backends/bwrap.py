@@ -17,7 +17,8 @@ from __future__ import annotations
 import marshal
 import os
 
-from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Guarantees,
+from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef,
+                                         FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, egress_guarantee,
                                          fd_hygiene, helper_argv, namespace_scoping,
                                          own_network, relay_args)
@@ -43,8 +44,6 @@ BWRAP = "bwrap"
 # host's propagation: in a user namespace it would lose its privileges.
 PRIVATE_MOUNTS = ("/usr/bin/unshare", "--user", "--map-current-user", "--mount",
                   "--propagation", "private", "--")
-PROPAGATION_GAP = ("a mount the host makes below a read-only path after the start (an "
-                   "automount, a FUSE mount) is writable inside if the host's is: ")
 
 
 def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):

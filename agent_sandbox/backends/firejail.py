@@ -45,7 +45,8 @@ from __future__ import annotations
 import glob
 import os
 
-from agent_sandbox.backends.base import (SCOPING_ABI, FdRef, FunctionBackend, Guarantees,
+from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, FunctionBackend,
+                                         Guarantees,
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
                                          egress_guarantee, fd_hygiene, helper_argv,
                                          namespace_scoping, own_network, relay_args)
@@ -298,8 +299,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
         g.yes(name)
     # firejail makes its mounts slaves of the host's and has no option
     # against it; setuid, it cannot run in a user namespace of ours (bwrap does).
-    g.partial("fs.write_confined", "a mount the host makes below a read-only path after the "
-              "start (an automount, a FUSE mount) is writable inside if the host's is: "
+    g.partial("fs.write_confined", PROPAGATION_GAP
               + ("firejail keeps the host's mount propagation (bwrap and landlock do not)"
                  if policy.private_mounts else "PRIVATE_MOUNTS=false"))
     g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")

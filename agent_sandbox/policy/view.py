@@ -472,14 +472,18 @@ def placeholder_candidates(policy: Policy, mounted=None) -> tuple:
     # file, removed with the project's others).
     shown = policy.home_readonly + ((policy.home,) if policy.home_access == "read" else ())
     mounted = frozenset(mounted or ())
+
+    def needs_one(note) -> bool:
+        parent = os.path.dirname(note.path)
+        if any(_is_within(note.path, r) for r in roots):
+            return True
+        return (note.path in mounted and parent != policy.home and os.path.isdir(parent)
+                and any(_is_within(parent, r) for r in shown))
+
     notes = tuple(Protected(path, False, os.path.lexists(path)) for path, _ in policy.notes)
     return tuple(p for p in policy.protected if any(_is_within(p.path, r) for r in roots)
                  and not policy.is_hidden(p.path)) + tuple(
-        n for n in notes if not policy.is_hidden(n.path) and (
-            any(_is_within(n.path, r) for r in roots)
-            or (n.path in mounted and os.path.isdir(os.path.dirname(n.path))
-                and os.path.dirname(n.path) != policy.home
-                and any(_is_within(os.path.dirname(n.path), r) for r in shown))))
+        n for n in notes if not policy.is_hidden(n.path) and needs_one(n))
 
 
 def placeholders(policy: Policy) -> tuple:

@@ -16,19 +16,10 @@ import os
 
 import pytest
 
-WRITE_SCRIPT = """
-import errno, json, os, sys
-out = {}
-for path in sys.argv[1:]:
-    try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w") as handle:
-            handle.write("planted")
-        out[path] = "written"
-    except OSError as exc:
-        out[path] = errno.errorcode[exc.errno]
-print(json.dumps(out))
-"""
+from tests.integration.test_bwrap_jail import WRITE_SCRIPT
+
+# The placeholders make every parent (.git/hooks/, .vscode/) before the
+# launch: a write below one is refused by its mount, or lands.
 
 
 @pytest.mark.parametrize("mode", ["read", "restricted"])

@@ -90,6 +90,17 @@ def profile(**keys) -> Profile:
     return Profile("claude", "/p", "", ("claude",), "", "", (), **keys)
 
 
+def claude_copy(home: str, keep: str = "model"):
+    """(spec, policy, record, copy root) of a Claude session copy whose
+    settings.json keeps `keep`."""
+    spec = agentcopy.spec_for(profile(
+        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
+        settings=("settings.json=.claude/settings.json",),
+        settings_keep=(f"settings.json:{keep}",)), home)
+    policy, record = agentcopy.start(spec, fake_policy(home))
+    return spec, policy, record, policy.env["CLAUDE_CONFIG_DIR"]
+
+
 def test_spec_pairs_each_file_with_its_patterns():
     spec = agentcopy.spec_for(profile(
         config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
@@ -167,12 +178,7 @@ def test_a_session_copy_round_trip(tmp_path, capsys):
 def test_a_settings_file_swapped_for_a_symlink_is_not_read(tmp_path):
     home = str(tmp_path)
     os.makedirs(f"{home}/.claude")
-    spec = agentcopy.spec_for(profile(
-        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
-        settings=("settings.json=.claude/settings.json",),
-        settings_keep=("settings.json:*",)), home)
-    policy, record = agentcopy.start(spec, fake_policy(home))
-    root = policy.env["CLAUDE_CONFIG_DIR"]
+    spec, policy, record, root = claude_copy(home, "*")
     with open(f"{home}/elsewhere.json", "w") as handle:
         json.dump({"model": "from-a-link"}, handle)
     os.symlink(f"{home}/elsewhere.json", f"{root}/settings.json")
@@ -199,12 +205,7 @@ def test_the_users_own_symlinked_settings_are_read_and_written_through(tmp_path)
     with open(f"{home}/dotfiles/claude.json", "w") as handle:
         json.dump({"model": "a", "hooks": {"mine": 1}}, handle)
     os.symlink(f"{home}/dotfiles/claude.json", f"{home}/.claude/settings.json")
-    spec = agentcopy.spec_for(profile(
-        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
-        settings=("settings.json=.claude/settings.json",),
-        settings_keep=("settings.json:model",)), home)
-    policy, record = agentcopy.start(spec, fake_policy(home))
-    root = policy.env["CLAUDE_CONFIG_DIR"]
+    spec, policy, record, root = claude_copy(home, "model")
     with open(f"{root}/settings.json") as handle:
         seen = json.load(handle)
     assert seen == {"model": "a", "hooks": {"mine": 1}}
@@ -341,12 +342,7 @@ def test_a_copy_whose_directory_became_a_link_is_neither_merged_nor_removed(tmp_
     os.makedirs(f"{home}/.claude")
     with open(f"{home}/.claude/settings.json", "w") as handle:
         json.dump({"model": "a"}, handle)
-    spec = agentcopy.spec_for(profile(
-        config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
-        settings=("settings.json=.claude/settings.json",),
-        settings_keep=("settings.json:model",)), home)
-    policy, record = agentcopy.start(spec, fake_policy(home))
-    root = policy.env["CLAUDE_CONFIG_DIR"]
+    spec, policy, record, root = claude_copy(home, "model")
     copies = os.path.dirname(root)
     os.rename(copies, copies + ".old")
     os.makedirs(f"{home}/decoy/s1")
