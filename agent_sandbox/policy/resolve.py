@@ -335,8 +335,10 @@ def _slurm_boundary(system: tuple[str, ...], environ,
 
 
 def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
-                   chaperon: tuple[str, str] | None = None) -> Policy:
-    """`chaperon` is (session dir, staging dir) when a chaperon serves Slurm."""
+                   chaperon: tuple[str, str] | None = None, socket_walk=find_sockets) -> Policy:
+    """`chaperon` is (session dir, staging dir) when a chaperon serves Slurm.
+    `socket_walk` finds the sockets in shown trees (sockets.find_sockets; a
+    compile for the plan cache passes one that records what it saw)."""
     warnings: list[str] = list(settings.warnings)
     home = ctx.home
     hidden = _hidden_paths(settings, home)
@@ -414,7 +416,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ, site_conf)
     # unix_sockets.confined: the sockets in the trees shown from the home (and
     # the resolver's where no name may resolve) go like hidden paths (sockets.py).
-    sockets = find_sockets(
+    sockets = socket_walk(
         home_trees(home=home, home_access=settings.HOME_ACCESS, home_readonly=home_readonly,
                    home_writable=home_writable, extra_writable=extra_writable,
                    overlays=overlays)

@@ -14,11 +14,16 @@ link is recreated as a link by the view, and one that leads to a socket
 found here dangles: the walker resolves it). scandir's d_type names a
 socket without a stat call on the file systems a home lives on; an entry of
 unknown type is lstat'ed. Pruned: hidden paths (never shown) and the
-project (its sockets are the session's own: SPEC §8 allows them). The
-walk uses os.scandir by name, so the plan cache's recorder fingerprints
-every directory it lists: a socket made in any of them after a compile
-changes that directory and the next launch compiles again (the cost: a
-cached launch stats each walked directory; docs/shared-channels.md).
+project (its sockets are the session's own: SPEC §8 allows them).
+
+The plan cache: a socket made after a compile must not be reachable on a
+cached launch. The walk keeps what it listed (`Listed`: each directory's
+times and the names of the sockets and directories in it); the compile
+records that as one derived fact (launch/plancache.py socket_walker) and a
+hit `recheck`s it: one lstat per directory while its times are unchanged,
+a new listing where they changed, a whole walk of a directory that is new.
+A plan therefore survives the files an agent's session writes in its
+state directory and yields to any new socket (docs/shared-channels.md §5).
 
 Trees the walk does not search — READONLY_MOUNTS (/usr … /scratch), an
 EXTRA_WRITABLE_PATHS entry outside the home, a shared /tmp or /dev/shm, the
@@ -34,6 +39,7 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import NamedTuple
 
 from agent_sandbox.paths import is_within
 
@@ -43,11 +49,12 @@ NO_SOCKETS = ("/sys",)
 NO_RESOLVER = ("allowlist", "isolated")
 
 
-def find_sockets(trees, prune=()) -> tuple[str, ...]:
+def find_sockets(trees, prune=(), facts: list | None = None) -> tuple[str, ...]:
     """Every pathname unix socket in `trees` (a tree may itself be one), not
     below a path in `prune`, sorted. Symbolic links are not followed;
     unreadable directories are skipped (nothing in them is reachable inside
-    either: the view shows the same permissions)."""
+    either: the view shows the same permissions). `facts`, if given, gets
+    one Listed per directory listed (what a cached plan rechecks)."""
     found: list[str] = []
     stack = [os.path.normpath(t) for t in dict.fromkeys(trees)]
     seen: set[str] = set()
@@ -65,22 +72,75 @@ def find_sockets(trees, prune=()) -> tuple[str, ...]:
             continue
         if not stat.S_ISDIR(info.st_mode):
             continue
-        try:
-            with os.scandir(path) as entries:
-                for entry in entries:
-                    child = os.path.join(path, entry.name)
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(child)
-                        elif not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
-                            # a socket, a fifo, a device, or d_type unknown
-                            if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
-                                found.append(child)
-                    except OSError:
-                        continue
-        except OSError:
+        listed = _list(path)
+        if listed is None:
             continue
+        sockets, dirs = listed
+        found += [os.path.join(path, name) for name in sockets]
+        stack += [os.path.join(path, name) for name in dirs]
+        if facts is not None:
+            facts.append(Listed(path, _signature(info), sockets, dirs))
     return tuple(sorted(found))
+
+
+class Listed(NamedTuple):
+    """One directory the walk listed: its signature (a new entry changes its
+    times), the names of the sockets and of the directories in it."""
+    path: str
+    signature: tuple
+    sockets: tuple[str, ...]
+    dirs: tuple[str, ...]
+
+
+def _signature(info) -> tuple:
+    return (info.st_dev, info.st_ino, info.st_mtime_ns, info.st_ctime_ns)
+
+
+def _list(path: str):
+    """(socket names, directory names) in `path`, sorted; None: unreadable."""
+    sockets, dirs = [], []
+    try:
+        with os.scandir(path) as entries:
+            for entry in entries:
+                try:
+                    if entry.is_dir(follow_symlinks=False):
+                        dirs.append(entry.name)
+                    elif not (entry.is_file(follow_symlinks=False) or entry.is_symlink()):
+                        # a socket, a fifo, a device, or d_type unknown
+                        if stat.S_ISSOCK(entry.stat(follow_symlinks=False).st_mode):
+                            sockets.append(entry.name)
+                except OSError:
+                    continue
+    except OSError:
+        return None
+    return tuple(sorted(sockets)), tuple(sorted(dirs))
+
+
+def recheck(listed: Listed, prune=()) -> tuple[str, ...] | None:
+    """What a cached plan asks of a directory its compile listed: the names
+    of the sockets in it now — equal to listed.sockets while the plan still
+    hides every socket below it. Cheap when nothing changed (one lstat: the
+    same times mean the same entries); else the directory is listed again
+    and each directory new in it walked whole (a socket there: None, which
+    equals nothing). Files and directories that come and go without a
+    socket (an agent's session files) keep the plan; a directory that is
+    gone keeps it too when it held no socket (the plan carved nothing in it)."""
+    try:
+        info = os.lstat(listed.path)
+    except OSError:
+        return listed.sockets if not listed.sockets else None
+    if not stat.S_ISDIR(info.st_mode):
+        return listed.sockets if not listed.sockets else None
+    if _signature(info) == tuple(listed.signature):
+        return listed.sockets
+    now = _list(listed.path)
+    if now is None:
+        return None
+    sockets, dirs = now
+    new = [os.path.join(listed.path, d) for d in dirs if d not in listed.dirs]
+    if new and find_sockets(new, prune):
+        return None
+    return sockets
 
 
 def home_trees(*, home: str, home_access: str, home_readonly, home_writable, extra_writable,

@@ -102,6 +102,12 @@ def test_a_socket_made_after_the_plan_was_cached_is_not_connectable(user, projec
     options = ("--backend", backend)
     for _ in range(2):      # the second launch stores its plan
         assert user.sandbox("true", options=options, cwd=project, env=env).returncode == 0
+    # A file written in a walked directory (an agent's session files) keeps the plan.
+    # (written here: user.write chowns every parent, the home's times with them)
+    session = user.home / ".cache" / "late" / "session.jsonl"
+    session.write_text("{}\n")
+    os.chown(session, user.uid, user.gid)
+    wrote()
     dry = user.sandbox("true", options=options + ("--dry-run",), cwd=project, env=env)
     assert "from the compiled plan cache" in dry.stdout, dry.stdout
     server = Server(user, user.home / ".cache" / "late" / f"t{uuid.uuid4().hex[:6]}")

@@ -52,22 +52,35 @@ def test_the_walk_finds_sockets_at_any_depth_but_not_where_pruned(home):
     assert find_sockets([str(home / "missing")]) == ()
 
 
-def test_every_walked_directory_is_recorded_for_the_plan_cache(home):
+def test_a_cached_plan_yields_to_a_socket_made_after_its_compile(home):
     """A socket made after a compile must not be reachable on a cached
-    launch: the recorder fingerprints every directory the walk lists, and a
-    new entry changes it."""
-    deep = home / ".config" / "other" / "deeper"
+    launch: the compile's walk is one derived fact a hit rechecks. Files and
+    directories without a socket (an agent's session writes) keep the plan."""
+    deep = home / "d"          # (a socket path is at most 107 bytes)
     deep.mkdir()
     with plancache.Recorder() as recorder:
-        find_sockets([str(home)], prune=(str(home / "proj"),))
-    listed = {path for (path, kind), _ in recorder.seen.items() if kind == plancache.CONTENT}
-    assert str(deep) in listed
-    before = recorder.seen[(str(deep), plancache.CONTENT)]
-    late = listen(deep / "late.sock")
-    try:
-        assert plancache.fingerprint(str(deep), plancache.CONTENT) != before
-    finally:
-        late.close()
+        found = plancache.socket_walker(recorder)([str(home)], (str(home / "proj"), str(home / ".ssh")))
+    assert found == (str(home / ".cache/sock/t"), str(home / "top.sock"))
+    # the walk itself is not recorded path by path (its times change with any file)
+    assert (str(deep), plancache.CONTENT) not in recorder.seen
+    [(key, answer)] = [(k, v) for k, v in recorder.seen.items() if k[0] == "sockets"]
+
+    def holds() -> bool:
+        return plancache.fingerprint(*key) == answer
+
+    assert holds()
+    (deep / "f.jsonl").write_text("{}")
+    (deep / "n").mkdir()
+    (deep / "n" / "file").write_text("x")
+    assert holds()
+    late = listen(deep / "n" / "s")           # in a directory new since
+    assert not holds()
+    late.close()
+    (deep / "n" / "s").unlink()
+    assert holds()
+    late = listen(deep / "s")                        # in a listed one
+    assert not holds()
+    late.close()
 
 
 # ---------------------------------------------------------------- the views
