@@ -67,7 +67,7 @@ JOIN_TIMEOUT = 60
 # the task's Slurm calls). `protected` counts by path.
 SHAPING = ("backend", "project_dir", "home_access", "system_readonly", "home_readonly",
            "home_writable", "home_seeded", "extra_writable", "hidden", "readonly_overlays",
-           "run_binds", "sockets", "slurm_masks", "slurm_binaries", "devices", "private_tmp", "private_ipc",
+           "run_binds", "slurm_masks", "slurm_binaries", "devices", "private_tmp", "private_ipc",
            "private_mounts",
            "filter_passwd", "network_isolated", "seccomp", "seccomp_extra", "pinned")
 # Set by the chaperon's job wrapper (chaperon/jobwrap.py) to the id of the

@@ -182,10 +182,14 @@ def unsearched(policy) -> tuple[str, ...]:
 
 def report(policy, *, extra: tuple[str, ...] = ()) -> str:
     """The partial line of unix_sockets.confined on a backend with a mount
-    view: what is hidden, then what is not searched."""
+    view: what is hidden, then what is not searched. A bind shows the host's
+    later entries, so a socket made after the walk in a shown directory is
+    reachable: only a connect() supervisor (SPEC §5a) could close that."""
     left = unsearched(policy) + extra
     return ("sockets are hidden in the trees shown from your home"
             + (" and in the resolver's /run directories" if run_trees(
                 policy.network_mode, policy.run_binds) else "")
-            + "; these trees are shown without being searched, so a socket in them stays "
-            "connectable: " + "; ".join(left))
+            + " as they were at the launch (one made there later, e.g. a tmux server started "
+            "during the session, is reachable until the session ends)"
+            + ("; these trees are shown without being searched, so a socket in them stays "
+               "connectable: " + "; ".join(left) if left else ""))
