@@ -174,7 +174,8 @@ def unsearched(policy) -> tuple[str, ...]:
         out.append("/tmp and /var/tmp (PRIVATE_TMP=false)")
     if not policy.private_ipc:
         out.append("/dev/shm (PRIVATE_IPC=false)")
-    kept = [p for p in policy.run_binds if p not in run_trees(policy.network_mode, policy.run_binds)]
+    walked = run_trees(policy.network_mode, policy.run_binds)
+    kept = [p for p in policy.run_binds if p not in walked]
     if kept:
         out.append("the name service's " + " ".join(kept) + " (NETWORK_MODE=open)")
     return tuple(out)

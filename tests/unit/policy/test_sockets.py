@@ -59,7 +59,8 @@ def test_a_cached_plan_yields_to_a_socket_made_after_its_compile(home):
     deep = home / "d"          # (a socket path is at most 107 bytes)
     deep.mkdir()
     with plancache.Recorder() as recorder:
-        found = plancache.socket_walker(recorder)([str(home)], (str(home / "proj"), str(home / ".ssh")))
+        walk = plancache.socket_walker(recorder)
+        found = walk([str(home)], (str(home / "proj"), str(home / ".ssh")))
     assert found == (str(home / ".cache/sock/t"), str(home / "top.sock"))
     # the walk itself is not recorded path by path (its times change with any file)
     assert (str(deep), plancache.CONTENT) not in recorder.seen
