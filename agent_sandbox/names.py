@@ -32,6 +32,8 @@ GUARANTEES = {
     "passwd.filtered": "other users cannot be enumerated",
     "slurm.boundary": "munge socket and real Slurm binaries/config unreachable",
     "abstract_unix.scoped": "abstract unix sockets outside are unreachable",
+    "unix_sockets.confined": "no pathname unix socket outside the sandbox's own is "
+                             "connectable (tmux, ssh-agent, D-Bus, name services)",
     "signals.scoped": "processes outside cannot be signalled",
     "self.protected": "install dir and user config read-only",
     "tty.safe": "no TIOCSTI/TIOCLINUX injection into your terminal",

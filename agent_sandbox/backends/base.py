@@ -176,6 +176,17 @@ def namespace_scoping(g: Guarantees, policy, abi: int) -> None:
                            "with the host while NETWORK_MODE=open"))
 
 
+def socket_guarantee(g: Guarantees, policy, *, extra: tuple[str, ...] = ()) -> None:
+    """unix_sockets.confined on a backend with a mount view: the sockets in
+    the trees shown from the home (and the resolver's where no name may
+    resolve) do not exist inside; what is shown unsearched is named
+    (policy/sockets.py), `extra`: what the backend itself keeps. Never
+    more than partial: a bind shows sockets the host makes after the start."""
+    from agent_sandbox.policy.sockets import report
+
+    g.partial("unix_sockets.confined", report(policy, extra=extra))
+
+
 def own_network(policy) -> bool:
     """bwrap and firejail give the sandbox a network namespace of its own
     (only loopback) unless NETWORK_MODE=open."""

@@ -21,7 +21,7 @@ from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef,
                                          FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, egress_guarantee,
                                          fd_hygiene, helper_argv, namespace_scoping,
-                                         own_network, relay_args)
+                                         own_network, relay_args, socket_guarantee)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module
 from agent_sandbox.policy.mountcost import economize
@@ -64,6 +64,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):
     g.either("passwd.filtered", policy.filter_passwd and "/etc" in policy.system_readonly,
              "FILTER_PASSWD=false in the configuration")
     namespace_scoping(g, policy, landlock_abi)
+    socket_guarantee(g, policy)
     egress_guarantee(g, policy)
     fd_hygiene(g, policy)
     return g.split()

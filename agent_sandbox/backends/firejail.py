@@ -49,11 +49,12 @@ from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, Fu
                                          Guarantees,
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
                                          egress_guarantee, fd_hygiene, helper_argv,
-                                         namespace_scoping, own_network, relay_args)
+                                         namespace_scoping, own_network, relay_args,
+                                         socket_guarantee)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import Policy, _is_within
 from agent_sandbox.policy.view import (Grant, ProfileLine, Stop, carve_walk, hidden_inside,
-                                       is_hidden)
+                                       is_hidden, shown_hidden)
 
 NAME = "firejail"
 FIREJAIL = "firejail"
@@ -91,7 +92,7 @@ class View:
 
     def __init__(self, policy: Policy, root_entries):
         self.policy = policy
-        self.hidden = policy.hidden
+        self.hidden = shown_hidden(policy)
         self.root_entries = root_entries
         self.whitelist: list[str] = []
         self.readonly: list[str] = []     # step 3, first part
@@ -187,7 +188,11 @@ class View:
         early_blacklist = [f"/{name}" for name in self.root_entries
                            if f"/{name}" not in tops and not os.path.islink(f"/{name}")]
 
-        self.whitelist += [p for p in policy.run_binds if not self._hidden(p)]
+        for path in policy.run_binds:
+            # carved like a home entry: the resolver's sockets are left out
+            # where no name may resolve (policy/sockets.py)
+            self.whitelist += [s.path for s in carve_walk(path, self.hidden)
+                               if isinstance(s, Grant)]
         self.whitelist.append("/run/" + SENTINEL)
         self.whitelist.append("/var/tmp")
         self.home()
@@ -312,6 +317,8 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
     else:
         g.no("passwd.filtered", "FILTER_PASSWD=false in the configuration")
     namespace_scoping(g, policy, landlock_abi)
+    socket_guarantee(g, policy, extra=("/dev/log, the system log's socket, where the host "
+                                       "has one (firejail's --private-dev keeps it)",))
     egress_guarantee(g, policy)
     fd_hygiene(g, policy)
     return g.split()

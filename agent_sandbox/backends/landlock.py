@@ -83,6 +83,10 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
     g.no("passwd.filtered", "the host's /etc/passwd and NSS services answer")
     g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
                            "connecting to unix sockets)")
+    g.no("unix_sockets.confined", "Landlock does not restrict connect() on pathname unix "
+                                  "sockets: every socket you can reach outside is reachable "
+                                  "(tmux, ssh-agent, D-Bus, the resolver's; the supervisor of "
+                                  "SPEC §5a is not built)")
     scoping(g, landlock_abi)
     egress(g, policy)
     fd_hygiene(g, policy)
@@ -96,10 +100,12 @@ def egress(g: Guarantees, policy: Policy) -> None:
     if mode == "allowlist":
         g.partial("net.egress_filtered", "Landlock lets TCP connect only to the relay's port, "
                   "but to that port on any host; UDP (DNS included) and other protocols are "
-                  "not restricted (accepted by the admin: LANDLOCK_ALLOWLIST_PARTIAL)")
+                  "not restricted, nor connect() to the resolver's and nscd's sockets in /run "
+                  "(accepted by the admin: LANDLOCK_ALLOWLIST_PARTIAL)")
     elif mode == "isolated":
         g.partial("net.egress_filtered", "Landlock denies TCP bind and connect; UDP (DNS "
-                  "included) and other protocols are not restricted")
+                  "included) and other protocols are not restricted, nor connect() to the "
+                  "resolver's and nscd's sockets in /run")
     else:
         g.no("net.egress_filtered", "NETWORK_MODE=open: every host is reachable")
 

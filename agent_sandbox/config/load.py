@@ -71,6 +71,50 @@ def _read_admin(path: str) -> str | None:
         return handle.read()
 
 
+def check_user_tree(config_dir: str, uid: int | None = None) -> None:
+    """The user's configuration tree decides how every sandbox of the user
+    runs (HOME_ACCESS, NETWORK_MODE, profiles in agents/): it is trusted only
+    when no one else can change it, as the admin file must be root's alone.
+    Every entry (the directory, sandbox.conf, conf.d/, agents/, anything in
+    them) must be the user's (or root's) and writable by neither group nor
+    others; a symbolic link is judged by what it leads to. Otherwise the
+    launch is refused, naming the path and the command that fixes it. The
+    walk is by name with os.lstat/os.scandir, so the plan cache's recorder
+    fingerprints each entry's mode and owner: a chmod after a compile makes
+    the next launch compile, and refuse, again."""
+    uid = os.getuid() if uid is None else uid
+    stack = [config_dir]
+    listed: set[tuple[int, int]] = set()    # a linked directory loop is walked once
+    while stack:
+        path = stack.pop()
+        try:
+            info = os.lstat(path)
+            if stat.S_ISLNK(info.st_mode):
+                info = os.stat(path)
+        except OSError:
+            continue            # missing (or a dangling link): nothing is read from it
+        if info.st_uid not in (uid, 0):
+            raise ConfigError(
+                f"refusing the user configuration {path} — it is owned by uid {info.st_uid}, "
+                "not you, so another user decides how your sandboxes run. Remove it (or "
+                f"move it aside) and write your own: mv {path} {path}.foreign",
+                reason="unsafe_user_config")
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise ConfigError(
+                f"refusing the user configuration {path} — it is writable by "
+                f"{'others' if info.st_mode & stat.S_IWOTH else 'its group'} (mode "
+                f"{stat.S_IMODE(info.st_mode):04o}), so another user could weaken your "
+                f"sandboxes (HOME_ACCESS=write, NETWORK_MODE=open). Check it, then run: "
+                f"chmod go-w {path}", reason="unsafe_user_config")
+        if stat.S_ISDIR(info.st_mode) and (info.st_dev, info.st_ino) not in listed:
+            listed.add((info.st_dev, info.st_ino))
+            try:
+                with os.scandir(path) as entries:
+                    stack += [os.path.join(path, e.name) for e in entries]
+            except OSError:
+                continue
+
+
 def gather_layers(*, home: str, user: str, admin_path: str = ADMIN_CONFIG,
                   profile=None) -> list[tuple[str, str, str]]:
     """(kind, path, text) of every config file that may apply, in layer order;
@@ -89,6 +133,7 @@ def gather_layers(*, home: str, user: str, admin_path: str = ADMIN_CONFIG,
     if admin is not None:
         layers.append(("admin", admin_path, admin))
     config_dir = user_config_dir(home)
+    check_user_tree(config_dir)
     user_text = _read(os.path.join(config_dir, "sandbox.conf"))
     if user_text is not None:
         layers.append(("user", os.path.join(config_dir, "sandbox.conf"), user_text))

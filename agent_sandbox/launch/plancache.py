@@ -152,11 +152,52 @@ def _derived_fingerprint(path: str, kind: tuple):
     """Answers the compile got from `path` to the questions `kind` names:
     ("mounts", questions) asks the mount table the bwrap plan's rules asked
     (mountinfo.MountPoints), not the whole table a login node keeps changing."""
+    if kind[0] == "sockets":
+        return _sockets_fingerprint(kind)
     if kind[0] != "mounts":
         return ("unknown", kind[0])
     from agent_sandbox.mountinfo import answers, read_mount_points
 
     return answers(read_mount_points(path), kind[1])
+
+
+def _sockets_fingerprint(kind: tuple):
+    """("sockets", prune, listed, found): the sockets a compile's walk found
+    (policy/sockets.py), still `found` while no directory it listed gained
+    or lost a socket and no directory new in one holds any."""
+    from agent_sandbox.policy.sockets import Listed, recheck
+
+    _, prune, listed, found = kind
+    for fact in listed:
+        fact = Listed(*fact)
+        if recheck(fact, prune) != tuple(fact.sockets):
+            return None
+    return found
+
+
+def socket_walker(recorder: "Recorder | None"):
+    """The socket walk for a compile under `recorder` (resolve_policy's
+    `socket_walk`): the walk itself unrecorded — its directories' times
+    change with every file an agent's session writes there, and a plan
+    depends only on where the sockets are — and recorded instead as one
+    derived fact that a hit rechecks (_sockets_fingerprint). A directory
+    changed within the racy window is not trusted to show its next change."""
+    from agent_sandbox.policy.sockets import find_sockets
+
+    if recorder is None:
+        return find_sockets
+
+    def walk(trees, prune=()):
+        facts: list = []
+        with Paused(recorder):
+            found = find_sockets(trees, prune, facts)
+        for fact in facts:
+            if recorder._racy(fact.signature[3]):
+                recorder.give_up(f"{fact.path} changed during the compile")
+        recorder.derived("sockets", ("sockets", tuple(prune), tuple(map(tuple, facts)), found),
+                         found)
+        return found
+    return walk
 
 
 def _kind_fields(fields: tuple, kind: int) -> tuple:

@@ -127,6 +127,20 @@ def network_line(policy) -> str:
                                          if brokered else ""))
 
 
+def socket_lines(policy, plan) -> list[str]:
+    """The unix sockets found in shown trees (policy/sockets.py): left out of
+    a mount view; where the backend cannot confine sockets (landlock), still
+    there and connectable."""
+    sockets = getattr(policy, "sockets", ())
+    if not sockets:
+        return []
+    cannot = dict(plan.cannot).get("unix_sockets.confined")
+    how = "still connectable: " + cannot.split(":")[0] if cannot \
+        else "left out of the view like hidden paths"
+    return [f"unix sockets in shown trees ({len(sockets)}; {how}):",
+            *(f"  {p}" for p in sockets)]
+
+
 def dry_run_report(policy, plan, denied) -> str:
     import shlex   # (it imports re: kept off a launch's path)
 
@@ -142,6 +156,7 @@ def dry_run_report(policy, plan, denied) -> str:
         *guarantee_lines(plan),
         f"hidden ({len(policy.hidden)}):",
         *(f"  {p}" for p in policy.hidden),
+        *socket_lines(policy, plan),
         f"{plan.view_title} ({len(plan.mounts)}):",
         *(f"  {_mount_line(op)}" for op in plan.mounts),
         f"environment: {len(kept)} kept, {len(policy.env_removed)} removed",

@@ -237,7 +237,11 @@ def resolve(*, project_dir: str | None, backend: str | None, environ, profile=No
                        NETWORK_MODE=settings.origins.get("JOB_NETWORK_MODE", "default"))
         settings = settings.replace(NETWORK_MODE=settings.JOB_NETWORK_MODE, origins=origins)
     selection = choose_backend(settings, None, home=ctx.home, environ=ctx.environ)
-    return settings, selection, resolve_policy(settings, ctx, backend=selection.name)
+    from agent_sandbox.launch.plancache import ACTIVE, socket_walker
+
+    walk = socket_walker(ACTIVE[-1] if ACTIVE else None)
+    return settings, selection, resolve_policy(settings, ctx, backend=selection.name,
+                                               socket_walk=walk)
 
 
 def plan_for(settings, selection, policy, command: list[str], *, profile=None,

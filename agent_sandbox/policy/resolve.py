@@ -25,6 +25,7 @@ from agent_sandbox.names import forced_env, slurm_commands
 from agent_sandbox.policy.envfilter import scrub
 from agent_sandbox.policy import siteconf
 from agent_sandbox.policy.siteconf import slurm_conf_path
+from agent_sandbox.policy.sockets import NO_RESOLVER, find_sockets, home_trees, run_trees
 from agent_sandbox.errors import PolicyError
 
 # Always hidden, in every HOME_ACCESS mode; not configurable away (SPEC §4).
@@ -136,6 +137,9 @@ class Policy(NamedTuple):
     # (host path, descriptor the launcher opened and checked). A launch fact,
     # set with the plan's grant (jobshm.with_job_shm), never compiled.
     job_shm: tuple = ()
+    # Pathname unix sockets in the trees shown from the host (policy/sockets.py):
+    # left out of the view like hidden paths on the backends with a mount view.
+    sockets: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -331,8 +335,10 @@ def _slurm_boundary(system: tuple[str, ...], environ,
 
 
 def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
-                   chaperon: tuple[str, str] | None = None) -> Policy:
-    """`chaperon` is (session dir, staging dir) when a chaperon serves Slurm."""
+                   chaperon: tuple[str, str] | None = None, socket_walk=find_sockets) -> Policy:
+    """`chaperon` is (session dir, staging dir) when a chaperon serves Slurm.
+    `socket_walk` finds the sockets in shown trees (sockets.find_sockets; a
+    compile for the plan cache passes one that records what it saw)."""
     warnings: list[str] = list(settings.warnings)
     home = ctx.home
     hidden = _hidden_paths(settings, home)
@@ -372,8 +378,11 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         if _is_within(p, home) and os.path.isfile(p) and not any(_is_within(os.path.realpath(p), h) for h in hidden))
 
     run_binds = list(RUN_DNS_PATHS)
-    if not settings.FILTER_PASSWD:
-        run_binds.append(RUN_NSCD)   # nscd would answer name lookups for any user
+    if not settings.FILTER_PASSWD and settings.NETWORK_MODE not in NO_RESOLVER:
+        # nscd would answer name lookups for any user; in allowlist and
+        # isolated it would resolve host names too (its directory holds only
+        # its socket): not bound there.
+        run_binds.append(RUN_NSCD)
 
     config_tree = user_config_dir(home)
     overlays = tuple(p for p in dict.fromkeys(ctx.install_paths + (config_tree,))
@@ -405,6 +414,14 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
                    writable=(project,) + home_writable + extra_writable
                    + ((home,) if settings.HOME_ACCESS == "write" else ()))
     slurm_masks, slurm_binaries = _slurm_boundary(system, ctx.environ, site_conf)
+    # unix_sockets.confined: the sockets in the trees shown from the home (and
+    # the resolver's where no name may resolve) go like hidden paths (sockets.py).
+    sockets = socket_walk(
+        home_trees(home=home, home_access=settings.HOME_ACCESS, home_readonly=home_readonly,
+                   home_writable=home_writable, extra_writable=extra_writable,
+                   overlays=overlays)
+        + run_trees(settings.NETWORK_MODE, _existing(run_binds)),
+        prune=hidden + (project,))
     for item in _protected(settings, project, home):
         if item.exists and os.path.islink(item.path):
             warnings.append(f"PROTECTED_PATHS: {item.path} is a symlink and cannot be kept "
@@ -417,7 +434,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         home_readonly=home_readonly, home_writable=home_writable, home_seeded=home_seeded,
         extra_writable=extra_writable, hidden=hidden,
         protected=protected, readonly_overlays=overlays,
-        run_binds=_existing(run_binds), slurm_masks=slurm_masks,
+        run_binds=_existing(run_binds), sockets=sockets, slurm_masks=slurm_masks,
         slurm_binaries=slurm_binaries, devices=_devices(settings, ctx.environ, site_conf),
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,
         filter_passwd=settings.FILTER_PASSWD,

@@ -231,6 +231,13 @@ def carve_walk(path: str, hidden, *, around=(), stop: Callable[[str], bool] | No
     yield Grant(path, real)
 
 
+def shown_hidden(policy) -> tuple[str, ...]:
+    """What a mount view leaves out: the hidden paths, and the pathname
+    sockets found in the trees it shows from the host (policy/sockets.py:
+    a read-only mount does not stop connect(), only absence does)."""
+    return tuple(policy.hidden) + tuple(getattr(policy, "sockets", ()))
+
+
 def hidden_inside(hidden, trees) -> tuple[str, ...]:
     """The existing hidden paths that lie in one of the granted `trees`."""
     return tuple(h for h in hidden if os.path.lexists(h) and _within_any(h, trees))
@@ -246,7 +253,7 @@ def _mode(path: str) -> int:
 class ViewBuilder:
     def __init__(self, policy: Policy):
         self.policy = policy
-        self.hidden = policy.hidden
+        self.hidden = shown_hidden(policy)
         self.ops: list[Op] = []
         self.remounts: list[str] = []
         self.seeded = policy.home_seeded if policy.home_access != "write" else ()
@@ -368,7 +375,7 @@ class ViewBuilder:
 
     def writable(self) -> None:
         for path in self.policy.home_writable + self.policy.extra_writable:
-            if self._hidden(path):
+            if is_hidden(path, self.policy.hidden):
                 # Only the launcher puts a hidden path here (the resolver drops
                 # configured ones): an agent's session copy in the always-hidden
                 # run directory (agentcopy.copies_dir), bound alone, exactly.

@@ -579,8 +579,10 @@ def test_guarantees_are_known_and_disjoint(home):
 
     _, plan = build(home)
     cannot = [g for g, _ in plan.cannot]
-    assert set(plan.provides) | set(cannot) == set(GUARANTEE_TEXT)
+    partial = [g for g, _ in plan.partial]
+    assert set(plan.provides) | set(cannot) | set(partial) == set(GUARANTEE_TEXT)
     assert not set(plan.provides) & set(cannot)
+    assert not (set(plan.provides) | set(cannot)) & set(partial)
     for required in ("fs.hidden", "fs.write_confined", "env.scrubbed", "pid.isolated",
                      "slurm.boundary", "self.protected", "tty.safe", "seccomp"):
         assert required in plan.provides

@@ -1,0 +1,213 @@
+"""Sockets and the user's configuration tree as command channels (issue 27,
+items 5 and 6; docs/shared-channels.md §5–6), as the unprivileged user:
+
+- a unix socket server the user runs outside (a tmux stand-in) under a home
+  shown read-only or writable is not connectable from inside (bwrap,
+  firejail), also when the socket appeared after the plan was cached;
+  landlock says so in its report;
+- in NETWORK_MODE=allowlist the resolver's varlink socket and nscd's (in a
+  mount namespace of the test's own, never the host's /run) are absent;
+- a configuration tree others can write refuses the launch, also on the
+  plan cache's hit path, and doctor says it.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import uuid
+
+import pytest
+
+from tests.conftest import INSTALLED, wrote
+
+MOUNT_VIEW = ("bwrap", "firejail")
+# Inside: connect to the socket, send a command, print what came back.
+ATTACK = textwrap.dedent("""\
+    import socket, sys
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(sys.argv[1]); s.sendall(b'new-window -d evil')
+        print('reached', s.recv(100))
+    except OSError as exc:
+        print('refused', type(exc).__name__)
+    """)
+
+
+class Server:
+    """A unix socket server the user runs outside the sandbox; it answers
+    every connection (what tmux would do with the command it got)."""
+
+    def __init__(self, user, path):
+        self.path = path
+        code = textwrap.dedent("""\
+            import os, socket, sys
+            s = socket.socket(socket.AF_UNIX)
+            s.bind(sys.argv[1]); s.listen(8); print('up', flush=True)
+            while True:
+                c, _ = s.accept()
+                try:
+                    c.recv(100); c.sendall(b'RAN-OUTSIDE')
+                except OSError:
+                    pass
+                c.close()
+            """)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        os.chown(path.parent, user.uid, user.gid)
+        self.process = subprocess.Popen([sys.executable, "-c", code, str(path)],
+                                        user=user.uid, group=user.gid, extra_groups=[],
+                                        stdout=subprocess.PIPE, text=True)
+        assert self.process.stdout.readline().strip() == "up"
+        wrote()
+
+    def close(self):
+        self.process.kill()
+        self.process.wait(10)
+        self.path.unlink(missing_ok=True)
+
+
+def _attack(user, project, path, backend, **env):
+    result = user.sandbox("/usr/bin/python3", "-c", ATTACK, str(path),
+                          options=("--backend", backend), cwd=project, env=user.env(**env))
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+@pytest.mark.parametrize("access", ["read", "write"])
+@pytest.mark.parametrize("backend", MOUNT_VIEW)
+def test_a_socket_under_the_shown_home_is_not_connectable(user, project, backend, access):
+    path = user.home / ".cache" / "sock" / f"t{uuid.uuid4().hex[:6]}"
+    user.write(".cache/sock/neighbour", "still shown\n")
+    server = Server(user, path)
+    try:
+        # The stand-in works outside: the socket is live.
+        with socket.socket(socket.AF_UNIX) as probe:
+            probe.connect(str(path))
+        out = _attack(user, project, path, backend, HOME_ACCESS=access)
+        assert out.startswith("refused FileNotFoundError"), out
+        look = user.sandbox("/bin/cat", str(user.home / ".cache/sock/neighbour"),
+                            options=("--backend", backend), cwd=project,
+                            env=user.env(HOME_ACCESS=access))
+        assert look.stdout == "still shown\n", look.stderr
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("backend", MOUNT_VIEW)
+def test_a_socket_made_after_the_plan_was_cached_is_not_connectable(user, project, backend):
+    env = user.env(HOME_ACCESS="read")
+    user.write(".cache/late/neighbour", "x\n")
+    options = ("--backend", backend)
+    for _ in range(2):      # the second launch stores its plan
+        assert user.sandbox("true", options=options, cwd=project, env=env).returncode == 0
+    # A file written in a walked directory (an agent's session files) keeps the plan.
+    # (written here: user.write chowns every parent, the home's times with them)
+    session = user.home / ".cache" / "late" / "session.jsonl"
+    session.write_text("{}\n")
+    os.chown(session, user.uid, user.gid)
+    wrote()
+    dry = user.sandbox("true", options=options + ("--dry-run",), cwd=project, env=env)
+    assert "from the compiled plan cache" in dry.stdout, dry.stdout
+    server = Server(user, user.home / ".cache" / "late" / f"t{uuid.uuid4().hex[:6]}")
+    try:
+        out = _attack(user, project, server.path, backend, HOME_ACCESS="read")
+        assert out.startswith("refused FileNotFoundError"), out
+    finally:
+        server.close()
+
+
+def test_landlock_says_sockets_stay_connectable(user, project):
+    result = user.sandbox("true", options=("--backend", "landlock", "--dry-run"), cwd=project,
+                          env=user.env(HOME_ACCESS="read"))
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if "unix_sockets.confined" in line)
+    assert line.split()[0] == "no", line
+    assert "connect()" in result.stdout
+
+
+# ---------------------------------------------------------------- resolver
+NAMESPACE = textwrap.dedent("""\
+    # As root in a mount namespace of the test's own: /run is a tmpfs here
+    # holding stand-ins for systemd-resolved's and nscd's sockets (world-
+    # connectable, as theirs are), then the launch as the test user.
+    import os, socket, subprocess, sys, threading
+    uid, gid, installed, backend, project = sys.argv[1:6]
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "mode=0755", "tmpfs", "/run"], check=True)
+    servers = []
+    for directory, name in (("/run/systemd/resolve", "io.systemd.Resolve"),
+                            ("/run/nscd", "socket")):
+        os.makedirs(directory, mode=0o755)
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(f"{directory}/{name}"); os.chmod(f"{directory}/{name}", 0o666); s.listen(8)
+        servers.append(s)
+    with open("/run/systemd/resolve/stub-resolv.conf", "w") as f:
+        f.write("nameserver 127.0.0.53\\n")
+    def serve(s):
+        while True:
+            c, _ = s.accept()
+            try:
+                c.recv(100); c.sendall(b'RESOLVED')
+            except OSError:
+                pass
+            c.close()
+    for s in servers:
+        threading.Thread(target=serve, args=(s,), daemon=True).start()
+    attack = sys.stdin.read()
+    env = dict(os.environ, NETWORK_MODE="allowlist", FILTER_PASSWD="false")
+    for target in ("/run/systemd/resolve/io.systemd.Resolve", "/run/nscd/socket"):
+        r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                            installed, "run", "--backend", backend, "--", "/usr/bin/python3",
+                            "-c", attack, target], env=env, cwd=project,
+                           capture_output=True, text=True, timeout=60)
+        print(target, r.returncode, r.stdout.strip(), r.stderr.strip()[-300:], flush=True)
+    r = subprocess.run(["setpriv", f"--reuid={uid}", f"--regid={gid}", "--clear-groups",
+                        installed, "run", "--backend", backend, "--", "/bin/cat",
+                        "/run/systemd/resolve/stub-resolv.conf"], env=env, cwd=project,
+                       capture_output=True, text=True, timeout=60)
+    print("stub", r.returncode, r.stdout.strip(), flush=True)
+    """)
+
+
+@pytest.mark.parametrize("backend", MOUNT_VIEW)
+def test_no_resolver_or_name_service_socket_in_allowlist_mode(user, project, backend):
+    assert os.geteuid() == 0, "this test makes a mount namespace of its own: run it as root"
+    result = subprocess.run(
+        ["unshare", "-m", "--propagation", "private", sys.executable, "-c", NAMESPACE,
+         str(user.uid), str(user.gid), INSTALLED, backend, str(project)],
+        input=ATTACK, env=user.env(), capture_output=True, text=True, timeout=150)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for target in ("/run/systemd/resolve/io.systemd.Resolve", "/run/nscd/socket"):
+        line = next(line for line in lines if line.startswith(target))
+        assert f"{target} 0 refused" in line, result.stdout
+    # the resolver's directory itself stays (its resolv.conf files are no channel)
+    assert "stub 0 nameserver 127.0.0.53" in lines, result.stdout
+
+
+# ---------------------------------------------------------------- config tree
+def _config(user):
+    return user.home / ".config" / "agent-sandbox"
+
+
+@pytest.mark.parametrize("relative, mode", [("", 0o777), ("conf.d/zz.conf", 0o664)])
+def test_a_config_tree_others_can_write_refuses_the_launch(user, project, relative, mode):
+    user.set_config("")
+    user.write(".config/agent-sandbox/conf.d/zz.conf", "", 0o644)
+    target = _config(user) / relative if relative else _config(user)
+    try:
+        for _ in range(2):    # compiled, then stored: the next is the cache's hit path
+            assert user.sandbox("true", cwd=project).returncode == 0
+        target.chmod(mode)
+        wrote()
+        result = user.sandbox("true", cwd=project)
+        assert result.returncode == 125, result.stderr
+        assert f"chmod go-w {target}" in result.stderr
+        assert result.stderr.startswith("agent-sandbox: refusing the user configuration")
+        if relative:
+            doctor = user.run([INSTALLED, "doctor"], cwd=project)
+            assert f"chmod go-w {target}" in doctor.stdout, doctor.stdout
+    finally:
+        target.chmod(0o755 if not relative else 0o644)
+        (_config(user) / "conf.d" / "zz.conf").unlink()
