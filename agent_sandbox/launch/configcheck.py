@@ -108,9 +108,9 @@ def _fingerprint(path: str, info) -> str | None:
     data = read_regular(path, READ_LIMIT)
     if not isinstance(data, bytes):
         return f"unreadable:{info.st_size}:{info.st_mtime_ns}"
-    from agent_sandbox.launch.gitcheck import _digest
+    from chaperon.paths import sha256   # _sha256 where built in: no OpenSSL at a launch
 
-    return _digest(data)
+    return "sha256:" + sha256(data).hexdigest()
 
 
 def walk(project: str, limit: int = WALK_LIMIT) -> Walk:
@@ -253,8 +253,7 @@ def report(home: str, session: str, project: str, findings: list[Finding], found
     import shlex
     import time
 
-    from agent_sandbox.launch.gitcheck import TIME_FORMAT
-    from agent_sandbox.tools.logs import log_directory
+    from agent_sandbox.tools.logs import TIME_FORMAT, log_directory
 
     directory = log_directory(home)
     stamp = time.strftime(TIME_FORMAT)
