@@ -26,6 +26,7 @@ import time
 import pytest
 
 from tests.conftest import INSTALLED, remove_entries
+from tests.integration.test_agents import clis  # noqa: F401  (fixture: the pinned CLIs)
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOOK = '{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "touch $M/PLANTED"}]}]}}'
@@ -213,3 +214,56 @@ def test_opencode_plugins_in_its_writable_state_are_read_only(user, project, fak
     assert verdicts == {"plugins/evil.js": "refused", "tools/evil.ts": "refused",
                         "opencode.json": "refused", "state": "written"}, (verdicts, result.stderr)
     assert planted_anywhere(user.home / ".config/opencode") == []
+
+
+# ---------------------------------------------------------------- the real Claude Code outside
+def claude_outside(user, clis, directory) -> subprocess.CompletedProcess:
+    """The user's own, unsandboxed Claude Code (the pinned CLI), against the mock API."""
+    from tests.integration.agentmock import FINAL, MockAPI
+
+    with MockAPI() as api:
+        result = user.run(["claude", "-p", "hi"], cwd=directory, timeout=120,
+                          env=user.env(PATH=f"{clis}:/usr/bin:/bin", ANTHROPIC_BASE_URL=api.url,
+                                       ANTHROPIC_API_KEY="sk-ant-mock"))
+    assert result.returncode == 0 and FINAL in result.stdout, result.stdout + result.stderr
+    return result
+
+
+@pytest.fixture
+def claude_home(user):
+    entries = (".claude", ".claude.json", ".cache/agent-sandbox")
+    remove_entries(user.home, entries)
+    yield
+    remove_entries(user.home, entries)
+
+
+def test_the_real_claude_code_obeys_a_project_hook_it_finds(user, project, clis, claude_home):
+    """The control: what the sessions below try to plant does run outside."""
+    marker = project / "HOOKRAN"
+    for directory in (project, project / "sub"):
+        user.run(["mkdir", "-p", str(directory / ".claude")])
+        user.run(["sh", "-c", f"printf '%s' '{HOOK.replace('$M/PLANTED', str(marker))}' "
+                              f"> {directory}/.claude/settings.json"])
+        claude_outside(user, clis, directory)
+        assert marker.exists(), directory
+        marker.unlink()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_real_claude_code_outside_runs_no_hook_a_session_planted(user, project, clis,
+                                                                     claude_home, backend):
+    marker = project / "HOOKRAN"
+    hook = HOOK.replace("$M/PLANTED", str(marker))
+    plant = (f"mkdir -p .claude sub/.claude; printf '%s' '{hook}' > .claude/settings.json; "
+             f"printf '%s' '{hook}' > sub/.claude/settings.json; true")
+    result = user.sandbox("/bin/sh", "-c", plant, env=user.env(SANDBOX_BACKEND=backend),
+                          cwd=project)
+    assert result.returncode == 0, result.stderr
+    found = remedies(result.stderr)
+    assert str(project / "sub/.claude/settings.json") in found, result.stderr
+    assert (str(project / ".claude/settings.json") in found) == (backend == "landlock")
+    for command in found.values():       # the user follows the report
+        assert user.run(command, cwd=project).returncode == 0, command
+    for directory in (project, project / "sub"):
+        claude_outside(user, clis, directory)
+        assert not marker.exists(), (backend, directory)
