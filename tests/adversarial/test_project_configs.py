@@ -29,7 +29,8 @@ from tests.conftest import INSTALLED, remove_entries
 from tests.integration.test_agents import clis  # noqa: F401  (fixture: the pinned CLIs)
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
-HOOK = '{"hooks": {"SessionStart": [{"hooks": [{"type": "command", "command": "touch $M/PLANTED"}]}]}}'
+HOOK = ('{"hooks": {"SessionStart": [{"hooks": [{"type": "command", '
+        '"command": "touch $M/PLANTED"}]}]}}')
 # name → (the file, what goes in it); each prints NAME=planted or NAME=refused.
 ROOT_PLANTS = {
     "claude_settings": (".claude/settings.json", HOOK),
@@ -106,7 +107,8 @@ CLAUDE = """#!/bin/sh
 mkdir -p .codex sub/.claude
 if printf 'notify = ["touch", "/tmp/PLANTED"]\\n' > .codex/config.toml 2>/dev/null; then
   echo codex=planted; else echo codex=refused; fi
-printf '%s' '""" + HOOK.replace("$M", "/tmp") + """' > sub/.claude/settings.json && echo nested=planted
+printf '%s' '""" + HOOK.replace("$M", "/tmp") + """' > sub/.claude/settings.json \
+  && echo nested=planted
 """
 
 
@@ -249,7 +251,9 @@ def test_the_real_claude_code_obeys_a_project_hook_it_finds(user, project, clis,
         marker.unlink()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+# firejail keeps the root read-only as bwrap does (the tests above): one
+# backend that refuses and the one that reports keep this within its budget.
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
 def test_the_real_claude_code_outside_runs_no_hook_a_session_planted(user, project, clis,
                                                                      claude_home, backend):
     marker = project / "HOOKRAN"
