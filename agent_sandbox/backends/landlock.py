@@ -142,6 +142,7 @@ def _guarded_state(policy: Policy) -> tuple[str, ...]:
                   if not is_hidden(w, policy.hidden))
     return tuple(p.path for p in policy.protected
                  if p.path not in roots and beneath(p.path, roots)
+                 and not beneath(p.path, (policy.project_dir,))   # a writable parent of it
                  and not is_hidden(p.path, policy.hidden))
 
 

@@ -234,6 +234,9 @@ def test_landlock_carves_protected_paths_out_of_a_declared_writable_directory(ho
     assert str(state) not in rules                                   # carved
     assert rules[str(state / "plugins")] == "ro" and rules[str(state / "log.txt")] == "rw"
     assert rules[str(home / "proj")] == "rw"
+    # A writable directory holding the project: the project is still not carved.
+    policy = policy_for(home, "EXTRA_WRITABLE_PATHS=(~)\n", backend="landlock")
+    assert landlock_rules(plan_for("landlock", policy))[str(home / "proj")] == "rw"
 
 
 def test_landlock_private_tmp_off_grants_the_shared_tmp(home):
