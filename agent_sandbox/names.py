@@ -71,3 +71,52 @@ def slurm_commands() -> tuple[str, ...]:
     from chaperon.wire.session import STUB_COMMANDS
 
     return STUB_COMMANDS + SLURM_GUI_COMMANDS
+
+# Issue 27: what agents and editors load from a project directory and obey —
+# settings that name commands (hooks, MCP servers, notify, lint commands,
+# tasks), code they run (plugins, custom tools, hook scripts) and prompts
+# that grant tools (skills, commands, subagents). Read from each tool's own
+# sources and documentation (docs/shared-channels.md §2 says where; Claude
+# Code's list is the one its own sandbox denies writes to). Instruction files
+# (CLAUDE.md, AGENTS.md, GEMINI.md, .claude/rules/) are not here: they are
+# text the model reads, as the rest of the project is, and writing them is
+# an agent's ordinary work (`/init`). A trailing / marks a directory.
+# Each: (path relative to a directory, who loads it from there).
+# The root entries are read-only in every session whatever profile runs
+# (policy/resolve.py adds them to PROTECTED_PATHS; placeholders where
+# missing); at any depth, one a session made or changed is reported when it
+# ends (launch/configcheck.py).
+PROJECT_CONFIGS = (
+    (".claude/settings.json", "Claude Code (hooks, MCP servers, statusLine, apiKeyHelper)"),
+    (".claude/settings.local.json", "Claude Code (hooks, MCP servers, statusLine, apiKeyHelper)"),
+    (".claude/hooks/", "Claude Code (hook scripts)"),
+    (".claude/commands/", "Claude Code (slash commands: allowed-tools, !`shell`)"),
+    (".claude/agents/", "Claude Code (subagents: tools, hooks, MCP servers)"),
+    (".claude/skills/", "Claude Code, opencode (skills: allowed-tools, hooks, scripts)"),
+    (".claude/workflows/", "Claude Code (workflows)"),
+    (".claude/routines/", "Claude Code (routines)"),
+    (".claude/output-styles/", "Claude Code (output styles)"),
+    (".claude/launch.json", "Claude Code (launch configurations)"),
+    (".claude/scheduled_tasks.json", "Claude Code (scheduled tasks)"),
+    (".claude/loop.md", "Claude Code (/loop)"),
+    (".mcp.json", "Claude Code (MCP servers it starts)"),
+    (".codex/", "Codex (config.toml: notify, MCP servers; hooks, rules, skills)"),
+    (".agents/skills/", "Codex, Gemini CLI, opencode (skills)"),
+    (".agents/plugins/", "Codex (plugins)"),
+    (".gemini/", "Gemini CLI (settings.json: hooks, MCP servers, tool commands; "
+                 ".env, commands, extensions, skills, system.md)"),
+    (".aider.conf.yml", "aider (lint-cmd, test-cmd)"),
+    ("opencode.json", "opencode (MCP servers, plugins, formatter and LSP commands)"),
+    ("opencode.jsonc", "opencode (MCP servers, plugins, formatter and LSP commands)"),
+    (".opencode/", "opencode (plugins, tools: code it runs; agents, commands)"),
+    (".vscode/", "VS Code (tasks run on folder open, settings naming programs)"),
+    (".idea/", "JetBrains IDEs (run configurations, startup tasks)"),
+    (".devcontainer/", "Dev Containers (initializeCommand runs on the host)"),
+    (".envrc", "direnv (a shell script run on cd)"),
+)
+# Loaded and obeyed too, but data a project's own programs write as often as
+# a person does: reported when a session made or changed one, at any depth,
+# never made read-only.
+PROJECT_CONFIGS_REPORTED = (
+    (".env", "aider (AIDER_LINT_CMD, AIDER_TEST_CMD), Gemini CLI (its environment)"),
+)

@@ -70,11 +70,13 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
                       "EACCES, and their names stay visible")
     for name in ("fs.write_confined", "env.scrubbed", "self.protected", "tty.safe"):
         g.yes(name)
-    g.no("fs.protected", "Landlock cannot make a path read-only below a writable one: "
-                         "PROTECTED_PATHS (and DENIED_WRITABLE_PATHS) inside the project or "
-                         "another writable path stay writable, and the project's git "
+    g.no("fs.protected", "Landlock cannot make a path read-only below a writable one "
+                         "without carving it: PROTECTED_PATHS (and DENIED_WRITABLE_PATHS) "
+                         "inside the project (agents' configuration included) or a "
+                         "HOME_ACCESS=write home stay writable, and the project's git "
                          "repository can be moved or rewritten: git settings that run "
-                         "commands are only detected and reported when the session ends")
+                         "commands and agents' configuration are only detected and "
+                         "reported when the session ends")
     g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
     g.no("pid.isolated", "no PID namespace: processes outside are visible (ptrace and "
                          "process_vm_readv/writev are denied)")
@@ -135,10 +137,25 @@ class Rules:
                 self.grant(step.path, access & ll.READ)
 
 
+def _guarded_state(policy: Policy) -> tuple[str, ...]:
+    """Protected paths inside a declared writable directory (an agent's
+    writable state: opencode's plugins/ and tools/ in ~/.config/opencode, code
+    it runs outside): carved out read-only like the user config tree. The
+    project is not carved (nothing could be created at its top level): its
+    protected paths are reported at the end instead (launch/configcheck.py,
+    gitcheck.py)."""
+    roots = tuple(w for w in policy.home_writable + policy.extra_writable
+                  if not is_hidden(w, policy.hidden))
+    return tuple(p.path for p in policy.protected
+                 if p.path not in roots and beneath(p.path, roots)
+                 and not beneath(p.path, (policy.project_dir,))   # a writable parent of it
+                 and not is_hidden(p.path, policy.hidden))
+
+
 def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
     """The filesystem rules, in the order they are listed in --dry-run."""
     config_tree = user_config_dir(policy.home)
-    readonly = tuple(policy.readonly_overlays) + (config_tree,)
+    readonly = tuple(policy.readonly_overlays) + (config_tree,) + _guarded_state(policy)
     staging = getattr(policy, "staging_dir", None)
     if staging:
         readonly += (staging,)

@@ -306,6 +306,9 @@ def start(policy) -> str | None:
     temp = os.path.join(directory, f".{policy.session_id}.tmp")
     files, repos = snapshot_repositories(policy.project_dir, home, git)
     files.update(snapshot_files(git_items))
+    from agent_sandbox.launch import configcheck   # agents' configuration, any depth
+
+    agent_configs = configcheck.snapshot(policy.project_dir)
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)
         fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -313,7 +316,7 @@ def start(policy) -> str | None:
         try:
             record = {"session": policy.session_id, "project": policy.project_dir,
                       "started": os.fstat(fd).st_ctime, "files": files,
-                      "repositories": repos}
+                      "repositories": repos, "agent_configs": agent_configs}
             os.write(fd, marshal.dumps(record))
         finally:
             os.close(fd)
@@ -453,10 +456,16 @@ def _check(path: str, home: str, git, out) -> None:
         # A snapshot without repositories (an older version's) knows none:
         # everything is reported (fail closed).
         repos = [dict(r) for r in record.get("repositories", [])]
+        # None (an older version's snapshot, or a walk cut short): all reported.
+        agent_configs = record.get("agent_configs")
+        agent_configs = dict(agent_configs) if agent_configs is not None else None
     except (OSError, ValueError, EOFError, KeyError, TypeError, AttributeError):
         return
     findings, walk = evaluate(project, home, files, repos, git)
     _report(home, session, project, findings, walk, out)
+    from agent_sandbox.launch import configcheck
+
+    configcheck.check(home, session, project, agent_configs, out)
 
 
 def finish(policy, snapshot: str | None, out=None) -> None:
@@ -467,6 +476,9 @@ def finish(policy, snapshot: str | None, out=None) -> None:
         # No snapshot: no repository is known, every code-running key is reported.
         findings, walk = evaluate(policy.project_dir, policy.home, {}, [], git)
         _report(policy.home, policy.session_id, policy.project_dir, findings, walk, out)
+        from agent_sandbox.launch import configcheck
+
+        configcheck.check(policy.home, policy.session_id, policy.project_dir, None, out)
         return
     _check(snapshot, policy.home, git, out)
     try:

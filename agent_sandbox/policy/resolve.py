@@ -51,7 +51,9 @@ SLURM_CONFIG_DIRS = ("/etc/slurm", "/etc/slurm-llnl", "/etc/munge")
 SLURM_BIN_DIRS = ("/usr/bin", "/usr/local/bin", "/usr/sbin", "/opt/slurm/bin")
 # Written for a missing protected path and removed at exit when unchanged.
 PLACEHOLDER_CONTENT = {".mcp.json": b'{"mcpServers": {}}\n', "settings.json": b"{}\n",
-                       "settings.local.json": b"{}\n", "opencode.json": b"{}\n"}
+                       "settings.local.json": b"{}\n", "opencode.json": b"{}\n",
+                       "opencode.jsonc": b"{}\n", "launch.json": b"{}\n",
+                       "scheduled_tasks.json": b"{}\n", "package.json": b"{}\n"}
 
 
 class LaunchContext(NamedTuple):
@@ -234,8 +236,14 @@ def _writable_entries(candidates, *, hidden, denied, warnings, key, denied_origi
 
 
 def _protected(settings, project: str, home: str) -> tuple[Protected, ...]:
+    """PROTECTED_PATHS, after the agents' and editors' project configuration
+    (names.PROJECT_CONFIGS), which no profile or setting removes: a `run`
+    session must not plant a hook the user's unsandboxed Claude Code obeys."""
+    from agent_sandbox.names import PROJECT_CONFIGS
+
     result = []
-    for entry in settings.PROTECTED_PATHS:
+    for entry in dict.fromkeys(tuple(p for p, _ in PROJECT_CONFIGS)
+                               + tuple(settings.PROTECTED_PATHS)):
         is_dir = entry.endswith("/")
         base = home if entry.startswith("/") else project
         path = os.path.normpath(entry if entry.startswith("/") else os.path.join(base, entry))

@@ -137,6 +137,11 @@ def summary(record: dict) -> str:
         return (f"{clean(record.get('file', '?'))}: {clean(record.get('key', '?'))} = "
                 f"{clean(record.get('value', ''))} runs outside the sandbox — remove it: "
                 f"{clean(record.get('remedy', '?'))}")
+    if event == "agent-config":
+        named = f" (names: {clean(record.get('value'))})" if record.get("value") else ""
+        return (f"{clean(record.get('file', '?'))}{named} is obeyed by "
+                f"{clean(record.get('readers', '?'))} outside the sandbox — remove it: "
+                f"{clean(record.get('remedy', '?'))}")
     if event == "network":
         return network_summary(record)
     if event == "submit":

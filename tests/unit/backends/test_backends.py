@@ -221,6 +221,24 @@ def test_landlock_carves_home_around_hidden_paths(home, mode):
     assert not any(p.endswith("/keys") for p in rules)            # symlinks are not granted
 
 
+def test_landlock_carves_protected_paths_out_of_a_declared_writable_directory(home):
+    # opencode's writable state: its plugins (code it runs outside) stay
+    # read-only (issue 27); the project's protected paths are not carved.
+    state = home / ".config/opencode"
+    (state / "plugins").mkdir(parents=True)
+    (state / "log.txt").write_text("l")
+    policy = policy_for(home, "HOME_WRITABLE+=(.config/opencode)\n"
+                              "PROTECTED_PATHS+=(~/.config/opencode/plugins/)\n",
+                        backend="landlock")
+    rules = landlock_rules(plan_for("landlock", policy))
+    assert str(state) not in rules                                   # carved
+    assert rules[str(state / "plugins")] == "ro" and rules[str(state / "log.txt")] == "rw"
+    assert rules[str(home / "proj")] == "rw"
+    # A writable directory holding the project: the project is still not carved.
+    policy = policy_for(home, "EXTRA_WRITABLE_PATHS=(~)\n", backend="landlock")
+    assert landlock_rules(plan_for("landlock", policy))[str(home / "proj")] == "rw"
+
+
 def test_landlock_private_tmp_off_grants_the_shared_tmp(home):
     policy = policy_for(home, "PRIVATE_TMP=false\nPRIVATE_IPC=false\n", backend="landlock")
     plan = plan_for("landlock", policy)

@@ -414,8 +414,10 @@ def test_protected_paths_are_readonly_binds_over_the_project(home):
         assert not host_writable(ops, path)
     assert host_writable(ops, f"{p}/src/main.py")
     missing = {item.path for item in placeholders(policy)}
-    assert missing == {f"{p}/.envrc", f"{p}/.vscode", f"{p}/.idea", f"{p}/.mcp.json",
-                       f"{p}/.git/config.worktree", f"{p}/.git/commondir"}
+    from agent_sandbox.names import PROJECT_CONFIGS
+
+    table = {os.path.normpath(f"{p}/{path}") for path, _ in PROJECT_CONFIGS}
+    assert missing == table | {f"{p}/.git/config.worktree", f"{p}/.git/commondir"}
     # The repository directory is bound onto itself (immovable) before its
     # control files are bound read-only.
     pin = index_of(ops, ("bind", f"{p}/.git", f"{p}/.git"))

@@ -487,7 +487,9 @@ def test_the_parents_of_nested_protected_paths_are_pinned_parents_first(home):
     settings = settings_for(home, "PROTECTED_PATHS+=(.claude/settings.json .a/b/c.json)\n")
     policy = policy_for(home, settings)
     proj = str(home / "proj")
-    assert policy.pinned == (f"{proj}/.git", f"{proj}/.a", f"{proj}/.claude", f"{proj}/.a/b")
+    # .agents and .claude: names.PROJECT_CONFIGS, protected whatever the settings say
+    assert policy.pinned == (f"{proj}/.git", f"{proj}/.a", f"{proj}/.agents", f"{proj}/.claude",
+                             f"{proj}/.a/b")
     assert f"{proj}/.vscode" not in policy.pinned      # its parent is the project: bound
 
 
