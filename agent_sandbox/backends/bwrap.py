@@ -21,6 +21,7 @@ from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef,
                                          FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, egress_guarantee,
                                          fd_hygiene, helper_argv, namespace_scoping,
+                                         self_protection,
                                          own_network, relay_args)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module
@@ -52,7 +53,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):
     for a bwrap that is `setuid` or not."""
     g = Guarantees()
     for name in ("fs.hidden", "fs.write_confined", "fs.protected", "env.scrubbed",
-                 "pid.isolated", "slurm.boundary", "self.protected", "tty.safe"):
+                 "pid.isolated", "slurm.boundary", "tty.safe"):
         g.yes(name)
     if not policy.private_mounts:
         g.partial("fs.write_confined", PROPAGATION_GAP + "PRIVATE_MOUNTS=false")
@@ -65,6 +66,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):
              "FILTER_PASSWD=false in the configuration")
     namespace_scoping(g, policy, landlock_abi)
     egress_guarantee(g, policy)
+    self_protection(g, policy)
     fd_hygiene(g, policy)
     return g.split()
 

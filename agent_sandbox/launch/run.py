@@ -47,10 +47,23 @@ def launch_context(project_dir: str | None, environ):
                     exist_ok=True)
     except OSError:
         pass   # a read-only home: nothing can be planted there either
+    install = _install_paths()
     return LaunchContext(
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
-        install_paths=_install_paths(), session_id=os.urandom(6).hex())
+        install_paths=install, session_id=os.urandom(6).hex(),
+        install_links=_install_links(install))
+
+
+def _install_links(install: tuple[str, ...]) -> tuple:
+    """The install's files with more than one link (linkcheck.py), looked
+    at unrecorded: a compiled plan keys on the install already (plancache's
+    context stamps it), and thousands of fingerprints would slow every hit."""
+    from agent_sandbox.launch.linkcheck import install_links
+    from agent_sandbox.launch.plancache import ACTIVE, Paused
+
+    with Paused(ACTIVE[-1] if ACTIVE else None):
+        return install_links(install)
 
 
 def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):
@@ -430,6 +443,31 @@ def _cache_line(cache, prepared: Prepared) -> str:
 
 
 # ---------------------------------------------------------------- running
+def _shared_files(policy, environ, job: bool) -> None:
+    """At every launch, compiled or cached: the sandbox's own package cache
+    made (policy/caches.py: the tools' variables name it, the plan grants
+    it), and files the sandbox can write that have a name outside reported
+    (linkcheck.py; not again in each job step on the nodes: the session
+    that submitted it reported them)."""
+    cache = getattr(policy, "package_cache", None)
+    if cache:
+        from agent_sandbox.paths import NotOwnDirectory, open_own_dir
+
+        try:
+            os.close(open_own_dir(policy.home, os.path.relpath(cache, policy.home),
+                                  create=True))
+        except (OSError, NotOwnDirectory) as exc:
+            raise PolicyError(f"cannot make the sandbox's package cache {cache} — {exc}. "
+                              "Check that your home is writable and the directory is yours.",
+                              reason="package_cache_failed") from None
+    if not job:
+        from agent_sandbox.launch.linkcheck import report
+        from agent_sandbox.launch.plancache import is_job
+
+        if not is_job(environ):
+            report(policy, say)
+
+
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
         dry_run: bool = False, environ=None, agent=None, keep_fds=(),
         job_shared: bool = False, on_prepared=None, job: bool = False) -> int:
@@ -570,6 +608,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     "admin; the command was not run.")
             for warning in policy.warnings:
                 say(f"warning: {warning}")
+            _shared_files(policy, environ, job or job_shared)
             if not policy.quiet:
                 from agent_sandbox.launch.report import banner
 
