@@ -109,10 +109,17 @@ def roots_of(policy) -> list[str]:
     from agent_sandbox.paths import is_within
 
     # (fields only: a cached launch's policy is a record, plancache.py)
-    roots = [policy.project_dir] + [p for p in policy.home_writable + policy.extra_writable
-                                    if not any(is_within(p, h) for h in policy.hidden)]
-    return [r for r in dict.fromkeys(roots)
-            if not any(r != o and is_within(r, o) for o in roots)]
+    return outermost([policy.project_dir] + [p for p in policy.home_writable
+                                             + policy.extra_writable
+                                             if not any(is_within(p, h) for h in policy.hidden)])
+
+
+def outermost(roots) -> list[str]:
+    """`roots` without those inside another (a file is one name, walked once)."""
+    from agent_sandbox.paths import is_within
+
+    roots = list(dict.fromkeys(roots))
+    return [r for r in roots if not any(r != o and is_within(r, o) for o in roots)]
 
 
 def message(found, complete: bool = True) -> str:
@@ -154,7 +161,7 @@ def install_links(paths, limit: int = 50_000) -> tuple:
     """(how many, a few of them) of the install's files with more than one
     link (`paths`: the launcher's package and virtual environment)."""
     found = []
-    for root in dict.fromkeys(paths):
+    for root in outermost(paths):
         files, _dirs, _complete = scan(root, {}, limit)
         found += files
     result = shared(found)

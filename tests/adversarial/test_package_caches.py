@@ -108,3 +108,21 @@ def test_a_project_venv_linked_from_uvs_cache_is_reported_at_every_launch(uv_hom
     # (the second launch came from the plan cache: so does a third, the same launch)
     dry = user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project, env=env)
     assert "from the compiled plan cache" in dry.stdout, dry.stdout + dry.stderr
+
+
+def test_an_install_file_with_a_second_name_makes_self_protected_partial(user, project):
+    """The install the launcher runs from (its venv, its package in it, both
+    walked once) with a file that has another name: the read-only view keeps
+    the path, not the inode. (A link in the prefix: the same file system.)"""
+    from tests.conftest import PREFIX
+
+    package = next(Path(PREFIX, "venv", "lib").glob("python3*/site-packages/agent_sandbox"))
+    twin = Path(PREFIX, "twin-names.py")
+    os.link(package / "names.py", twin)     # its ctime changes: a plan compiled before misses
+    try:
+        result = user.run([INSTALLED, "run", "--dry-run", "--", "true"], cwd=project,
+                          env=user.env(SANDBOX_BACKEND="bwrap"))
+    finally:
+        twin.unlink()
+    line = next(x for x in result.stdout.splitlines() if "self.protected" in x)
+    assert line.split()[0] == "partial" and "hard links" in result.stdout, result.stdout

@@ -88,7 +88,7 @@ def test_report_says_it_at_every_launch_and_remembers_the_directories(tree, tmp_
 
 
 def test_the_install_check_feeds_self_protected_and_doctor(tree):
-    links = linkcheck.install_links([str(tree)])
+    links = linkcheck.install_links([str(tree / ".venv"), str(tree)])   # nested: walked once
     assert links == (1, (str(tree / ".venv/lib/mod.py"),))
     g = Guarantees()
     self_protection(g, SimpleNamespace(install_links=links))
