@@ -35,7 +35,9 @@ import marshal
 import os
 import stat
 
-SUBDIR = "links"
+# Below the state directory's cache/ (the plan cache's recorder ignores it:
+# remembering directories never makes a plan stale).
+SUBDIR = "cache/links"
 WALK_LIMIT = 200_000    # directory entries listed per launch (a tree beyond: said so)
 SHOWN = 3               # files named in a message
 FORMAT = 1
@@ -182,7 +184,7 @@ def _load(home: str, roots) -> dict:
     from agent_sandbox.launch.plancache import _open_private
     from agent_sandbox.paths import state_dir
 
-    dir_fd = _open_private(state_dir(home), (SUBDIR,))
+    dir_fd = _open_private(state_dir(home), tuple(SUBDIR.split("/")))
     if dir_fd is None:
         return {}
     try:

@@ -16,7 +16,8 @@ grants to remember:
   is kept read-only there like the install directory (`writable_rule`,
   `inside_writable`);
 - the tools inside use the sandbox's own cache instead, one per project in
-  the always-hidden state tree (`own_cache`), through the variables each
+  an always-hidden directory beside the state tree (`own_cache`,
+  paths.CACHES_DIR), through the variables each
   tool reads (`inside_env`) — which work on every backend, landlock's
   (no mount namespace) included. uv aborts on a read-only cache
   (astral-sh/uv#15934), so a cache of its own, not a read-only view, is what
@@ -31,7 +32,7 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from agent_sandbox.paths import STATE_DIR, is_within
+from agent_sandbox.paths import CACHES_DIR, is_within
 
 
 class Store(NamedTuple):
@@ -81,9 +82,6 @@ STORES = (
     Store("maven", (".m2/repository",)),
 )
 
-# The sandbox's own caches: one directory per project in the always-hidden
-# state tree (granted to that project's sessions by exact path).
-OWN_CACHES = os.path.join(STATE_DIR, "caches")
 
 
 def _xdg(environ, name: str, home: str, default: str) -> str:
@@ -154,7 +152,7 @@ def own_cache(home: str, project: str) -> str:
     digest = blake2b(os.fsencode(key), digest_size=8).hexdigest()
     name = "".join(c if c.isalnum() or c in "-_." else "_"
                    for c in os.path.basename(project))[:40].lstrip(".")
-    return os.path.join(home, OWN_CACHES, f"{name}-{digest}" if name else digest)
+    return os.path.join(home, CACHES_DIR, f"{name}-{digest}" if name else digest)
 
 
 def inside_env(cache_dir: str) -> dict[str, str]:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from agent_sandbox.paths import (RUN_DIR, STAGING_DIR, STATE_DIR, runnable_outside,
-                                 user_config_dir)
+from agent_sandbox.paths import (CACHES_DIR, RUN_DIR, STAGING_DIR, STATE_DIR,
+                                 runnable_outside, user_config_dir)
 from agent_sandbox.paths import is_within as _is_within
 from agent_sandbox.names import forced_env, slurm_commands
 from agent_sandbox.policy.envfilter import scrub
@@ -34,11 +34,12 @@ from agent_sandbox.errors import PolicyError
 # slurmstepd writes each job's logs there, outside any sandbox, and the
 # snapshots there run in the projects' sandboxes, so no sandbox may plant
 # a link or a file in another project's (HOME_WRITABLE+=(.local/share) made
-# them writable): each session is shown its own project's, read-only.
+# them writable): each session is shown its own project's, read-only. So
+# are the sandbox's package caches: each session is granted its project's.
 CREDENTIAL_DIRS = (
     ".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud",
     ".password-store", STATE_DIR, ".local/share/keyrings",
-    ".netrc", ".config/gh", RUN_DIR, STAGING_DIR,
+    ".netrc", ".config/gh", RUN_DIR, STAGING_DIR, CACHES_DIR,
 )
 # /run is a tmpfs; only what DNS needs comes back (never munge or D-Bus).
 RUN_DNS_PATHS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager/resolv.conf")

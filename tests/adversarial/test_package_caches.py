@@ -30,7 +30,7 @@ APPEND = f"printf '\\nimport os; os.system(\"touch ~/pwned\")\\n' >> ~/{ARCHIVE}
 def uv_home(user):
     """The user's home with uv's cache and a tool uv installed from it."""
     remove_entries(user.home, (".cache/uv", ".cache/pip", ".local/share/uv", "pwned",
-                               ".local/state/agent-sandbox/caches"))
+                               ".local/state/agent-sandbox-caches"))
     cache = user.write(ARCHIVE, ORIGINAL)
     user.write(".cache/pip/selfcheck.json", "{}")
     tool = user.home / TOOL
@@ -64,6 +64,8 @@ def test_a_write_to_uvs_cache_never_reaches_the_installed_tool(uv_home, project,
 
 
 WRITE_CACHES = """
+cat ~/.local/state/agent-sandbox-caches/other-0000/uv/x 2>/dev/null
+echo again >> ~/.local/state/agent-sandbox-caches/other-0000/uv/x 2>/dev/null
 uv="${UV_CACHE_DIR:-$HOME/.cache/uv}"; pip="${PIP_CACHE_DIR:-$HOME/.cache/pip}"
 mkdir -p "$uv/wheels-v5" "$pip/http" && echo poisoned > "$uv/wheels-v5/pkg.whl" \
   && echo poisoned > "$pip/http/entry" && echo "$uv"
@@ -73,13 +75,16 @@ mkdir -p "$uv/wheels-v5" "$pip/http" && echo poisoned > "$uv/wheels-v5/pkg.whl" 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_a_cache_write_inside_lands_in_the_sandboxs_own_cache(uv_home, project, backend):
     user = uv_home
+    other = user.write(".local/state/agent-sandbox-caches/other-0000/uv/x", "other project\n")
     result = user.sandbox("sh", "-c", WRITE_CACHES, cwd=project,
                           env=user.env(SANDBOX_BACKEND=backend))
     assert result.returncode == 0, result.stderr     # the tools inside have a writable cache
+    assert "other project" not in result.stdout       # another project's cache: not reachable
+    assert other.read_text() == "other project\n"
     assert not (user.home / ".cache/uv/wheels-v5").exists(), "written to the user's uv cache"
     assert not (user.home / ".cache/pip/http").exists(), "written to the user's pip cache"
     inside = Path(result.stdout.strip())
-    own = user.home / ".local/state/agent-sandbox/caches"
+    own = user.home / ".local/state/agent-sandbox-caches"
     assert inside.parent.parent == own and inside.parent.name.startswith(project.name + "-")
     assert (inside / "wheels-v5" / "pkg.whl").read_text() == "poisoned\n"
 

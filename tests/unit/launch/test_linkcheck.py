@@ -64,8 +64,8 @@ def test_the_walk_stops_at_its_limit_and_says_so(tree):
 
 def test_roots_are_the_writable_trees_outermost_without_the_hidden_ones(tmp_path):
     policy = SimpleNamespace(project_dir="/h/proj", home_writable=("/h/.claude", "/h/proj/sub"),
-                             extra_writable=("/h/.local/state/agent-sandbox/caches/p-1",),
-                             hidden=("/h/.local/state/agent-sandbox",))
+                             extra_writable=("/h/.local/state/agent-sandbox-caches/p-1",),
+                             hidden=("/h/.local/state/agent-sandbox-caches",))
     assert linkcheck.roots_of(policy) == ["/h/proj", "/h/.claude"]
 
 
@@ -80,7 +80,7 @@ def test_report_says_it_at_every_launch_and_remembers_the_directories(tree, tmp_
         assert found == [(str(tree / ".venv/lib/mod.py"), 2)]
     assert len(said) == 2 and all("UV_LINK_MODE=copy" in s and "mod.py (2 links)" in s
                                   for s in said)
-    stored = list((home / ".local/state/agent-sandbox/links").iterdir())
+    stored = list((home / ".local/state/agent-sandbox/cache/links").iterdir())
     assert len(stored) == 1 and stored[0].stat().st_mode & 0o777 == 0o600
     assert linkcheck._load(str(home), [str(tree)])          # trusted: the user's, private
     stored[0].chmod(0o666)

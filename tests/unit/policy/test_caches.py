@@ -71,7 +71,7 @@ def test_own_cache_is_per_project_hidden_and_stable(home, tmp_path):
     a = caches.own_cache(str(home), str(home / "proj"))
     assert a == caches.own_cache(str(home), str(home / "proj"))
     assert a != caches.own_cache(str(home), str(home / "proj2"))
-    assert a.startswith(str(home / ".local/state/agent-sandbox/caches/proj-"))
+    assert a.startswith(str(home / ".local/state/agent-sandbox-caches/proj-"))
     odd = caches.own_cache(str(home), str(tmp_path / "..x y\n"))
     assert "\n" not in odd and " " not in os.path.basename(odd)
     env = caches.inside_env(a)

@@ -245,7 +245,7 @@ def test_no_home_entry_is_writable_by_default_but_the_sandboxs_own_cache(home):
     policy = policy_for(home)
     assert policy.home_writable == ()
     assert policy.extra_writable == (policy.package_cache,)
-    assert policy.package_cache.startswith(str(home / ".local/state/agent-sandbox/caches/proj-"))
+    assert policy.package_cache.startswith(str(home / ".local/state/agent-sandbox-caches/proj-"))
     assert policy.env["UV_CACHE_DIR"] == policy.package_cache + "/uv"
     assert policy.warnings == ()
 
