@@ -141,8 +141,8 @@ class Policy(NamedTuple):
     # set with the plan's grant (jobshm.with_job_shm), never compiled.
     job_shm: tuple = ()
     # The sandbox's own package cache (policy/caches.py own_cache): made by
-    # the launcher, granted writable by exact path (it lies in the hidden
-    # state tree), named by the tools' variables inside.
+    # the launcher, granted writable by exact path (it lies in an always-
+    # hidden directory, paths.CACHES_DIR), named by the tools' variables inside.
     package_cache: str | None = None
     # Files of the install with more than one link: (how many, a few of them)
     # — self.protected is partial then (backends/base.py self_protection).
@@ -397,9 +397,10 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
 
     config_tree = user_config_dir(home)
     # The user's package stores inside a writable tree stay read-only there,
-    # like the install (policy/caches.py): HOME_ACCESS=write, HOME_WRITABLE+=(.cache).
+    # like the install (policy/caches.py): HOME_ACCESS=write, HOME_WRITABLE+=(.cache),
+    # a UV_CACHE_DIR in the project.
     store_overlays = caches.inside_writable(
-        stores, home_writable + extra_writable
+        stores, (project,) + home_writable + extra_writable
         + ((home,) if settings.HOME_ACCESS == "write" else ()))
     store_overlays = tuple(p for p in store_overlays if not any(_is_within(p, h) for h in hidden))
     overlays = tuple(p for p in dict.fromkeys(ctx.install_paths + (config_tree,)

@@ -116,3 +116,9 @@ def test_a_project_inside_a_store_is_refused(home):
     store.mkdir()
     with pytest.raises(PolicyError, match="uv's package store"):
         policy_for(home, cwd=store)
+
+
+def test_a_store_the_callers_variable_puts_in_the_project_stays_read_only(home):
+    (home / "proj" / ".uv-cache").mkdir()
+    policy = policy_for(home, environ={"UV_CACHE_DIR": str(home / "proj/.uv-cache")})
+    assert str(home / "proj/.uv-cache") in policy.readonly_overlays
