@@ -33,6 +33,10 @@ CONFIG_DIR = ".config/agent-sandbox"          # user config, conf.d, agents: rea
 STATE_DIR = ".local/state/agent-sandbox"      # ledger, audit logs, registry, caches
 RUN_DIR = ".local/state/agent-sandbox-run"    # chaperon session directories (FIFOs)
 STAGING_DIR = ".local/share/agent-sandbox/jobs"   # per-project job staging, read-only inside
+# The sandbox's own package caches, one per project (policy/caches.py): a
+# session is granted its project's alone. Beside the state directory, not in
+# it: a grant's mount point would make the state directory exist inside.
+CACHES_DIR = ".local/state/agent-sandbox-caches"
 
 
 def is_within(path: str, parent: str) -> bool:

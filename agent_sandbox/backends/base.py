@@ -139,6 +139,22 @@ class Guarantees:
         return provides, partial, cannot
 
 
+def self_protection(g: Guarantees, policy) -> None:
+    """self.protected: the install and the user's configuration are
+    read-only inside by path; a file of the install with another name (a
+    hard link: uv links installs from its cache) is read-only only there
+    (launch/linkcheck.py install_links, docs/install.md)."""
+    count, sample = getattr(policy, "install_links", None) or (0, ())
+    if count:
+        g.partial("self.protected", f"{count} file(s) of the install have another name (hard "
+                  f"links, e.g. {sample[0] if sample else '?'}): read-only inside by their "
+                  "path, not their inode — a write through a name the sandbox can reach "
+                  "elsewhere changes the launcher. Reinstall it as copies "
+                  "(UV_LINK_MODE=copy; docs/install.md)")
+    else:
+        g.yes("self.protected")
+
+
 def fd_hygiene(g: Guarantees, policy) -> None:
     """fd.clean: the launcher marks every descriptor it did not open close-on-exec
     and the helper closes the rest before exec; `--keep-fd N` is the only way

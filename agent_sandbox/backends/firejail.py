@@ -50,7 +50,7 @@ from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, Fu
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
                                          egress_guarantee, fd_hygiene, helper_argv,
                                          namespace_scoping, own_network, relay_args,
-                                         socket_guarantee)
+                                         self_protection, socket_guarantee)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import Policy, _is_within
 from agent_sandbox.policy.view import (Grant, ProfileLine, Stop, carve_walk, hidden_inside,
@@ -300,7 +300,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
     else:
         g.yes("fs.hidden")
     for name in ("fs.protected", "env.scrubbed", "pid.isolated",
-                 "slurm.boundary", "self.protected", "tty.safe"):
+                 "slurm.boundary", "tty.safe"):
         g.yes(name)
     # firejail makes its mounts slaves of the host's and has no option
     # against it; setuid, it cannot run in a user namespace of ours (bwrap does).
@@ -320,6 +320,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
     socket_guarantee(g, policy, extra=("/dev/log, the system log's socket, where the host "
                                        "has one (firejail's --private-dev keeps it)",))
     egress_guarantee(g, policy)
+    self_protection(g, policy)
     fd_hygiene(g, policy)
     return g.split()
 

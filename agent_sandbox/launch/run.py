@@ -47,10 +47,39 @@ def launch_context(project_dir: str | None, environ):
                     exist_ok=True)
     except OSError:
         pass   # a read-only home: nothing can be planted there either
+    _caches_root(entry.pw_dir)
+    install = _install_paths()
     return LaunchContext(
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
-        install_paths=_install_paths(), session_id=os.urandom(6).hex())
+        install_paths=install, session_id=os.urandom(6).hex(),
+        install_links=_install_links(install))
+
+
+def _caches_root(home: str) -> None:
+    """The directory of the sandbox's package caches (paths.CACHES_DIR),
+    made before the policy looks at it (an always-hidden path: whether it
+    exists is an input of the plan), so that the first launch, which makes
+    it, does not make the next one miss. By descriptor, unrecorded."""
+    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.paths import CACHES_DIR, NotOwnDirectory, open_own_dir
+
+    with Paused(ACTIVE[-1] if ACTIVE else None):
+        try:
+            os.close(open_own_dir(home, CACHES_DIR, create=True))
+        except (OSError, NotOwnDirectory):
+            pass   # make_package_cache says why, if it matters
+
+
+def _install_links(install: tuple[str, ...]) -> tuple:
+    """The install's files with more than one link (linkcheck.py), looked
+    at unrecorded: a compiled plan keys on the install already (plancache's
+    context stamps it), and thousands of fingerprints would slow every hit."""
+    from agent_sandbox.launch.linkcheck import install_links
+    from agent_sandbox.launch.plancache import ACTIVE, Paused
+
+    with Paused(ACTIVE[-1] if ACTIVE else None):
+        return install_links(install)
 
 
 def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):
@@ -172,6 +201,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     command in)."""
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile, job=job)
+    make_package_cache(policy)
     if command_slot and selection.name in SLOT_BACKENDS:
         # A profile's command is its own words, then the user's ARGS: those
         # are the slot (agentlaunch.py).
@@ -434,6 +464,42 @@ def _cache_line(cache, prepared: Prepared) -> str:
 
 
 # ---------------------------------------------------------------- running
+def make_package_cache(policy) -> None:
+    """The sandbox's own package cache of the project (policy/caches.py),
+    made by descriptor from the home (0700), unrecorded: by the compile
+    before the plan looks at the path it grants (so that the launch does not
+    change what the compile saw), and again by every launch."""
+    cache = getattr(policy, "package_cache", None)
+    if not cache:
+        return
+    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.paths import NotOwnDirectory, open_own_dir
+
+    with Paused(ACTIVE[-1] if ACTIVE else None):
+        try:
+            os.close(open_own_dir(policy.home, os.path.relpath(cache, policy.home),
+                                  create=True))
+        except (OSError, NotOwnDirectory) as exc:
+            raise PolicyError(f"cannot make the sandbox's package cache {cache} — {exc}. "
+                              "Check that your home is writable and the directory is yours.",
+                              reason="package_cache_failed") from None
+
+
+def _shared_files(policy, environ, job: bool) -> None:
+    """At every launch, compiled or cached: the sandbox's own package cache
+    made (policy/caches.py: the tools' variables name it, the plan grants
+    it), and files the sandbox can write that have a name outside reported
+    (linkcheck.py; not again in each job step on the nodes: the session
+    that submitted it reported them)."""
+    make_package_cache(policy)
+    if not job:
+        from agent_sandbox.launch.linkcheck import report
+        from agent_sandbox.launch.plancache import is_job
+
+        if not is_job(environ):
+            report(policy, say)
+
+
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
         dry_run: bool = False, environ=None, agent=None, keep_fds=(),
         job_shared: bool = False, on_prepared=None, job: bool = False) -> int:
@@ -574,6 +640,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     "admin; the command was not run.")
             for warning in policy.warnings:
                 say(f"warning: {warning}")
+            _shared_files(policy, environ, job or job_shared)
             if not policy.quiet:
                 from agent_sandbox.launch.report import banner
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-from agent_sandbox.paths import (RUN_DIR, STAGING_DIR, STATE_DIR, runnable_outside,
-                                 user_config_dir)
+from agent_sandbox.paths import (CACHES_DIR, RUN_DIR, STAGING_DIR, STATE_DIR,
+                                 runnable_outside, user_config_dir)
 from agent_sandbox.paths import is_within as _is_within
 from agent_sandbox.names import forced_env, slurm_commands
 from agent_sandbox.policy.envfilter import scrub
-from agent_sandbox.policy import siteconf
+from agent_sandbox.policy import caches, siteconf
 from agent_sandbox.policy.siteconf import slurm_conf_path
 from agent_sandbox.policy.sockets import NO_RESOLVER, find_sockets, home_trees, run_trees
 from agent_sandbox.errors import PolicyError
@@ -35,11 +35,12 @@ from agent_sandbox.errors import PolicyError
 # slurmstepd writes each job's logs there, outside any sandbox, and the
 # snapshots there run in the projects' sandboxes, so no sandbox may plant
 # a link or a file in another project's (HOME_WRITABLE+=(.local/share) made
-# them writable): each session is shown its own project's, read-only.
+# them writable): each session is shown its own project's, read-only. So
+# are the sandbox's package caches: each session is granted its project's.
 CREDENTIAL_DIRS = (
     ".ssh", ".aws", ".gnupg", ".kube", ".docker", ".azure", ".config/gcloud",
     ".password-store", STATE_DIR, ".local/share/keyrings",
-    ".netrc", ".config/gh", RUN_DIR, STAGING_DIR,
+    ".netrc", ".config/gh", RUN_DIR, STAGING_DIR, CACHES_DIR,
 )
 # /run is a tmpfs; only what DNS needs comes back (never munge or D-Bus).
 RUN_DNS_PATHS = ("/run/systemd/resolve", "/run/resolvconf", "/run/NetworkManager/resolv.conf")
@@ -66,6 +67,9 @@ class LaunchContext(NamedTuple):
     project_dir: str | None        # --project-dir, else cwd
     install_paths: tuple[str, ...] # the package and the interpreter prefix
     session_id: str
+    # Files of the install with more than one link (launch/linkcheck.py):
+    # (how many, a few of them).
+    install_links: tuple = (0, ())
 
 
 class Protected(NamedTuple):
@@ -142,6 +146,13 @@ class Policy(NamedTuple):
     # Pathname unix sockets in the trees shown from the host (policy/sockets.py):
     # left out of the view like hidden paths on the backends with a mount view.
     sockets: tuple[str, ...] = ()
+    # The sandbox's own package cache (policy/caches.py own_cache): made by
+    # the launcher, granted writable by exact path (it lies in an always-
+    # hidden directory, paths.CACHES_DIR), named by the tools' variables inside.
+    package_cache: str | None = None
+    # Files of the install with more than one link: (how many, a few of them)
+    # — self.protected is partial then (backends/base.py self_protection).
+    install_links: tuple = (0, ())
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -201,9 +212,10 @@ def _existing(paths) -> tuple[str, ...]:
 
 
 def _writable_entries(candidates, *, hidden, denied, warnings, key, denied_origin="",
-                      origin="") -> tuple[str, ...]:
-    """Drop writable entries that are symlinks, lie under a hidden path or lie
-    under a denied path — each with a warning naming the key. (An entry that
+                      origin="", stores=()) -> tuple[str, ...]:
+    """Drop writable entries that are symlinks, lie under a hidden path, lie
+    under a denied path or in a package store of the user's (policy/caches.py)
+    — each with a warning naming the key. (An entry that
     contains a hidden path is kept; the view carves the hidden path out.)
     With `origin` (EXTRA_WRITABLE_PATHS: named by the user, so a mistake
     should be seen), a missing entry or one the user cannot write outside
@@ -228,6 +240,8 @@ def _writable_entries(candidates, *, hidden, denied, warnings, key, denied_origi
             reason = "it lies under a hidden path"
         elif any(_is_within(real, d) for d in denied):
             reason = f"it lies under a DENIED_WRITABLE_PATHS entry ({denied_origin})"
+        else:
+            reason = caches.writable_rule(path, stores)
         if reason:
             warnings.append(f"{key}: dropped {path} — {reason}")
         else:
@@ -365,19 +379,25 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
             if entry.startswith("/") and not _is_within(os.path.normpath(entry), home):
                 warnings.append(f"{key}: dropped {entry} — home entries must lie under "
                                 f"{home}; use READONLY_MOUNTS or EXTRA_WRITABLE_PATHS")
+    stores = caches.user_stores(home, ctx.environ)
     home_writable = _writable_entries(
         (p for p in (_home_path(home, e) for e in settings.HOME_WRITABLE)
          if _is_within(p, home)),
         hidden=hidden, denied=denied, warnings=warnings, key="HOME_WRITABLE",
-        denied_origin=denied_origin)
+        denied_origin=denied_origin, stores=stores)
     extra_writable = _writable_entries(
         settings.EXTRA_WRITABLE_PATHS, hidden=hidden, denied=denied, warnings=warnings,
         key="EXTRA_WRITABLE_PATHS", denied_origin=denied_origin,
-        origin=origins.get("EXTRA_WRITABLE_PATHS", "default"))
+        origin=origins.get("EXTRA_WRITABLE_PATHS", "default"), stores=stores)
     if any(_is_within(project, d) for d in denied):
         raise PolicyError(f"refusing project directory {project} — it lies under a path the "
                           "site admin made never-writable (DENIED_WRITABLE_PATHS). Use a "
                           "project directory elsewhere.", reason="bad_project_dir")
+    store = caches.store_of(project, stores)
+    if store:
+        raise PolicyError(f"refusing project directory {project} — it lies in {store}'s "
+                          "package store, which feeds your installs outside the sandbox. "
+                          "Use a project directory elsewhere.", reason="bad_project_dir")
     home_readonly = tuple(
         p for p in _existing(_home_path(home, e) for e in settings.HOME_READONLY)
         if _is_within(p, home) and not any(_is_within(p, h) or _is_within(os.path.realpath(p), h) for h in hidden))
@@ -393,7 +413,15 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         run_binds.append(RUN_NSCD)
 
     config_tree = user_config_dir(home)
-    overlays = tuple(p for p in dict.fromkeys(ctx.install_paths + (config_tree,))
+    # The user's package stores inside a writable tree stay read-only there,
+    # like the install (policy/caches.py): HOME_ACCESS=write, HOME_WRITABLE+=(.cache),
+    # a UV_CACHE_DIR in the project.
+    store_overlays = caches.inside_writable(
+        stores, (project,) + home_writable + extra_writable
+        + ((home,) if settings.HOME_ACCESS == "write" else ()))
+    store_overlays = tuple(p for p in store_overlays if not any(_is_within(p, h) for h in hidden))
+    overlays = tuple(p for p in dict.fromkeys(ctx.install_paths + (config_tree,)
+                                              + store_overlays)
                      if os.path.exists(p))
 
     env, removed = scrub(
@@ -403,6 +431,14 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
                           session=ctx.session_id, workdir=workdir))
     if settings.PRIVATE_TMP and "TMPDIR" in env and not _is_within(env["TMPDIR"], project):
         env["TMPDIR"] = "/tmp"   # the caller's TMPDIR is not visible inside
+    # The tools inside use the sandbox's own cache of this project, whatever
+    # the caller's variables or SANDBOX_ENV say (policy/caches.py).
+    package_cache = caches.own_cache(home, project)
+    cache_env = caches.inside_env(package_cache)
+    for name in sorted(set(cache_env) & {e.split("=", 1)[0] for e in settings.SANDBOX_ENV}):
+        warnings.append(f"SANDBOX_ENV: {name} ignored — inside, the package tools use the "
+                        f"sandbox's own cache ({package_cache}; docs/shared-channels.md)")
+    env.update(cache_env)
 
     # Denied paths are never writable, not even inside a writable tree; they
     # are kept read-only by real path, so a symlinked name cannot dodge it.
@@ -440,7 +476,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         home_access=settings.HOME_ACCESS,
         system_readonly=system,
         home_readonly=home_readonly, home_writable=home_writable, home_seeded=home_seeded,
-        extra_writable=extra_writable, hidden=hidden,
+        extra_writable=extra_writable + (package_cache,), hidden=hidden,
         protected=protected, readonly_overlays=overlays,
         run_binds=_existing(run_binds), sockets=sockets, slurm_masks=slurm_masks,
         slurm_binaries=slurm_binaries, devices=_devices(settings, ctx.environ, site_conf),
@@ -452,7 +488,8 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         seccomp=settings.SECCOMP, seccomp_extra=tuple(settings.SECCOMP_EXTRA_DENY),
         env=env, env_removed=removed, require=tuple(settings.REQUIRE),
         quiet=settings.SANDBOX_QUIET, warnings=tuple(warnings), pinned=pinned,
-        prompt=settings.SANDBOX_PROMPT, slurm_conf=site_conf)
+        prompt=settings.SANDBOX_PROMPT, slurm_conf=site_conf,
+        package_cache=package_cache, install_links=ctx.install_links)
     return with_chaperon(policy, *chaperon) if chaperon else policy
 
 

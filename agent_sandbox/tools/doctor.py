@@ -354,6 +354,26 @@ def backend_items(backends, abi: int) -> list[Item]:
     return items
 
 
+def install_links_item(links: tuple, install: tuple) -> Item:
+    """The install the launcher runs from, checked for files with more than
+    one link (launch/linkcheck.py): such a file is read-only inside by its
+    path only — a write through its other name changes the launcher."""
+    count, sample = links or (0, ())
+    where = " ".join(install) or "(unknown)"
+    if not count:
+        return Item("install links", GO, f"no file of the install ({where}) has a second name "
+                    "(hard link)", data={"count": 0})
+    return Item("install links", GAPS,
+                f"{count} file(s) of the install have another name (hard links, e.g. "
+                f"{', '.join(sample)}): the sandbox keeps the install's paths read-only, not "
+                "its inodes — whoever can write the other name (a package cache such as "
+                "~/.cache/uv, which uv links installs from) changes the launcher; "
+                "self.protected is partial",
+                "reinstall it as copies: UV_LINK_MODE=copy uv tool install --reinstall "
+                "agent-sandbox (or pipx/pip into a venv; docs/install.md)",
+                data={"count": count, "sample": list(sample)})
+
+
 def _logins(home: str, environ) -> Item:
     """Which login each agent uses (tools/logins.py); brokered keys from the
     profiles' AGENT_BROKERS (launch/egress.BROKERS)."""
@@ -461,6 +481,7 @@ def gather(project_dir: str | None, environ) -> Report:
         items.append(gpus)
 
     items.append(_logins(ctx.home, environ))
+    items.append(install_links_item(ctx.install_links, ctx.install_paths))
 
     requested = settings.SANDBOX_BACKEND
     from agent_sandbox.errors import SandboxError

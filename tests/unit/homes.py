@@ -25,6 +25,7 @@ HOME_FILES = {
     ".local/share/thing": "x",
     ".cache/uv/wheel": "w",
     ".cache/pip/http": "h",
+    ".cache/tool/data": "t",          # a writable entry that is no package store
     ".bashrc": "# rc",
     ".gitconfig": "[user]\n\tname = Alice\n",
     "notes.txt": "n",

@@ -169,7 +169,10 @@ def record() -> dict:
                         policy = resolve_policy(settings, ctx, backend=name)
                         case[name] = {str(abi): _record_plan(
                             name, plan(name, policy, abi, _payloads()), abi) for abi in ABIS}
-                    text = json.dumps(case).replace(str(root), "<ROOT>").replace(
+                    # (its name holds a digest of the project's path, which
+                    # names the temporary root when the project is outside the home)
+                    text = json.dumps(case).replace(policy.package_cache, "<PACKAGE_CACHE>")
+                    text = text.replace(str(root), "<ROOT>").replace(
                         PACKAGE_PARENT, "<SOURCE>")
                     cases[f"{layout}/{mode}"] = json.loads(text)
     finally:

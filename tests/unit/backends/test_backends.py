@@ -27,7 +27,7 @@ FILES = {
     ".ssh/id_rsa": "KEY", ".aws/credentials": "x", ".netrc": "machine x",
     ".config/gh/hosts.yml": "token", ".config/other/settings.txt": "visible",
     ".config/agent-sandbox/sandbox.conf": "", ".bashrc": "# rc", ".profile": "# profile",
-    ".gitconfig": "[user]", ".cache/uv/w": "w", "notes.txt": "n",
+    ".gitconfig": "[user]", ".cache/uv/w": "w", ".cache/tool/w": "w", "notes.txt": "n",
     "proj/src/main.py": "print()", "proj/.git/config": "[core]",
 }
 BACKENDS = ("bwrap", "firejail", "landlock")
@@ -46,7 +46,8 @@ def home(tmp_path) -> Path:
 
 
 def policy_for(home: Path, conf: str = "", *, backend="bwrap", install=()):
-    (home / ".config/agent-sandbox/sandbox.conf").write_text(conf)
+    # A HOME_WRITABLE entry that is no package store (the shipped list is empty).
+    (home / ".config/agent-sandbox/sandbox.conf").write_text("HOME_WRITABLE=(.cache/tool)\n" + conf)
     settings = confload.load_settings(home=str(home), user=USER, environ={},
                                       admin_path=str(home.parent / "none.conf"), cache=False)
     settings = settings.replace(READONLY_MOUNTS=("/usr", "/etc"))
@@ -192,13 +193,15 @@ def test_landlock_grants_by_allow_list(home):
     rules = landlock_rules(plan)
     assert rules["/usr"] == rules["/etc"] == "ro"
     assert rules[str(home / "proj")] == "rw"
-    assert rules[str(home / ".cache/uv")] == "rw"
+    assert rules[str(home / ".cache/tool")] == "rw"
     assert rules[str(home / ".bashrc")] == "ro" and rules[str(home / ".gitconfig")] == "ro"
     assert rules[str(home / ".config/agent-sandbox")] == "ro"
     assert rules["/dev/null"] == rules["/proc"] == "files"
     assert str(home) not in rules                            # tmpwrite: $HOME entry by entry
+    # nothing hidden but the sandbox's own package cache, granted exactly
+    assert rules[policy.package_cache] == "rw"
     for path in rules:
-        assert not policy.is_hidden(path), path
+        assert path == policy.package_cache or not policy.is_hidden(path), path
     tmp = landlock_backend.scratch_tmp(policy)
     assert rules[tmp] == "rw" and "/tmp" not in rules
     assert plan.env["TMPDIR"] == tmp and plan.scratch_dirs == (tmp,)
@@ -344,8 +347,8 @@ def test_firejail_options_in_load_bearing_order(home):
     assert f"--whitelist=/run/{firejail.SENTINEL}" in opts
     assert "--whitelist=/var/tmp" in opts
     assert f"--whitelist={home}/.profile" in opts and f"--read-only={home}/.profile" in opts
-    assert f"--whitelist={home}/.cache/uv" in opts
-    assert f"--read-only={home}/.cache/uv" not in opts
+    assert f"--whitelist={home}/.cache/tool" in opts
+    assert f"--read-only={home}/.cache/tool" not in opts
     ro_git = opts.index(f"--read-only={home}/proj/.git/config")
     assert ro_git > max(i for i, o in enumerate(opts) if o.startswith("--whitelist="))
     for hidden in (".ssh", ".aws", ".netrc", ".config/gh"):
@@ -368,7 +371,7 @@ def test_firejail_restricted_home_is_read_only_but_the_rc_copy_is_writable(home)
     ro_home = opts.index(f"--read-only={home}")
     assert opts.index(f"--read-write={home}/.bashrc") > ro_home
     assert opts.index(f"--read-write={home}/proj") > ro_home
-    assert opts.index(f"--read-write={home}/.cache/uv") > ro_home
+    assert opts.index(f"--read-write={home}/.cache/tool") > ro_home
     assert f"--whitelist={home}/.gitconfig" in opts      # restricted: the real file, read-only
     assert opts.index(f"--read-only={home}/proj/.git/config") > opts.index(
         f"--read-write={home}/proj")

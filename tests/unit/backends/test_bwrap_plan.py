@@ -41,7 +41,8 @@ def home(tmp_path) -> Path:
 
 def build(home: Path, conf: str = "", *, environ=None, cwd=None, project_dir=None,
           install_paths=(), readonly_mounts=("/usr", "/etc"), command=("claude", "--resume")):
-    settings = settings_for(home, conf)
+    # A HOME_WRITABLE entry that is no package store (the shipped list is empty).
+    settings = settings_for(home, "HOME_WRITABLE=(.cache/tool)\n" + conf)
     if readonly_mounts is not None:
         settings = settings.replace(READONLY_MOUNTS=tuple(str(p) for p in readonly_mounts))
     ctx = context(home, cwd=cwd, project_dir=project_dir, environ=environ,
@@ -105,6 +106,8 @@ def assert_never_exposes_hidden(policy, ops):
     for op in ops:
         kind = op[0]
         target = dest(op)
+        if kind == "bind" and op[1] == op[2] == policy.package_cache:
+            continue    # the sandbox's own package cache: in the hidden state tree on purpose
         assert not policy.is_hidden(target), f"{op} creates something at a hidden path"
         if kind in ("ro-bind", "bind", "dev-bind"):
             for source in {op[1], os.path.realpath(op[1])}:
@@ -156,7 +159,7 @@ def test_mount_order(home, tmp_path):
         assert i > home_tmpfs, f"{op} comes before the home tmpfs and would be covered"
         if not _is_within(dest(op), p) and dest(op) != str(home / ".config" / "agent-sandbox"):
             assert i < project, f"home entry {op} after the project bind"
-    assert index_of(ops, ("bind", f"{h}/.cache/uv", f"{h}/.cache/uv")) < project
+    assert index_of(ops, ("bind", f"{h}/.cache/tool", f"{h}/.cache/tool")) < project
     assert index_of(ops, ("file", "seed-0", f"{h}/.gitconfig", 0o644)) < project
 
     for protected in (".git/hooks", ".git/config", ".envrc", ".mcp.json"):
@@ -340,7 +343,7 @@ def test_only_restricted_remounts_home_readonly(home, mode):
     ops = list(plan.mounts)
     assert (("remount-ro", str(home)) in ops) == (mode == "restricted")
     # HOME_WRITABLE entries stay writable in every mode (their own mounts)
-    assert host_writable(ops, str(home / ".cache" / "uv" / "wheel"))
+    assert host_writable(ops, str(home / ".cache" / "tool" / "data"))
 
 
 def test_tmpwrite_binds_only_selected_entries(home):

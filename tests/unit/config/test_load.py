@@ -99,7 +99,7 @@ def test_user_file_overrides_scalar_and_appends_to_list(home, no_admin):
     path = write_user(home, "# mine\nHOME_ACCESS=read\n\nHOME_WRITABLE+=(.claude '.cache/my tool')\n"
                             "BLOCKED_ENV_VARS=(ONLY_THIS)\n")
     settings = load(home, no_admin)
-    assert base.HOME_WRITABLE == (".cache/uv", ".cache/pip")
+    assert base.HOME_WRITABLE == ()
     assert settings.HOME_ACCESS == "read"
     assert settings.HOME_WRITABLE == base.HOME_WRITABLE + (".claude", ".cache/my tool")
     assert settings.BLOCKED_ENV_VARS == ("ONLY_THIS",)     # plain = replaces the list

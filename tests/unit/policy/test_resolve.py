@@ -241,9 +241,12 @@ def warnings_for(policy, key):
     return [w for w in policy.warnings if w.startswith(f"{key}:")]
 
 
-def test_default_home_writable_entries_are_kept(home):
+def test_no_home_entry_is_writable_by_default_but_the_sandboxs_own_cache(home):
     policy = policy_for(home)
-    assert policy.home_writable == (str(home / ".cache/uv"), str(home / ".cache/pip"))
+    assert policy.home_writable == ()
+    assert policy.extra_writable == (policy.package_cache,)
+    assert policy.package_cache.startswith(str(home / ".local/state/agent-sandbox-caches/proj-"))
+    assert policy.env["UV_CACHE_DIR"] == policy.package_cache + "/uv"
     assert policy.warnings == ()
 
 
@@ -264,8 +267,8 @@ def test_home_writable_symlink_is_dropped_with_warning(home):
 
 def test_home_writable_under_hidden_path_is_dropped_with_warning(home):
     (home / ".ssh" / "agent").mkdir()
-    policy = policy_for(home, settings_for(home, "HOME_WRITABLE+=(.ssh/agent .config/gh)\n"))
-    assert policy.home_writable == (str(home / ".cache/uv"), str(home / ".cache/pip"))
+    policy = policy_for(home, settings_for(home, "HOME_WRITABLE+=(.cache/tool .ssh/agent .config/gh)\n"))
+    assert policy.home_writable == (str(home / ".cache/tool"),)
     warnings = warnings_for(policy, "HOME_WRITABLE")
     assert len(warnings) == 2
     assert all("hidden" in w for w in warnings)
@@ -292,7 +295,7 @@ def test_extra_writable_checks(home, tmp_path):
     conf = (f"EXTRA_WRITABLE_PATHS=({ok} {denied_child} {link} {home / '.aws/cache'})\n"
             f"DENIED_WRITABLE_PATHS=({denied_root})\n")
     policy = policy_for(home, settings_for(home, conf))
-    assert policy.extra_writable == (str(ok),)
+    assert policy.extra_writable == (str(ok), policy.package_cache)
     warnings = warnings_for(policy, "EXTRA_WRITABLE_PATHS")
     assert len(warnings) == 3
     by_path = {path: next(w for w in warnings if f"dropped {path} " in w)
@@ -309,12 +312,12 @@ def test_denied_path_given_through_a_symlink_still_denies(home, tmp_path):
     alias.symlink_to(real)
     conf = f"EXTRA_WRITABLE_PATHS=({real / 'data'})\nDENIED_WRITABLE_PATHS=({alias})\n"
     policy = policy_for(home, settings_for(home, conf))
-    assert policy.extra_writable == ()
+    assert policy.extra_writable == (policy.package_cache,)
     assert warnings_for(policy, "EXTRA_WRITABLE_PATHS")
 
 
 def test_home_writable_under_denied_path_is_dropped(home):
-    conf = f"DENIED_WRITABLE_PATHS=({home / '.cache'})\n"
+    conf = f"HOME_WRITABLE=(.cache/tool .local/share)\nDENIED_WRITABLE_PATHS=({home / '.cache'} {home / '.local'})\n"
     policy = policy_for(home, settings_for(home, conf))
     assert policy.home_writable == ()
     warnings = warnings_for(policy, "HOME_WRITABLE")
