@@ -135,14 +135,33 @@ def load(name: str, *, home: str, user: str, known_keys) -> Profile:
     if config_dir and len(config_dir) not in (2, 3):
         raise ConfigError(f"{path}: AGENT_CONFIG_DIR must be (VARIABLE DIR [MIRROR]), e.g. "
                           "(CODEX_HOME .codex)", reason="bad_profile")
+    keep = as_tuple(values.get("AGENT_SETTINGS_KEEP", ()))
+    _check_keep(path, keep)
     return Profile(name, path, text, command, str(values.get("AGENT_INSTALL_HINT", "")),
                    note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())),
                    config_dir, as_tuple(values.get("AGENT_SETTINGS", ())),
-                   as_tuple(values.get("AGENT_SETTINGS_KEEP", ())),
-                   as_tuple(values.get("AGENT_PROJECT_SETTINGS", ())),
+                   keep, as_tuple(values.get("AGENT_PROJECT_SETTINGS", ())),
                    as_tuple(values.get("AGENT_BROKERS", ())),
                    as_tuple(values.get("AGENT_CONFIG_KEEP", ())),
                    as_tuple(values.get("AGENT_CONFIG_SCRATCH", ())))
+
+
+def _check_keep(path: str, keep) -> None:
+    """Every kept settings key is typed and constrained: a free-text value
+    (`=str`) is words the agent reads later, outside the sandbox too (its
+    system prompt carries `language`, the model name): refused here, with
+    the kinds that are allowed (policy/agentmerge.py)."""
+    from agent_sandbox.policy.agentmerge import pattern_problem
+
+    for entry in keep:
+        file, sep, pattern = entry.partition(":")
+        problem = pattern_problem(pattern) if sep and file else "not FILE:KEY.PATH=TYPE"
+        if problem:
+            raise ConfigError(f"{path}: AGENT_SETTINGS_KEEP entry {entry!r}: {problem} — a "
+                              "kept settings key must hold a constrained value, never free "
+                              "text the agent reads as instructions. Give it a kind, e.g. "
+                              f"{file or 'settings.json'}:language=language or "
+                              "theme=enum(dark|light).", reason="bad_profile")
 
 
 def note_text(policy, *, slurm: bool) -> str:

@@ -36,6 +36,21 @@ key, whatever it contains (a project path with dots is one key). TYPE:
   removals are dropped.
 
 No TYPE: a scalar (bool, int, finite number, string) — never a table or list.
+
+Strings an agent later reads (its system prompt carries `language`, a model
+name, an output style; issue 27) are never free text in a shipped or loaded
+profile: `str`, `strs` and no TYPE are refused by `pattern_problem` (the
+profile loader), and a kept string has one of the constrained kinds
+(STRING_KINDS — each a strict pattern, so no sentence, no shell syntax, no
+newline) or is one of an enum's literals:
+
+- `uuid`, `hex` (an id, a hash), `version` (1.2.3, 2.1.330-beta.1),
+  `isotime` (2025-01-31T12:00:00.000Z), `name` (a model or style name:
+  letters, digits and `._:/@[]-`, no space, ≤ 128), `language` (one of
+  LANGUAGES, the language names and ISO 639-1 codes Claude Code is told to
+  answer in);
+- `enum(a|b|…)`: one of these strings, or the key removed (a choice like a
+  theme, where going back to the default is no grant — unlike `A|B`).
 """
 from __future__ import annotations
 
@@ -85,6 +100,61 @@ def _scalar(value) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
+# The constrained string kinds: strict patterns, matched whole (compiled
+# when a value is judged: re costs a launch that loads a profile ~3 ms).
+STRING_KINDS = {
+    "uuid": r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}",
+    "hex": r"[0-9a-fA-F]{1,128}",
+    "version": r"[0-9]{1,6}(\.[0-9]{1,6}){0,3}([-+][0-9A-Za-z.]{1,32})?",
+    "isotime": (r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}"
+                r"(\.[0-9]{1,9})?(Z|[+-][0-9]{2}:?[0-9]{2})?"),
+    "name": r"[A-Za-z0-9][A-Za-z0-9._:/@\[\]-]{0,127}",
+}
+
+def _fits(kind: str, value: str) -> bool:
+    import re
+
+    return re.fullmatch(STRING_KINDS[kind], value) is not None
+# `language`: what Claude Code puts in its system prompt as the language to
+# answer in — a language's English name (any case) or its ISO 639-1 code.
+LANGUAGES = frozenset("""
+    afrikaans albanian amharic arabic armenian azerbaijani basque belarusian bengali bosnian
+    bulgarian burmese catalan chinese croatian czech danish dutch english esperanto estonian
+    filipino finnish french galician georgian german greek gujarati hebrew hindi hungarian
+    icelandic indonesian irish italian japanese kannada kazakh khmer korean kurdish kyrgyz lao
+    latin latvian lithuanian luxembourgish macedonian malay malayalam maltese marathi mongolian
+    nepali norwegian pashto persian polish portuguese punjabi romanian russian serbian sinhala
+    slovak slovenian somali spanish swahili swedish tagalog tajik tamil tatar telugu thai
+    tibetan turkish turkmen ukrainian urdu uyghur uzbek vietnamese welsh yiddish yoruba zulu
+    af sq am ar hy az eu be bn bs bg my ca zh hr cs da nl en eo et fi fr gl ka de el gu he hi
+    hu is id ga it ja kn kk km ko ku ky lo la lv lt lb mk ms ml mt mr mn ne no nb nn ps fa pl
+    pt pa ro ru sr si sk sl so es sw sv tl tg ta tt te th bo tr tk uk ur ug uz vi cy yi yo zu
+""".split())
+_FREE_TEXT = ("", "scalar", "str", "strs")
+_PLAIN_KINDS = ("bool", "int", "num")
+
+
+def pattern_problem(pattern: str) -> str:
+    """What is wrong with one AGENT_SETTINGS_KEEP pattern of a profile ("" if
+    nothing): free text (`str`, `strs`, no type) is refused — the agent reads
+    such a value as words, maybe instructions —, and so is a kind this module
+    does not know spelled like one (`enum(`…, a bare lower-case word that is
+    neither a kind nor a literal the profile means: `uuid` misspelt)."""
+    key, sep, kind = pattern.partition("=")
+    if not key or not sep:
+        return "no =TYPE (a kept key must say what it may hold)"
+    if kind in _FREE_TEXT:
+        return (f"={kind or '(nothing)'} is free text — use a constrained kind "
+                f"({', '.join(sorted(STRING_KINDS))}, language, enum(a|b|…)) or "
+                "bool/int/num")
+    if kind.startswith("enum("):
+        inner = kind[5:-1] if kind.endswith(")") else ""
+        if not inner or any(not w.strip() or not w.isprintable() or ")" in w
+                            for w in inner.split("|")):
+            return f"={kind}: enum(…) lists the values allowed, separated by |"
+    return ""
+
+
 def _literal(word: str):
     return {"true": True, "false": False}.get(word, word)
 
@@ -103,6 +173,12 @@ def _typed(kind: str, value) -> bool:
         return isinstance(value, str)
     if kind == "strs":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind in STRING_KINDS:
+        return isinstance(value, str) and _fits(kind, value)
+    if kind == "language":
+        return isinstance(value, str) and value.lower() in LANGUAGES
+    if kind.startswith("enum(") and kind.endswith(")"):
+        return isinstance(value, str) and value in kind[5:-1].split("|")
     # an enum of literals (compared with their type: True is not 1)
     return any(type(value) is type(lit) and value == lit
                for lit in map(_literal, kind.split("|")))
@@ -142,7 +218,9 @@ def _judge(here, kind, bv, ov, kept, dropped) -> None:
         if len(good) != len(added) or any(v not in ov for v in before):
             dropped.append(here)        # a removal or a rule that grants execution
         return
-    enum = kind not in ("", "scalar", "bool", "int", "num", "str", "strs")
+    # a literal enum (A|B: a revocation) is never removed; a kind may be
+    enum = not (kind in _FREE_TEXT or kind in _PLAIN_KINDS or kind in STRING_KINDS
+                or kind == "language" or kind.startswith("enum("))
     if ov is MISSING:
         (dropped if enum else kept).append(here if enum else Change(here, MISSING))
     elif _typed(kind, ov):
