@@ -62,12 +62,14 @@ class Guarded(namedtuple("Guarded", ("name", "real", "patterns", "where"), defau
 
 
 class Spec(namedtuple("Spec", ("profile", "variable", "real_dir", "mirror", "files",
-                               "project_files", "keep", "scratch"), defaults=((), (), ()))):
+                               "project_files", "keep", "scratch", "per_project", "logins"),
+                  defaults=((), (), (), (), ()))):
     """mirror: where real_dir appears below the copy root ("" = the root);
     files: the Guarded settings; project_files: (path in the project,
     patterns), AGENT_PROJECT_SETTINGS; keep: AGENT_CONFIG_KEEP, entries
     written inside and moved back; scratch: AGENT_CONFIG_SCRATCH, entries
-    fresh per session, dropped."""
+    fresh per session, dropped; per_project: AGENT_CONFIG_PER_PROJECT
+    (policy/agentstate.py); logins: AGENT_LOGINS, on the login store."""
     __slots__ = ()
 
 
@@ -94,7 +96,9 @@ def spec_for(profile, home: str) -> Spec | None:
     return Spec(profile.name, variable, os.path.join(home, directory),
                 "" if mirror == "." else mirror, tuple(files), project,
                 tuple(getattr(profile, "config_keep", ())),
-                tuple(getattr(profile, "config_scratch", ())))
+                tuple(getattr(profile, "config_scratch", ())),
+                tuple(getattr(profile, "config_per_project", ())),
+                tuple(getattr(profile, "logins", ())))
 
 
 def _named(name: str, patterns, is_dir: bool) -> bool:
@@ -236,12 +240,18 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
         if path and os.path.dirname(path) == spec.real_dir:
             names.add(os.path.basename(path))
     protected = [p.path for p in policy.protected]
+    per_project = _per_project(spec, policy)
+    logins = {}
     try:
         for name in sorted(names):
-            if _scratch(spec, name, protected):
+            if _scratch(spec, name, protected) or name in per_project or name in spec.logins:
                 continue    # starts empty in the copy; the real one stays unseen by it
             if os.path.join(mirror, name) not in guarded:
                 os.symlink(os.path.join(spec.real_dir, name), name, dir_fd=mirror_fd)
+        for parent, keys in per_project.items():
+            _link_project_state(spec, parent, keys, mirror_fd)
+        for name in spec.logins:
+            logins[name] = _login_start(spec, policy.home, name, mirror_fd)
     finally:
         os.close(mirror_fd)
     base, resolved = {}, {}
@@ -267,7 +277,7 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
               "boot_id": registry.boot_id(), "start_ticks": registry.start_ticks(),
               "uid": os.getuid(), "spec": spec._replace(files=spec.files + project_files),
               "root": root, "base": base, "home": policy.home, "resolved": resolved,
-              "project": policy.project_dir,
+              "project": policy.project_dir, "per_project": per_project, "logins": logins,
               # read-only inside, so never moved back: protected paths and the note
               "protected": [p.path for p in policy.protected] + [p for p in (note_path,) if p]}
     path = os.path.join(records, f"{policy.session_id}.json")
@@ -342,6 +352,205 @@ def _scratch(spec: Spec, name: str, protected) -> bool:
             and not _protected(os.path.join(spec.real_dir, name), protected))
 
 
+def _per_project(spec: Spec, policy) -> dict:
+    """parent entry → this project's names in it (AGENT_CONFIG_PER_PROJECT)."""
+    if not spec.per_project:
+        return {}
+    from agent_sandbox.policy.agentstate import per_project_names
+
+    return per_project_names(spec.per_project, policy.project_dir,
+                             getattr(policy, "workdir", "") or policy.project_dir)
+
+
+def _link_project_state(spec: Spec, parent: str, keys, mirror_fd: int) -> None:
+    """The copy's `parent` is a directory of its own holding a link to this
+    project's entries alone, each made in the real parent (0700) if missing —
+    walked by descriptor from the configuration directory, never through a
+    symlink: a parent or entry that is a symlink is not linked (the
+    session's writes there stay in the copy and are dropped)."""
+    os.mkdir(parent, 0o700, dir_fd=mirror_fd)
+    copy_fd = os.open(parent, _DIR, dir_fd=mirror_fd)
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        os.close(copy_fd)
+        return
+    try:
+        parent_fd = _open_below(real_fd, parent, create=True, mode=0o700)
+        if parent_fd is None:
+            return
+        try:
+            for key in keys:
+                try:
+                    os.mkdir(key, 0o700, dir_fd=parent_fd)
+                except FileExistsError:
+                    pass
+                except OSError:
+                    continue
+                if _is_dir_at(parent_fd, key):
+                    os.symlink(os.path.join(spec.real_dir, parent, key), key, dir_fd=copy_fd)
+        finally:
+            os.close(parent_fd)
+    finally:
+        os.close(real_fd)
+        os.close(copy_fd)
+
+
+def _is_dir_at(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- logins
+# A login file (AGENT_LOGINS: Claude Code's .credentials.json, Codex's
+# auth.json, Gemini's oauth_creds.json) is never granted: the session works
+# on a plain copy of the sandbox's own login store, hidden inside
+# (~/.local/state/agent-sandbox/logins/<profile>/, per user and agent).
+# The store is seeded from the real file whenever that changed outside since
+# (the user logged in or refreshed outside: their login wins); a session's
+# change (a token refresh, or another login) goes to the store at exit, so
+# later sandboxed sessions run on it, and never to the real file — adopting
+# it outside takes `agent-sandbox config adopt-login PROFILE`, run outside
+# (docs/shared-channels.md §4 says why this is safe).
+LOGINS = "logins"
+
+
+def _digest(data: bytes | None) -> str:
+    import hashlib
+
+    return "absent" if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _open_store(home: str, profile: str, *, create: bool) -> int | None:
+    """The profile's login store, below the hidden state directory, opened
+    by descriptor (never through a symlink)."""
+    from agent_sandbox.paths import state_dir
+
+    try:
+        if create:
+            os.makedirs(state_dir(home), mode=0o700, exist_ok=True)
+        top = os.open(state_dir(home), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _open_below(top, f"{LOGINS}/{profile}", create=create, mode=0o700)
+    finally:
+        os.close(top)
+
+
+def _store_put(store_fd: int, name: str, data: bytes | None) -> None:
+    if data is None:
+        try:
+            os.unlink(name, dir_fd=store_fd)
+        except FileNotFoundError:
+            pass
+        return
+    temp = f".{name}.{os.urandom(6).hex()}"
+    _write_new(temp, data, 0o600, dir_fd=store_fd)
+    os.replace(temp, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
+
+
+def _real_login(spec: Spec, name: str) -> bytes | None:
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _read(name, dir_fd=real_fd)
+    finally:
+        os.close(real_fd)
+
+
+def _login_start(spec: Spec, home: str, name: str, mirror_fd: int) -> str:
+    """The login the session gets (a plain file in the copy); returns its
+    digest (the record's, to tell a change at exit)."""
+    from agent_sandbox.policy.agentstate import login_source
+
+    real = _real_login(spec, name)
+    store_fd = _open_store(home, spec.profile, create=True)
+    if store_fd is None:
+        raise OSError(f"cannot make the login store of {spec.profile}")
+    try:
+        stored = _read(name, dir_fd=store_fd)
+        seen = _read(name + ".outside", dir_fd=store_fd)
+        if login_source(_digest(real), stored is not None,
+                        None if seen is None else seen.decode("ascii", "replace")) == "real":
+            _store_put(store_fd, name, real)
+            _store_put(store_fd, name + ".outside", _digest(real).encode())
+            stored = real
+    finally:
+        os.close(store_fd)
+    if stored is not None:
+        _write_new(name, stored, 0o600, dir_fd=mirror_fd)
+    return _digest(stored)
+
+
+def _login_finish(spec: Spec, record: dict, mirror_fd: int | None) -> list[str]:
+    """The session's changed logins put in the store (never the real file);
+    returns the real paths whose login changed."""
+    changed = []
+    for name, started in (record.get("logins") or {}).items():
+        if name not in spec.logins or mirror_fd is None:
+            continue
+        now = _read(name, dir_fd=mirror_fd)
+        if now is None and _exists_at(mirror_fd, name):
+            continue            # a symlink or no file: nothing of it is kept
+        if _digest(now) == started:
+            continue
+        store_fd = _open_store(str(record.get("home", "")), spec.profile, create=True)
+        if store_fd is None:
+            continue
+        try:
+            _store_put(store_fd, name, now)
+        finally:
+            os.close(store_fd)
+        changed.append(os.path.join(spec.real_dir, name))
+    return changed
+
+
+def adopt_login(spec: Spec, home: str) -> list[str]:
+    """`agent-sandbox config adopt-login PROFILE`, outside: the sandbox's
+    logins become the real files (written by descriptor from the
+    configuration directory); returns the paths written."""
+    store_fd = _open_store(home, spec.profile, create=False)
+    if store_fd is None:
+        return []
+    written = []
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in spec.logins:
+                data = _read(name, dir_fd=store_fd)
+                if data is None or data == _read(name, dir_fd=real_fd):
+                    continue
+                _replace_at(real_fd, name, data)
+                _store_put(store_fd, name + ".outside", _digest(data).encode())
+                written.append(os.path.join(spec.real_dir, name))
+        finally:
+            os.close(real_fd)
+    finally:
+        os.close(store_fd)
+    return written
+
+
+def discard_logins(spec: Spec, home: str) -> bool:
+    """`adopt-login --discard`: the store emptied; True if it held a login."""
+    store_fd = _open_store(home, spec.profile, create=False)
+    if store_fd is None:
+        return False
+    held = False
+    try:
+        for name in spec.logins:
+            held = _exists_at(store_fd, name) or held
+            for entry in (name, name + ".outside"):
+                _store_put(store_fd, entry, None)
+    finally:
+        os.close(store_fd)
+    return held
+
+
 def _exists_at(dir_fd: int, name: str) -> bool:
     try:
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -369,9 +578,17 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
         names = sorted(os.listdir(spec.real_dir))
     except OSError:
         names = []
+    per_project = _per_project(spec, policy)
     for name in names:
         path = os.path.join(spec.real_dir, name)
-        if _scratch(spec, name, protected):
+        if _scratch(spec, name, protected) or name in spec.logins:
+            continue
+        if name in per_project:
+            # only this project's entries (made by _link_project_state);
+            # the parent and other projects' entries are not granted
+            writable += [os.path.join(path, key) for key in per_project[name]
+                         if not os.path.islink(path) and _is_dir(os.path.join(path, key))
+                         and not _protected(os.path.join(path, key), protected)]
             continue
         if (path in guarded or _protected(path, protected) or os.path.islink(path)
                 or not _named(name, spec.keep, _is_dir(path))):
@@ -420,14 +637,15 @@ def _write_new(path: str, data: bytes, mode: int = 0o600, dir_fd: int | None = N
 
 
 # ---------------------------------------------------------------- finish
-def _open_below(root_fd: int, relative: str, *, create: bool = False) -> int | None:
+def _open_below(root_fd: int, relative: str, *, create: bool = False,
+                mode: int = 0o755) -> int | None:
     """A directory below root opened component by component, no symlinks;
-    missing components made (0755) when `create`."""
+    missing components made (`mode`) when `create`."""
     fd = os.dup(root_fd)
     for part in [p for p in relative.split("/") if p]:
         if create:
             try:
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, mode, dir_fd=fd)
             except FileExistsError:
                 pass
             except OSError:
@@ -518,7 +736,12 @@ def _merge_file(item: Guarded, copy_fd: int, base_text: str | None, theirs_io) -
 
         new_table = tomlkit.table
     conflicts = agentmerge.apply(theirs, kept, new_table)
-    write(_dump(kind, theirs).encode())
+    try:
+        write(_dump(kind, theirs).encode())
+    except _Unusable as exc:
+        return [], dropped, f"{exc}; nothing merged"
+    except OSError as exc:
+        return [], dropped, f"it could not be written ({exc.strerror}); nothing merged"
     return [c.path for c in kept if c.path not in conflicts], dropped + conflicts, ""
 
 
@@ -527,16 +750,51 @@ class _Unusable(Exception):
 
 
 def _home_io(item: Guarded, resolved: str | None):
-    """The user's home file, through their own symlink as at the start."""
-    def read():
-        real = os.path.realpath(item.real)
-        if resolved is None or real != resolved:
+    """The user's home file, through their own symlink as at the start: read
+    and written by descriptor, every component of the path resolved then
+    opened without following a symlink (from /), the file replaced by a
+    rename inside the directory read — never by name: a concurrent session
+    that swaps a directory on the way for a link (a writable parent such as
+    ~/.config with HOME_WRITABLE) between the check and the write would have
+    had the user's settings written wherever the link points."""
+    seen = {}
+
+    def parent_fd() -> int:
+        if resolved is None or os.path.realpath(item.real) != resolved:
             raise _Unusable("it leads elsewhere than when the session started")
-        data = _read(real)
-        if data is None and os.path.lexists(real):
-            raise _Unusable("your file cannot be read now")
-        return data
-    return read, lambda data: _replace(resolved, data)
+        top = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = _open_below(top, os.path.dirname(resolved))
+        finally:
+            os.close(top)
+        if fd is None:
+            raise _Unusable(f"{os.path.dirname(resolved)} is not the directory it was (a "
+                            "symlink on the way, or gone)")
+        return fd
+
+    def read():
+        fd = parent_fd()
+        try:
+            info = os.fstat(fd)
+            seen["dir"] = (info.st_dev, info.st_ino)
+            name = os.path.basename(resolved)
+            data = _read(name, dir_fd=fd)
+            if data is None and _exists_at(fd, name):
+                raise _Unusable("your file cannot be read now")
+            return data
+        finally:
+            os.close(fd)
+
+    def write(data: bytes):
+        fd = parent_fd()
+        try:
+            info = os.fstat(fd)
+            if seen.get("dir") != (info.st_dev, info.st_ino):
+                raise _Unusable(f"{os.path.dirname(resolved)} was replaced during the merge")
+            _replace_at(fd, os.path.basename(resolved), data)
+        finally:
+            os.close(fd)
+    return read, write
 
 
 def _project_io(item: Guarded, project: str):
@@ -587,20 +845,20 @@ def _project_io(item: Guarded, project: str):
     return read, write
 
 
-def _replace(path: str, data: bytes) -> None:
-    """Write `path` whole by a rename beside it, keeping its mode."""
+def _replace_at(dir_fd: int, name: str, data: bytes) -> None:
+    """Write `name` in the directory dir_fd whole, by a rename beside it,
+    keeping its mode (0600 for a new file)."""
     try:
-        mode = stat.S_IMODE(os.stat(path, follow_symlinks=False).st_mode)
+        mode = stat.S_IMODE(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:
         mode = 0o600
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temp = f"{path}.agent-sandbox-{os.urandom(6).hex()}"
+    temp = f".{name}.agent-sandbox-{os.urandom(6).hex()}"
     try:
-        _write_new(temp, data, mode)
-        os.replace(temp, path)
+        _write_new(temp, data, mode, dir_fd=dir_fd)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError:
         try:
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=dir_fd)
         except OSError:
             pass
         raise
@@ -621,14 +879,17 @@ def _hidden(policy, path: str) -> bool:
 
 
 def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: list,
-               refused: list, spec: Spec | None = None) -> None:
+               refused: list, spec: Spec | None = None, per_project=None) -> None:
     """Entries of the copy (src_fd) that are not our links go to the real
     directory (dst_fd, named real_dir), walked by descriptor on both sides,
     never through a symlink. At the top (`spec` given) only the names
     AGENT_CONFIG_KEEP lists go back, and never a symlink; below a kept
     directory everything does. Nothing is ever renamed over a symlink, a
     directory or a protected path of the user's: only over a plain file the
-    session could write anyway (an allowed entry)."""
+    session could write anyway (an allowed entry). `per_project` (at the
+    top): parent → this project's names, the only entries of the copy's own
+    parent that go back."""
+    per_project = per_project or {}
     for name in sorted(os.listdir(src_fd)):
         target = os.path.join(real_dir, name)
         if name in skip:
@@ -638,6 +899,21 @@ def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: 
             if stat.S_ISLNK(info.st_mode) and os.readlink(name, dir_fd=src_fd) == target:
                 continue                       # our own link
             is_dir = stat.S_ISDIR(info.st_mode)
+            if spec is not None and name in per_project:
+                # the copy's own parent: only this project's entries go back
+                inner, inner_dst = _open_below(src_fd, name), _open_below(dst_fd, name)
+                try:
+                    if inner is None or inner_dst is None:
+                        refused.append(target)
+                    else:
+                        _move_back(inner, inner_dst, target, protected, (), moved, refused,
+                                   spec._replace(keep=per_project[name], scratch=(),
+                                                 per_project=(), logins=()))
+                finally:
+                    for fd in (inner, inner_dst):
+                        if fd is not None:
+                            os.close(fd)
+                continue
             if spec is not None:
                 if _named(name, spec.scratch, is_dir):
                     continue                   # per session: dropped quietly
@@ -756,7 +1032,8 @@ def discard(record_path: str, why: str) -> None:
 
 
 def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected) -> dict:
-    outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": []}
+    outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": [],
+               "logins": []}
     base, resolved = record.get("base") or {}, record.get("resolved") or {}
     try:
         project_fd = os.open(os.path.basename(record["root"]) + ".project", _DIR, dir_fd=copies)
@@ -786,10 +1063,13 @@ def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected)
     try:
         if mirror_fd is not None and real_fd is not None:
             skip = {os.path.relpath(g.name, spec.mirror or ".") for g in spec.files
-                    if g.where == "home"}
+                    if g.where == "home"} | set(spec.logins)
+            per_project = {parent: tuple(keys) for parent, keys
+                           in (record.get("per_project") or {}).items()}
             _move_back(mirror_fd, real_fd, spec.real_dir,
                        tuple(protected) + tuple(g.real for g in spec.files), skip,
-                       outcome["moved"], outcome["refused"], spec)
+                       outcome["moved"], outcome["refused"], spec, per_project)
+        outcome["logins"] = _login_finish(spec, record, mirror_fd)
     finally:
         for fd in (mirror_fd, real_fd):
             if fd is not None:
@@ -824,6 +1104,13 @@ def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str)
     if outcome["moved"]:
         say(f"{spec.profile}: kept what the session made at "
             f"{listed(outcome['moved'])}{when} (AGENT_CONFIG_KEEP)")
+    if outcome["logins"]:
+        say(f"{spec.profile}: the session's login changed (a token refresh, or another "
+            f"login){when}: later sandboxed sessions use it; {listed(outcome['logins'])} "
+            f"outside is unchanged. If you logged in inside on purpose, run "
+            f"`agent-sandbox config adopt-login {spec.profile}` (outside) to use it in your "
+            f"own runs too; `agent-sandbox config adopt-login --discard {spec.profile}` "
+            "drops it.")
     if outcome["refused"]:
         say(f"{spec.profile}: dropped what the session made at "
             f"{listed(outcome['refused'])}{when} — only the entries the "
