@@ -240,7 +240,7 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
         if path and os.path.dirname(path) == spec.real_dir:
             names.add(os.path.basename(path))
     protected = [p.path for p in policy.protected]
-    per_project = _per_project(spec, policy)
+    per_project = _per_project(spec, policy, register=True)
     logins = {}
     try:
         for name in sorted(names):
@@ -278,6 +278,9 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
               "uid": os.getuid(), "spec": spec._replace(files=spec.files + project_files),
               "root": root, "base": base, "home": policy.home, "resolved": resolved,
               "project": policy.project_dir, "per_project": per_project, "logins": logins,
+              "workdir": getattr(policy, "workdir", "") or policy.project_dir,
+              "registry_slug": _registry_slug(spec, getattr(policy, "workdir", "")
+                                              or policy.project_dir, register=False),
               # read-only inside, so never moved back: protected paths and the note
               "protected": [p.path for p in policy.protected] + [p for p in (note_path,) if p]}
     path = os.path.join(records, f"{policy.session_id}.json")
@@ -290,7 +293,7 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
     env[spec.variable] = root
     return policy._replace(env=env, extra_writable=policy.extra_writable + (root,),
                            session_files=tuple(session_files),
-                           **_entry_grants(spec, policy, record["protected"])), path
+                           **_entry_grants(spec, policy, record["protected"], per_project)), path
 
 
 def _project_copies(spec: Spec, policy, project_root: str, copies: int, base: dict) -> tuple:
@@ -352,14 +355,155 @@ def _scratch(spec: Spec, name: str, protected) -> bool:
             and not _protected(os.path.join(spec.real_dir, name), protected))
 
 
-def _per_project(spec: Spec, policy) -> dict:
-    """parent entry → this project's names in it (AGENT_CONFIG_PER_PROJECT)."""
+def _per_project(spec: Spec, policy, *, register: bool = False) -> dict:
+    """parent entry → this project's names in it (AGENT_CONFIG_PER_PROJECT);
+    `register`: a project new to the agent's registry is registered (the
+    copy's build), else only looked up."""
     if not spec.per_project:
         return {}
     from agent_sandbox.policy.agentstate import per_project_names
 
-    return per_project_names(spec.per_project, policy.project_dir,
-                             getattr(policy, "workdir", "") or policy.project_dir)
+    workdir = getattr(policy, "workdir", "") or policy.project_dir
+    return per_project_names(spec.per_project, policy.project_dir, workdir,
+                             _registry_slug(spec, workdir, register=register))
+
+
+def _registry_parents(spec: Spec) -> list[str]:
+    from agent_sandbox.policy.agentstate import parse_per_project
+
+    out = []
+    for entry in spec.per_project:
+        try:
+            parent, encoding = parse_per_project(entry)
+        except ValueError:
+            continue
+        if encoding == "gemini-registry":
+            out.append(parent)
+    return out
+
+
+class _Owners:
+    """The owner markers of the registry's parents, read by descriptor."""
+
+    def __init__(self, real_fd: int, parents):
+        self.real_fd, self.parents = real_fd, parents
+
+    def __call__(self, slug: str) -> list:
+        from agent_sandbox.policy.agentstate import OWNER_MARKER
+
+        owners = []
+        for parent in self.parents:
+            fd = _open_below(self.real_fd, f"{parent}/{slug}")
+            if fd is None:
+                owners.append(None)
+                continue
+            try:
+                data = _read(OWNER_MARKER, dir_fd=fd)
+                present = _exists_at(fd, OWNER_MARKER)
+            finally:
+                os.close(fd)
+            owners.append(None if not present else
+                          "" if data is None else data.decode("utf-8", "replace").strip())
+        return owners
+
+    def marked(self) -> list[str]:
+        from agent_sandbox.policy.agentstate import OWNER_MARKER, is_slug
+
+        names = set()
+        for parent in self.parents:
+            fd = _open_below(self.real_fd, parent)
+            if fd is None:
+                continue
+            try:
+                for name in os.listdir(fd):
+                    if is_slug(name) and _exists_at(fd, f"{name}/{OWNER_MARKER}"):
+                        names.add(name)
+            finally:
+                os.close(fd)
+        return sorted(names)
+
+
+def _registry_slug(spec: Spec, project: str, *, register: bool) -> str | None:
+    """The project's name in the agent's registry (gemini-registry), claimed
+    and registered outside as the agent would when `register` and it has
+    none; None when the profile keys nothing so, or it cannot be had."""
+    parents = _registry_parents(spec)
+    if not parents:
+        return None
+    from agent_sandbox.policy.agentstate import OWNER_MARKER, REGISTRY, claim_slug
+
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = _read(REGISTRY, dir_fd=real_fd)
+        try:
+            from agent_sandbox.jsonlite import loads
+
+            document = loads(data) if data else {}
+        except ValueError:
+            document = {}
+        projects = document.get("projects") if isinstance(document, dict) else None
+        projects = projects if isinstance(projects, dict) else {}
+        slug, new = claim_slug(project, projects, _Owners(real_fd, parents))
+        if not new:
+            return slug
+        if not register:
+            return None
+        for parent in parents:
+            fd = _open_below(real_fd, f"{parent}/{slug}", create=True, mode=0o700)
+            if fd is None:
+                return None
+            try:
+                _write_new(OWNER_MARKER, project.encode(), 0o600, dir_fd=fd)
+            except FileExistsError:
+                pass
+            finally:
+                os.close(fd)
+        from agent_sandbox.jsonlite import dumps
+
+        document = document if isinstance(document, dict) else {}
+        document["projects"] = dict(projects, **{project: slug})
+        _replace_at(real_fd, REGISTRY, dumps(document))
+        return slug
+    except (OSError, ValueError, TypeError):
+        return None         # nothing of this kind granted: the session's writes are dropped
+    finally:
+        os.close(real_fd)
+
+
+def _restore_markers(spec: Spec, record: dict, refused: list) -> None:
+    """An owner marker the session changed in this project's entries is put
+    back (Gemini adopts a directory whose marker names a project it opens)."""
+    from agent_sandbox.policy.agentstate import OWNER_MARKER
+
+    slug, project = record.get("registry_slug"), str(record.get("workdir") or "")
+    if not slug or not project:
+        return
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        for parent in _registry_parents(spec):
+            fd = _open_below(real_fd, f"{parent}/{slug}")
+            if fd is None:
+                continue
+            try:
+                if _read(OWNER_MARKER, dir_fd=fd) != project.encode():
+                    try:
+                        os.unlink(OWNER_MARKER, dir_fd=fd)   # (a directory stays: refused)
+                    except OSError:
+                        pass
+                    _replace_at(fd, OWNER_MARKER, project.encode())
+                    refused.append(os.path.join(spec.real_dir, parent, slug, OWNER_MARKER))
+            except OSError:
+                refused.append(os.path.join(spec.real_dir, parent, slug, OWNER_MARKER))
+            finally:
+                os.close(fd)
+    finally:
+        os.close(real_fd)
 
 
 def _link_project_state(spec: Spec, parent: str, keys, mirror_fd: int) -> None:
@@ -559,7 +703,7 @@ def _exists_at(dir_fd: int, name: str) -> bool:
         return False
 
 
-def _entry_grants(spec: Spec, policy, protected) -> dict:
+def _entry_grants(spec: Spec, policy, protected, per_project) -> dict:
     """The real directory is no longer writable as a whole (the agent creates
     new entries in the copy; the allowed ones are moved back at exit): an
     existing entry is writable only when AGENT_CONFIG_KEEP names it and it
@@ -578,7 +722,6 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
         names = sorted(os.listdir(spec.real_dir))
     except OSError:
         names = []
-    per_project = _per_project(spec, policy)
     for name in names:
         path = os.path.join(spec.real_dir, name)
         if _scratch(spec, name, protected) or name in spec.logins:
@@ -1070,6 +1213,7 @@ def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected)
                        tuple(protected) + tuple(g.real for g in spec.files), skip,
                        outcome["moved"], outcome["refused"], spec, per_project)
         outcome["logins"] = _login_finish(spec, record, mirror_fd)
+        _restore_markers(spec, record, outcome["refused"])
     finally:
         for fd in (mirror_fd, real_fd):
             if fd is not None:

@@ -30,12 +30,26 @@ Encodings (ENCODINGS), read from the agents' sources:
   32-bit string hash of the path (UTF-16 code units).
 - `path-sha256`: the hex SHA-256 of the path (Gemini CLI before its project
   registry, and other agents that hash).
+- `gemini-registry`: Gemini CLI 0.2x+ (ProjectRegistry in its core): the
+  name `projects.json` in the configuration directory maps the project
+  directory to (`{"projects": {path: slug}}`), each `<parent>/<slug>/`
+  holding an owner marker `.project_root` with the path. The launcher
+  resolves it as Gemini does (the registry's entry if its markers agree,
+  else a directory whose marker names the project, else a new slug of the
+  directory's base name — `claim_slug`) and registers a new one itself,
+  outside, so the session never needs to write the registry (read-only
+  inside: a session could map another project to a directory it writes).
+  A marker the session changes is put back at exit (Gemini adopts a
+  directory whose marker names a new project: a planted marker would hand
+  the session's memory to a project the user opens later).
 """
 from __future__ import annotations
 
 import os
 
-ENCODINGS = ("path-dashed", "path-sha256")
+ENCODINGS = ("path-dashed", "path-sha256", "gemini-registry")
+REGISTRY = "projects.json"
+OWNER_MARKER = ".project_root"
 _DASHED_MAX = 200
 
 
@@ -98,9 +112,12 @@ def project_chain(project_dir: str, workdir: str) -> tuple[str, ...]:
     return tuple(chain)
 
 
-def per_project_names(entries, project_dir: str, workdir: str) -> dict[str, tuple[str, ...]]:
+def per_project_names(entries, project_dir: str, workdir: str,
+                      registry_slug: str | None = None) -> dict[str, tuple[str, ...]]:
     """parent entry → the names of this project's entries in it (entries that
-    do not parse are left out: the profile loader refuses them)."""
+    do not parse are left out: the profile loader refuses them).
+    `registry_slug`: the project's `gemini-registry` name, resolved by the
+    launcher (None: no entry of such a parent is this project's)."""
     chain = project_chain(project_dir, workdir)
     out: dict[str, tuple[str, ...]] = {}
     for entry in entries:
@@ -108,7 +125,11 @@ def per_project_names(entries, project_dir: str, workdir: str) -> dict[str, tupl
             parent, encoding = parse_per_project(entry)
         except ValueError:
             continue
-        names = out.get(parent, ()) + tuple(encode(encoding, d) for d in chain)
+        if encoding == "gemini-registry":
+            mine = (registry_slug,) if registry_slug and is_slug(registry_slug) else ()
+        else:
+            mine = tuple(encode(encoding, d) for d in chain)
+        names = out.get(parent, ()) + mine
         out[parent] = tuple(dict.fromkeys(n for n in names if n not in ("", ".", "..")))
     return out
 
@@ -122,3 +143,45 @@ def login_source(real_digest: str, have_store: bool, seen_digest: str | None) ->
     if not have_store or seen_digest != real_digest:
         return "real"
     return "store"
+
+
+def slugify(text: str) -> str:
+    """Gemini CLI's slug of a directory's base name."""
+    out, dash = "", False
+    for c in text.lower():
+        if c.isascii() and c.isalnum():
+            out, dash = out + c, False
+        elif not dash:
+            out, dash = out + "-", True
+    return out.strip("-") or "project"
+
+
+def is_slug(name: str) -> bool:
+    return (isinstance(name, str) and 0 < len(name) <= 255 and name not in (".", "..")
+            and all(c.isascii() and (c.isalnum() or c in "-_.") for c in name))
+
+
+def claim_slug(project: str, registry: dict, owners) -> tuple[str, bool]:
+    """(slug, new) for the project as Gemini CLI picks it: its registry entry
+    when every marker of that slug names the project (or is missing); else a
+    slug whose marker names it; else the first of base-name, base-name-1, …
+    that no registry entry and no other project's marker holds. `owners(slug)`
+    → the owners its markers name (None for a missing marker, "" for an
+    unreadable one)."""
+    def mine(slug: str) -> bool:
+        return all(o is None or o == project for o in owners(slug))
+
+    slug = registry.get(project)
+    if isinstance(slug, str) and is_slug(slug) and mine(slug):
+        return slug, False
+    taken = {v for k, v in registry.items() if k != project}
+    for candidate in owners.marked():
+        if candidate not in taken and project in owners(candidate) and mine(candidate):
+            return candidate, True
+    base = slugify(os.path.basename(project))
+    counter = 0
+    while True:
+        candidate = base if counter == 0 else f"{base}-{counter}"
+        counter += 1
+        if candidate not in taken and mine(candidate):
+            return candidate, True
