@@ -1207,6 +1207,10 @@ def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected)
         if mirror_fd is not None and real_fd is not None:
             skip = {os.path.relpath(g.name, spec.mirror or ".") for g in spec.files
                     if g.where == "home"} | set(spec.logins)
+            if _registry_parents(spec):
+                from agent_sandbox.policy.agentstate import REGISTRY
+
+                skip.add(REGISTRY)     # the launcher keeps it; the agent's rewrite: dropped
             per_project = {parent: tuple(keys) for parent, keys
                            in (record.get("per_project") or {}).items()}
             _move_back(mirror_fd, real_fd, spec.real_dir,

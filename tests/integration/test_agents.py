@@ -156,6 +156,13 @@ def test_gemini_shell_tool_runs_inside_with_its_own_sandbox_off(user, project, h
     assert len(results) == 1, (results, result.stderr)
     assert "id_rsa: No such file or directory" in results[0] and "done-running" in results[0]
     assert not (home / "planted").exists()
+    # Its chat lands in this project's registry entry (AGENT_CONFIG_PER_PROJECT),
+    # registered by the launcher as Gemini would (the registry is read-only inside).
+    slug = json.loads((home / ".gemini/projects.json").read_text())["projects"][str(project)]
+    assert [p.name for p in (home / ".gemini/tmp").iterdir()] == [slug]
+    assert (home / ".gemini/tmp" / slug / ".project_root").read_text() == str(project)
+    assert list((home / ".gemini/tmp" / slug).rglob("*.json*")), result.stderr
+    assert "projects.json" not in result.stderr     # the registry it rewrites: dropped quietly
 
 
 def test_gemini_own_sandbox_stays_off_whatever_the_user_asks(user, project, home, clis):
