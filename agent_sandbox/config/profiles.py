@@ -163,7 +163,7 @@ def _check_keep(path: str, keep) -> None:
     (`=str`) is words the agent reads later, outside the sandbox too (its
     system prompt carries `language`, the model name): refused here, with
     the kinds that are allowed (policy/agentmerge.py)."""
-    from agent_sandbox.policy.agentmerge import pattern_problem
+    from agent_sandbox.config.agentkeys import pattern_problem
 
     for entry in keep:
         file, sep, pattern = entry.partition(":")
@@ -177,7 +177,7 @@ def _check_keep(path: str, keep) -> None:
 
 
 def _check_state(path: str, per_project, logins) -> None:
-    from agent_sandbox.policy.agentstate import parse_per_project
+    from agent_sandbox.config.agentkeys import parse_per_project
 
     for entry in per_project:
         try:

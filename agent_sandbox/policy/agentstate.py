@@ -47,7 +47,8 @@ from __future__ import annotations
 
 import os
 
-ENCODINGS = ("path-dashed", "path-sha256", "gemini-registry")
+from agent_sandbox.config.agentkeys import ENCODINGS, parse_per_project  # noqa: F401
+
 REGISTRY = "projects.json"
 OWNER_MARKER = ".project_root"
 _DASHED_MAX = 200
@@ -85,19 +86,6 @@ def encode(encoding: str, path: str) -> str:
 
         return hashlib.sha256(path.encode("utf-8", "surrogateescape")).hexdigest()
     raise ValueError(f"unknown encoding {encoding!r}")
-
-
-def parse_per_project(entry: str) -> tuple[str, str]:
-    """('projects', 'path-dashed') from 'projects/{path-dashed}'; ValueError
-    saying what is wrong."""
-    parent, sep, leaf = entry.strip("/").partition("/")
-    if (not sep or not parent or parent in (".", "..") or "/" in leaf
-            or not (leaf.startswith("{") and leaf.endswith("}"))):
-        raise ValueError("not PARENT/{ENCODING}")
-    if leaf[1:-1] not in ENCODINGS:
-        raise ValueError(f"unknown encoding {leaf} (known: "
-                         f"{', '.join('{' + e + '}' for e in ENCODINGS)})")
-    return parent, leaf[1:-1]
 
 
 def project_chain(project_dir: str, workdir: str) -> tuple[str, ...]:
