@@ -13,11 +13,14 @@ profile with AGENT_CONFIG_DIR the launcher builds, before the sandbox starts,
 - for every other entry of the real configuration directory a symlink to it
   (except the profile's AGENT_CONFIG_SCRATCH entries — shell snapshots,
   caches —, which start empty in the copy): the entries the profile's
-  allow-list AGENT_CONFIG_KEEP names (history, transcripts, sessions, logins)
+  allow-list AGENT_CONFIG_KEEP names (history, todos, sessions, logs)
   are writable inside and land in the real directory as before; every other
   entry is read-only inside (scripts the user's settings run, rules,
   backups: nothing the session writes is live for the user's unsandboxed
-  runs), and
+  runs) — except state keyed by project (AGENT_CONFIG_PER_PROJECT: the
+  copy's own directory holding a link to this project's entry alone) and
+  the logins (AGENT_LOGINS: a plain copy from the sandbox's own login store,
+  never the real file; a change goes back to the store only), and
 - a record in the hidden state directory `agents/<session>.json` with the
   launcher's identity (registry.py fields) and a copy of each guarded file
   as it started (the base of the three-way merge).
