@@ -221,6 +221,46 @@ def config_migrate(
         _fail(ConfigError(f"{path}: {exc} — fix the file first."))
 
 
+@config_app.command("adopt-login")
+def config_adopt_login(
+    profile: str = typer.Argument(..., metavar="PROFILE", help="The agent profile (claude, "
+                                  "codex, gemini)."),
+    discard: bool = typer.Option(False, "--discard", help="Drop the sandbox's login instead: "
+                                 "the next sandboxed session starts on yours again."),
+) -> None:
+    """Make the login a sandboxed session of PROFILE left (a refresh, or a login made
+    inside) yours outside too: it replaces the agent's login file. Sessions never write
+    that file themselves (docs/shared-channels.md). Run it outside the sandbox."""
+    import os
+    import pwd
+
+    from agent_sandbox.errors import ConfigError, SandboxError
+    from agent_sandbox.launch import agentcopy
+
+    try:
+        entry = pwd.getpwuid(os.getuid())
+        spec = agentcopy.spec_for(_profile(profile), entry.pw_dir)
+        if spec is None or not spec.logins:
+            raise ConfigError(f"the {profile} profile keeps no login (no AGENT_LOGINS) — "
+                              "nothing to adopt. Name claude, codex or gemini.")
+        if discard:
+            done = agentcopy.discard_logins(spec, entry.pw_dir)
+            typer.echo(f"{profile}: the sandbox's login dropped" if done else
+                       f"{profile}: the sandbox holds no login of its own")
+            return
+        written = agentcopy.adopt_login(spec, entry.pw_dir)
+    except SandboxError as exc:
+        _fail(exc)
+    except OSError as exc:
+        _fail(ConfigError(f"cannot adopt the login — {exc}. Check the agent's "
+                          "configuration directory and run again."))
+    for path in written:
+        typer.echo(f"{profile}: {path} now holds the sandbox's login")
+    if not written:
+        typer.echo(f"{profile}: nothing to adopt — the sandbox's login is yours already "
+                   "(or there is none)")
+
+
 @app.command()
 def explain(
     target: Optional[str] = typer.Argument(

@@ -32,7 +32,8 @@ from agent_sandbox.errors import ConfigError
 PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PATH",
                           "AGENT_STATE", "AGENT_CONFIG_DIR", "AGENT_SETTINGS",
                           "AGENT_SETTINGS_KEEP", "AGENT_PROJECT_SETTINGS", "AGENT_BROKERS",
-                          "AGENT_CONFIG_KEEP", "AGENT_CONFIG_SCRATCH"})
+                          "AGENT_CONFIG_KEEP", "AGENT_CONFIG_SCRATCH",
+                          "AGENT_CONFIG_PER_PROJECT", "AGENT_LOGINS"})
 # Keys the environment may override (SPEC §4 layer 5).
 ENV_OVERRIDES = ("SANDBOX_BACKEND", "HOME_ACCESS", "SLURM_SCOPE", "PRIVATE_TMP",
                  "PRIVATE_IPC", "FILTER_PASSWD", "NETWORK_MODE", "SANDBOX_QUIET")

@@ -31,6 +31,12 @@ apply on top — and the AGENT_* keys say what to run:
                       entry is read-only, new ones dropped and reported
   AGENT_CONFIG_SCRATCH (NAME …): entries that start empty in the copy and are
                       dropped quietly at exit (caches, shell snapshots)
+  AGENT_CONFIG_PER_PROJECT (PARENT/{ENCODING} …): state the agent keys by
+                      project; only this project's entry is granted and
+                      moved back (policy/agentstate.py)
+  AGENT_LOGINS        (NAME …): login files of the configuration directory;
+                      the session works on the sandbox's own login store,
+                      never the real file (launch/agentcopy.py)
 
 Profiles are looked up by name in /etc/agent-sandbox/agents/, then
 ~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent
@@ -64,6 +70,8 @@ class Profile(NamedTuple):
     brokers: tuple[str, ...] = ()
     config_keep: tuple[str, ...] = ()
     config_scratch: tuple[str, ...] = ()
+    config_per_project: tuple[str, ...] = ()
+    logins: tuple[str, ...] = ()
 
 
 def search_dirs(home: str) -> tuple[str, ...]:
@@ -135,14 +143,54 @@ def load(name: str, *, home: str, user: str, known_keys) -> Profile:
     if config_dir and len(config_dir) not in (2, 3):
         raise ConfigError(f"{path}: AGENT_CONFIG_DIR must be (VARIABLE DIR [MIRROR]), e.g. "
                           "(CODEX_HOME .codex)", reason="bad_profile")
+    keep = as_tuple(values.get("AGENT_SETTINGS_KEEP", ()))
+    _check_keep(path, keep)
+    per_project = as_tuple(values.get("AGENT_CONFIG_PER_PROJECT", ()))
+    logins = as_tuple(values.get("AGENT_LOGINS", ()))
+    _check_state(path, per_project, logins)
     return Profile(name, path, text, command, str(values.get("AGENT_INSTALL_HINT", "")),
                    note if isinstance(note, str) else "", as_tuple(values.get("AGENT_STATE", ())),
                    config_dir, as_tuple(values.get("AGENT_SETTINGS", ())),
-                   as_tuple(values.get("AGENT_SETTINGS_KEEP", ())),
-                   as_tuple(values.get("AGENT_PROJECT_SETTINGS", ())),
+                   keep, as_tuple(values.get("AGENT_PROJECT_SETTINGS", ())),
                    as_tuple(values.get("AGENT_BROKERS", ())),
                    as_tuple(values.get("AGENT_CONFIG_KEEP", ())),
-                   as_tuple(values.get("AGENT_CONFIG_SCRATCH", ())))
+                   as_tuple(values.get("AGENT_CONFIG_SCRATCH", ())),
+                   per_project, logins)
+
+
+def _check_keep(path: str, keep) -> None:
+    """Every kept settings key is typed and constrained: a free-text value
+    (`=str`) is words the agent reads later, outside the sandbox too (its
+    system prompt carries `language`, the model name): refused here, with
+    the kinds that are allowed (policy/agentmerge.py)."""
+    from agent_sandbox.config.agentkeys import pattern_problem
+
+    for entry in keep:
+        file, sep, pattern = entry.partition(":")
+        problem = pattern_problem(pattern) if sep and file else "not FILE:KEY.PATH=TYPE"
+        if problem:
+            raise ConfigError(f"{path}: AGENT_SETTINGS_KEEP entry {entry!r}: {problem} — a "
+                              "kept settings key must hold a constrained value, never free "
+                              "text the agent reads as instructions. Give it a kind, e.g. "
+                              f"{file or 'settings.json'}:language=language or "
+                              "theme=enum(dark|light).", reason="bad_profile")
+
+
+def _check_state(path: str, per_project, logins) -> None:
+    from agent_sandbox.config.agentkeys import parse_per_project
+
+    for entry in per_project:
+        try:
+            parse_per_project(entry)
+        except ValueError as exc:
+            raise ConfigError(f"{path}: AGENT_CONFIG_PER_PROJECT entry {entry!r}: {exc} — "
+                              "name the directory and how the agent names a project in it, "
+                              "e.g. 'projects/{path-dashed}'.", reason="bad_profile") from None
+    for name in logins:
+        if not name or "/" in name or name in (".", ".."):
+            raise ConfigError(f"{path}: AGENT_LOGINS entry {name!r} is not a file name of the "
+                              "configuration directory, e.g. .credentials.json.",
+                              reason="bad_profile")
 
 
 def note_text(policy, *, slurm: bool) -> str:

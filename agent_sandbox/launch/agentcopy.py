@@ -13,11 +13,14 @@ profile with AGENT_CONFIG_DIR the launcher builds, before the sandbox starts,
 - for every other entry of the real configuration directory a symlink to it
   (except the profile's AGENT_CONFIG_SCRATCH entries — shell snapshots,
   caches —, which start empty in the copy): the entries the profile's
-  allow-list AGENT_CONFIG_KEEP names (history, transcripts, sessions, logins)
+  allow-list AGENT_CONFIG_KEEP names (history, todos, sessions, logs)
   are writable inside and land in the real directory as before; every other
   entry is read-only inside (scripts the user's settings run, rules,
   backups: nothing the session writes is live for the user's unsandboxed
-  runs), and
+  runs) — except state keyed by project (AGENT_CONFIG_PER_PROJECT: the
+  copy's own directory holding a link to this project's entry alone) and
+  the logins (AGENT_LOGINS: a plain copy from the sandbox's own login store,
+  never the real file; a change goes back to the store only), and
 - a record in the hidden state directory `agents/<session>.json` with the
   launcher's identity (registry.py fields) and a copy of each guarded file
   as it started (the base of the three-way merge).
@@ -62,12 +65,14 @@ class Guarded(namedtuple("Guarded", ("name", "real", "patterns", "where"), defau
 
 
 class Spec(namedtuple("Spec", ("profile", "variable", "real_dir", "mirror", "files",
-                               "project_files", "keep", "scratch"), defaults=((), (), ()))):
+                               "project_files", "keep", "scratch", "per_project", "logins"),
+                  defaults=((), (), (), (), ()))):
     """mirror: where real_dir appears below the copy root ("" = the root);
     files: the Guarded settings; project_files: (path in the project,
     patterns), AGENT_PROJECT_SETTINGS; keep: AGENT_CONFIG_KEEP, entries
     written inside and moved back; scratch: AGENT_CONFIG_SCRATCH, entries
-    fresh per session, dropped."""
+    fresh per session, dropped; per_project: AGENT_CONFIG_PER_PROJECT
+    (policy/agentstate.py); logins: AGENT_LOGINS, on the login store."""
     __slots__ = ()
 
 
@@ -94,7 +99,9 @@ def spec_for(profile, home: str) -> Spec | None:
     return Spec(profile.name, variable, os.path.join(home, directory),
                 "" if mirror == "." else mirror, tuple(files), project,
                 tuple(getattr(profile, "config_keep", ())),
-                tuple(getattr(profile, "config_scratch", ())))
+                tuple(getattr(profile, "config_scratch", ())),
+                tuple(getattr(profile, "config_per_project", ())),
+                tuple(getattr(profile, "logins", ())))
 
 
 def _named(name: str, patterns, is_dir: bool) -> bool:
@@ -236,12 +243,18 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
         if path and os.path.dirname(path) == spec.real_dir:
             names.add(os.path.basename(path))
     protected = [p.path for p in policy.protected]
+    per_project = _per_project(spec, policy, register=True)
+    logins = {}
     try:
         for name in sorted(names):
-            if _scratch(spec, name, protected):
+            if _scratch(spec, name, protected) or name in per_project or name in spec.logins:
                 continue    # starts empty in the copy; the real one stays unseen by it
             if os.path.join(mirror, name) not in guarded:
                 os.symlink(os.path.join(spec.real_dir, name), name, dir_fd=mirror_fd)
+        for parent, keys in per_project.items():
+            _link_project_state(spec, parent, keys, mirror_fd)
+        for name in spec.logins:
+            logins[name] = _login_start(spec, policy.home, name, mirror_fd)
     finally:
         os.close(mirror_fd)
     base, resolved = {}, {}
@@ -267,7 +280,10 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
               "boot_id": registry.boot_id(), "start_ticks": registry.start_ticks(),
               "uid": os.getuid(), "spec": spec._replace(files=spec.files + project_files),
               "root": root, "base": base, "home": policy.home, "resolved": resolved,
-              "project": policy.project_dir,
+              "project": policy.project_dir, "per_project": per_project, "logins": logins,
+              "workdir": getattr(policy, "workdir", "") or policy.project_dir,
+              "registry_slug": _registry_slug(spec, getattr(policy, "workdir", "")
+                                              or policy.project_dir, register=False),
               # read-only inside, so never moved back: protected paths and the note
               "protected": [p.path for p in policy.protected] + [p for p in (note_path,) if p]}
     path = os.path.join(records, f"{policy.session_id}.json")
@@ -280,7 +296,7 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
     env[spec.variable] = root
     return policy._replace(env=env, extra_writable=policy.extra_writable + (root,),
                            session_files=tuple(session_files),
-                           **_entry_grants(spec, policy, record["protected"])), path
+                           **_entry_grants(spec, policy, record["protected"], per_project)), path
 
 
 def _project_copies(spec: Spec, policy, project_root: str, copies: int, base: dict) -> tuple:
@@ -342,6 +358,346 @@ def _scratch(spec: Spec, name: str, protected) -> bool:
             and not _protected(os.path.join(spec.real_dir, name), protected))
 
 
+def _per_project(spec: Spec, policy, *, register: bool = False) -> dict:
+    """parent entry → this project's names in it (AGENT_CONFIG_PER_PROJECT);
+    `register`: a project new to the agent's registry is registered (the
+    copy's build), else only looked up."""
+    if not spec.per_project:
+        return {}
+    from agent_sandbox.policy.agentstate import per_project_names
+
+    workdir = getattr(policy, "workdir", "") or policy.project_dir
+    return per_project_names(spec.per_project, policy.project_dir, workdir,
+                             _registry_slug(spec, workdir, register=register))
+
+
+def _registry_parents(spec: Spec) -> list[str]:
+    from agent_sandbox.policy.agentstate import parse_per_project
+
+    out = []
+    for entry in spec.per_project:
+        try:
+            parent, encoding = parse_per_project(entry)
+        except ValueError:
+            continue
+        if encoding == "gemini-registry":
+            out.append(parent)
+    return out
+
+
+class _Owners:
+    """The owner markers of the registry's parents, read by descriptor."""
+
+    def __init__(self, real_fd: int, parents):
+        self.real_fd, self.parents = real_fd, parents
+
+    def __call__(self, slug: str) -> list:
+        from agent_sandbox.policy.agentstate import OWNER_MARKER
+
+        owners = []
+        for parent in self.parents:
+            fd = _open_below(self.real_fd, f"{parent}/{slug}")
+            if fd is None:
+                owners.append(None)
+                continue
+            try:
+                data = _read(OWNER_MARKER, dir_fd=fd)
+                present = _exists_at(fd, OWNER_MARKER)
+            finally:
+                os.close(fd)
+            owners.append(None if not present else
+                          "" if data is None else data.decode("utf-8", "replace").strip())
+        return owners
+
+    def marked(self) -> list[str]:
+        from agent_sandbox.policy.agentstate import OWNER_MARKER, is_slug
+
+        names = set()
+        for parent in self.parents:
+            fd = _open_below(self.real_fd, parent)
+            if fd is None:
+                continue
+            try:
+                for name in os.listdir(fd):
+                    if is_slug(name) and _exists_at(fd, f"{name}/{OWNER_MARKER}"):
+                        names.add(name)
+            finally:
+                os.close(fd)
+        return sorted(names)
+
+
+def _registry_slug(spec: Spec, project: str, *, register: bool) -> str | None:
+    """The project's name in the agent's registry (gemini-registry), claimed
+    and registered outside as the agent would when `register` and it has
+    none; None when the profile keys nothing so, or it cannot be had."""
+    parents = _registry_parents(spec)
+    if not parents:
+        return None
+    from agent_sandbox.policy.agentstate import OWNER_MARKER, REGISTRY, claim_slug
+
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        data = _read(REGISTRY, dir_fd=real_fd)
+        try:
+            from agent_sandbox.jsonlite import loads
+
+            document = loads(data) if data else {}
+        except ValueError:
+            document = {}
+        projects = document.get("projects") if isinstance(document, dict) else None
+        projects = projects if isinstance(projects, dict) else {}
+        slug, new = claim_slug(project, projects, _Owners(real_fd, parents))
+        if not new:
+            return slug
+        if not register:
+            return None
+        for parent in parents:
+            fd = _open_below(real_fd, f"{parent}/{slug}", create=True, mode=0o700)
+            if fd is None:
+                return None
+            try:
+                _write_new(OWNER_MARKER, project.encode(), 0o600, dir_fd=fd)
+            except FileExistsError:
+                pass
+            finally:
+                os.close(fd)
+        from agent_sandbox.jsonlite import dumps
+
+        document = document if isinstance(document, dict) else {}
+        document["projects"] = dict(projects, **{project: slug})
+        _replace_at(real_fd, REGISTRY, dumps(document))
+        return slug
+    except (OSError, ValueError, TypeError):
+        return None         # nothing of this kind granted: the session's writes are dropped
+    finally:
+        os.close(real_fd)
+
+
+def _restore_markers(spec: Spec, record: dict, refused: list) -> None:
+    """An owner marker the session changed in this project's entries is put
+    back (Gemini adopts a directory whose marker names a project it opens)."""
+    from agent_sandbox.policy.agentstate import OWNER_MARKER
+
+    slug, project = record.get("registry_slug"), str(record.get("workdir") or "")
+    if not slug or not project:
+        return
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        for parent in _registry_parents(spec):
+            fd = _open_below(real_fd, f"{parent}/{slug}")
+            if fd is None:
+                continue
+            try:
+                if _read(OWNER_MARKER, dir_fd=fd) != project.encode():
+                    try:
+                        os.unlink(OWNER_MARKER, dir_fd=fd)   # (a directory stays: refused)
+                    except OSError:
+                        pass
+                    _replace_at(fd, OWNER_MARKER, project.encode())
+                    refused.append(os.path.join(spec.real_dir, parent, slug, OWNER_MARKER))
+            except OSError:
+                refused.append(os.path.join(spec.real_dir, parent, slug, OWNER_MARKER))
+            finally:
+                os.close(fd)
+    finally:
+        os.close(real_fd)
+
+
+def _link_project_state(spec: Spec, parent: str, keys, mirror_fd: int) -> None:
+    """The copy's `parent` is a directory of its own holding a link to this
+    project's entries alone, each made in the real parent (0700) if missing —
+    walked by descriptor from the configuration directory, never through a
+    symlink: a parent or entry that is a symlink is not linked (the
+    session's writes there stay in the copy and are dropped)."""
+    os.mkdir(parent, 0o700, dir_fd=mirror_fd)
+    copy_fd = os.open(parent, _DIR, dir_fd=mirror_fd)
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        os.close(copy_fd)
+        return
+    try:
+        parent_fd = _open_below(real_fd, parent, create=True, mode=0o700)
+        if parent_fd is None:
+            return
+        try:
+            for key in keys:
+                try:
+                    os.mkdir(key, 0o700, dir_fd=parent_fd)
+                except FileExistsError:
+                    pass
+                except OSError:
+                    continue
+                if _is_dir_at(parent_fd, key):
+                    os.symlink(os.path.join(spec.real_dir, parent, key), key, dir_fd=copy_fd)
+        finally:
+            os.close(parent_fd)
+    finally:
+        os.close(real_fd)
+        os.close(copy_fd)
+
+
+def _is_dir_at(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- logins
+# A login file (AGENT_LOGINS: Claude Code's .credentials.json, Codex's
+# auth.json, Gemini's oauth_creds.json) is never granted: the session works
+# on a plain copy of the sandbox's own login store, hidden inside
+# (~/.local/state/agent-sandbox/logins/<profile>/, per user and agent).
+# The store is seeded from the real file whenever that changed outside since
+# (the user logged in or refreshed outside: their login wins); a session's
+# change (a token refresh, or another login) goes to the store at exit, so
+# later sandboxed sessions run on it, and never to the real file — adopting
+# it outside takes `agent-sandbox config adopt-login PROFILE`, run outside
+# (docs/shared-channels.md §4 says why this is safe).
+LOGINS = "logins"
+
+
+def _digest(data: bytes | None) -> str:
+    import hashlib
+
+    return "absent" if data is None else hashlib.sha256(data).hexdigest()
+
+
+def _open_store(home: str, profile: str, *, create: bool) -> int | None:
+    """The profile's login store, below the hidden state directory, opened
+    by descriptor (never through a symlink)."""
+    from agent_sandbox.paths import state_dir
+
+    try:
+        if create:
+            os.makedirs(state_dir(home), mode=0o700, exist_ok=True)
+        top = os.open(state_dir(home), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _open_below(top, f"{LOGINS}/{profile}", create=create, mode=0o700)
+    finally:
+        os.close(top)
+
+
+def _store_put(store_fd: int, name: str, data: bytes | None) -> None:
+    if data is None:
+        try:
+            os.unlink(name, dir_fd=store_fd)
+        except FileNotFoundError:
+            pass
+        return
+    temp = f".{name}.{os.urandom(6).hex()}"
+    _write_new(temp, data, 0o600, dir_fd=store_fd)
+    os.replace(temp, name, src_dir_fd=store_fd, dst_dir_fd=store_fd)
+
+
+def _real_login(spec: Spec, name: str) -> bytes | None:
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return _read(name, dir_fd=real_fd)
+    finally:
+        os.close(real_fd)
+
+
+def _login_start(spec: Spec, home: str, name: str, mirror_fd: int) -> str:
+    """The login the session gets (a plain file in the copy); returns its
+    digest (the record's, to tell a change at exit)."""
+    from agent_sandbox.policy.agentstate import login_source
+
+    real = _real_login(spec, name)
+    store_fd = _open_store(home, spec.profile, create=True)
+    if store_fd is None:
+        raise OSError(f"cannot make the login store of {spec.profile}")
+    try:
+        stored = _read(name, dir_fd=store_fd)
+        seen = _read(name + ".outside", dir_fd=store_fd)
+        if login_source(_digest(real), stored is not None,
+                        None if seen is None else seen.decode("ascii", "replace")) == "real":
+            _store_put(store_fd, name, real)
+            _store_put(store_fd, name + ".outside", _digest(real).encode())
+            stored = real
+    finally:
+        os.close(store_fd)
+    if stored is not None:
+        _write_new(name, stored, 0o600, dir_fd=mirror_fd)
+    return _digest(stored)
+
+
+def _login_finish(spec: Spec, record: dict, mirror_fd: int | None) -> list[str]:
+    """The session's changed logins put in the store (never the real file);
+    returns the real paths whose login changed."""
+    changed = []
+    for name, started in (record.get("logins") or {}).items():
+        if name not in spec.logins or mirror_fd is None:
+            continue
+        now = _read(name, dir_fd=mirror_fd)
+        if now is None and _exists_at(mirror_fd, name):
+            continue            # a symlink or no file: nothing of it is kept
+        if _digest(now) == started:
+            continue
+        store_fd = _open_store(str(record.get("home", "")), spec.profile, create=True)
+        if store_fd is None:
+            continue
+        try:
+            _store_put(store_fd, name, now)
+        finally:
+            os.close(store_fd)
+        changed.append(os.path.join(spec.real_dir, name))
+    return changed
+
+
+def adopt_login(spec: Spec, home: str) -> list[str]:
+    """`agent-sandbox config adopt-login PROFILE`, outside: the sandbox's
+    logins become the real files (written by descriptor from the
+    configuration directory); returns the paths written."""
+    store_fd = _open_store(home, spec.profile, create=False)
+    if store_fd is None:
+        return []
+    written = []
+    try:
+        real_fd = os.open(spec.real_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in spec.logins:
+                data = _read(name, dir_fd=store_fd)
+                if data is None or data == _read(name, dir_fd=real_fd):
+                    continue
+                _replace_at(real_fd, name, data)
+                _store_put(store_fd, name + ".outside", _digest(data).encode())
+                written.append(os.path.join(spec.real_dir, name))
+        finally:
+            os.close(real_fd)
+    finally:
+        os.close(store_fd)
+    return written
+
+
+def discard_logins(spec: Spec, home: str) -> bool:
+    """`adopt-login --discard`: the store emptied; True if it held a login."""
+    store_fd = _open_store(home, spec.profile, create=False)
+    if store_fd is None:
+        return False
+    held = False
+    try:
+        for name in spec.logins:
+            held = _exists_at(store_fd, name) or held
+            for entry in (name, name + ".outside"):
+                _store_put(store_fd, entry, None)
+    finally:
+        os.close(store_fd)
+    return held
+
+
 def _exists_at(dir_fd: int, name: str) -> bool:
     try:
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -350,7 +706,7 @@ def _exists_at(dir_fd: int, name: str) -> bool:
         return False
 
 
-def _entry_grants(spec: Spec, policy, protected) -> dict:
+def _entry_grants(spec: Spec, policy, protected, per_project) -> dict:
     """The real directory is no longer writable as a whole (the agent creates
     new entries in the copy; the allowed ones are moved back at exit): an
     existing entry is writable only when AGENT_CONFIG_KEEP names it and it
@@ -371,7 +727,14 @@ def _entry_grants(spec: Spec, policy, protected) -> dict:
         names = []
     for name in names:
         path = os.path.join(spec.real_dir, name)
-        if _scratch(spec, name, protected):
+        if _scratch(spec, name, protected) or name in spec.logins:
+            continue
+        if name in per_project:
+            # only this project's entries (made by _link_project_state);
+            # the parent and other projects' entries are not granted
+            writable += [os.path.join(path, key) for key in per_project[name]
+                         if not os.path.islink(path) and _is_dir(os.path.join(path, key))
+                         and not _protected(os.path.join(path, key), protected)]
             continue
         if (path in guarded or _protected(path, protected) or os.path.islink(path)
                 or not _named(name, spec.keep, _is_dir(path))):
@@ -420,14 +783,15 @@ def _write_new(path: str, data: bytes, mode: int = 0o600, dir_fd: int | None = N
 
 
 # ---------------------------------------------------------------- finish
-def _open_below(root_fd: int, relative: str, *, create: bool = False) -> int | None:
+def _open_below(root_fd: int, relative: str, *, create: bool = False,
+                mode: int = 0o755) -> int | None:
     """A directory below root opened component by component, no symlinks;
-    missing components made (0755) when `create`."""
+    missing components made (`mode`) when `create`."""
     fd = os.dup(root_fd)
     for part in [p for p in relative.split("/") if p]:
         if create:
             try:
-                os.mkdir(part, 0o755, dir_fd=fd)
+                os.mkdir(part, mode, dir_fd=fd)
             except FileExistsError:
                 pass
             except OSError:
@@ -518,7 +882,12 @@ def _merge_file(item: Guarded, copy_fd: int, base_text: str | None, theirs_io) -
 
         new_table = tomlkit.table
     conflicts = agentmerge.apply(theirs, kept, new_table)
-    write(_dump(kind, theirs).encode())
+    try:
+        write(_dump(kind, theirs).encode())
+    except _Unusable as exc:
+        return [], dropped, f"{exc}; nothing merged"
+    except OSError as exc:
+        return [], dropped, f"it could not be written ({exc.strerror}); nothing merged"
     return [c.path for c in kept if c.path not in conflicts], dropped + conflicts, ""
 
 
@@ -527,16 +896,51 @@ class _Unusable(Exception):
 
 
 def _home_io(item: Guarded, resolved: str | None):
-    """The user's home file, through their own symlink as at the start."""
-    def read():
-        real = os.path.realpath(item.real)
-        if resolved is None or real != resolved:
+    """The user's home file, through their own symlink as at the start: read
+    and written by descriptor, every component of the path resolved then
+    opened without following a symlink (from /), the file replaced by a
+    rename inside the directory read — never by name: a concurrent session
+    that swaps a directory on the way for a link (a writable parent such as
+    ~/.config with HOME_WRITABLE) between the check and the write would have
+    had the user's settings written wherever the link points."""
+    seen = {}
+
+    def parent_fd() -> int:
+        if resolved is None or os.path.realpath(item.real) != resolved:
             raise _Unusable("it leads elsewhere than when the session started")
-        data = _read(real)
-        if data is None and os.path.lexists(real):
-            raise _Unusable("your file cannot be read now")
-        return data
-    return read, lambda data: _replace(resolved, data)
+        top = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fd = _open_below(top, os.path.dirname(resolved))
+        finally:
+            os.close(top)
+        if fd is None:
+            raise _Unusable(f"{os.path.dirname(resolved)} is not the directory it was (a "
+                            "symlink on the way, or gone)")
+        return fd
+
+    def read():
+        fd = parent_fd()
+        try:
+            info = os.fstat(fd)
+            seen["dir"] = (info.st_dev, info.st_ino)
+            name = os.path.basename(resolved)
+            data = _read(name, dir_fd=fd)
+            if data is None and _exists_at(fd, name):
+                raise _Unusable("your file cannot be read now")
+            return data
+        finally:
+            os.close(fd)
+
+    def write(data: bytes):
+        fd = parent_fd()
+        try:
+            info = os.fstat(fd)
+            if seen.get("dir") != (info.st_dev, info.st_ino):
+                raise _Unusable(f"{os.path.dirname(resolved)} was replaced during the merge")
+            _replace_at(fd, os.path.basename(resolved), data)
+        finally:
+            os.close(fd)
+    return read, write
 
 
 def _project_io(item: Guarded, project: str):
@@ -587,20 +991,20 @@ def _project_io(item: Guarded, project: str):
     return read, write
 
 
-def _replace(path: str, data: bytes) -> None:
-    """Write `path` whole by a rename beside it, keeping its mode."""
+def _replace_at(dir_fd: int, name: str, data: bytes) -> None:
+    """Write `name` in the directory dir_fd whole, by a rename beside it,
+    keeping its mode (0600 for a new file)."""
     try:
-        mode = stat.S_IMODE(os.stat(path, follow_symlinks=False).st_mode)
+        mode = stat.S_IMODE(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
     except OSError:
         mode = 0o600
-    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-    temp = f"{path}.agent-sandbox-{os.urandom(6).hex()}"
+    temp = f".{name}.agent-sandbox-{os.urandom(6).hex()}"
     try:
-        _write_new(temp, data, mode)
-        os.replace(temp, path)
+        _write_new(temp, data, mode, dir_fd=dir_fd)
+        os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except OSError:
         try:
-            os.unlink(temp)
+            os.unlink(temp, dir_fd=dir_fd)
         except OSError:
             pass
         raise
@@ -621,14 +1025,17 @@ def _hidden(policy, path: str) -> bool:
 
 
 def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: list,
-               refused: list, spec: Spec | None = None) -> None:
+               refused: list, spec: Spec | None = None, per_project=None) -> None:
     """Entries of the copy (src_fd) that are not our links go to the real
     directory (dst_fd, named real_dir), walked by descriptor on both sides,
     never through a symlink. At the top (`spec` given) only the names
     AGENT_CONFIG_KEEP lists go back, and never a symlink; below a kept
     directory everything does. Nothing is ever renamed over a symlink, a
     directory or a protected path of the user's: only over a plain file the
-    session could write anyway (an allowed entry)."""
+    session could write anyway (an allowed entry). `per_project` (at the
+    top): parent → this project's names, the only entries of the copy's own
+    parent that go back."""
+    per_project = per_project or {}
     for name in sorted(os.listdir(src_fd)):
         target = os.path.join(real_dir, name)
         if name in skip:
@@ -638,6 +1045,21 @@ def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: 
             if stat.S_ISLNK(info.st_mode) and os.readlink(name, dir_fd=src_fd) == target:
                 continue                       # our own link
             is_dir = stat.S_ISDIR(info.st_mode)
+            if spec is not None and name in per_project:
+                # the copy's own parent: only this project's entries go back
+                inner, inner_dst = _open_below(src_fd, name), _open_below(dst_fd, name)
+                try:
+                    if inner is None or inner_dst is None:
+                        refused.append(target)
+                    else:
+                        _move_back(inner, inner_dst, target, protected, (), moved, refused,
+                                   spec._replace(keep=per_project[name], scratch=(),
+                                                 per_project=(), logins=()))
+                finally:
+                    for fd in (inner, inner_dst):
+                        if fd is not None:
+                            os.close(fd)
+                continue
             if spec is not None:
                 if _named(name, spec.scratch, is_dir):
                     continue                   # per session: dropped quietly
@@ -756,7 +1178,8 @@ def discard(record_path: str, why: str) -> None:
 
 
 def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected) -> dict:
-    outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": []}
+    outcome = {"kept": {}, "dropped": {}, "problems": {}, "moved": [], "refused": [],
+               "logins": []}
     base, resolved = record.get("base") or {}, record.get("resolved") or {}
     try:
         project_fd = os.open(os.path.basename(record["root"]) + ".project", _DIR, dir_fd=copies)
@@ -786,10 +1209,18 @@ def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected)
     try:
         if mirror_fd is not None and real_fd is not None:
             skip = {os.path.relpath(g.name, spec.mirror or ".") for g in spec.files
-                    if g.where == "home"}
+                    if g.where == "home"} | set(spec.logins)
+            if _registry_parents(spec):
+                from agent_sandbox.policy.agentstate import REGISTRY
+
+                skip.add(REGISTRY)     # the launcher keeps it; the agent's rewrite: dropped
+            per_project = {parent: tuple(keys) for parent, keys
+                           in (record.get("per_project") or {}).items()}
             _move_back(mirror_fd, real_fd, spec.real_dir,
                        tuple(protected) + tuple(g.real for g in spec.files), skip,
-                       outcome["moved"], outcome["refused"], spec)
+                       outcome["moved"], outcome["refused"], spec, per_project)
+        outcome["logins"] = _login_finish(spec, record, mirror_fd)
+        _restore_markers(spec, record, outcome["refused"])
     finally:
         for fd in (mirror_fd, real_fd):
             if fd is not None:
@@ -824,6 +1255,13 @@ def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str)
     if outcome["moved"]:
         say(f"{spec.profile}: kept what the session made at "
             f"{listed(outcome['moved'])}{when} (AGENT_CONFIG_KEEP)")
+    if outcome["logins"]:
+        say(f"{spec.profile}: the session's login changed (a token refresh, or another "
+            f"login){when}: later sandboxed sessions use it; {listed(outcome['logins'])} "
+            f"outside is unchanged. If you logged in inside on purpose, run "
+            f"`agent-sandbox config adopt-login {spec.profile}` (outside) to use it in your "
+            f"own runs too; `agent-sandbox config adopt-login --discard {spec.profile}` "
+            "drops it.")
     if outcome["refused"]:
         say(f"{spec.profile}: dropped what the session made at "
             f"{listed(outcome['refused'])}{when} — only the entries the "

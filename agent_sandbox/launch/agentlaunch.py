@@ -33,7 +33,8 @@ from agent_sandbox.errors import NOT_FOUND, SandboxError
 
 # agentcopy.start reads these policy fields (they must be the compiled
 # policy's own) and writes these (kept as they were before and after it).
-COPY_READS = ("home", "session_id", "protected", "hidden", "backend", "project_dir")
+COPY_READS = ("home", "session_id", "protected", "hidden", "backend", "project_dir",
+              "workdir")
 COPY_WRITES = ("extra_writable", "session_files", "home_writable", "home_readonly")
 KEY_FROM_ENVIRON = "\x00the key from the environment"   # no real key holds NUL
 URL_FROM_ENVIRON = "\x00the base URL from the environment"

@@ -36,6 +36,21 @@ key, whatever it contains (a project path with dots is one key). TYPE:
   removals are dropped.
 
 No TYPE: a scalar (bool, int, finite number, string) — never a table or list.
+
+Strings an agent later reads (its system prompt carries `language`, a model
+name, an output style; issue 27) are never free text in a shipped or loaded
+profile: `str`, `strs` and no TYPE are refused by `pattern_problem` (the
+profile loader), and a kept string has one of the constrained kinds
+(STRING_KINDS — each a strict pattern, so no sentence, no shell syntax, no
+newline) or is one of an enum's literals:
+
+- `uuid`, `hex` (an id, a hash), `version` (1.2.3, 2.1.330-beta.1),
+  `isotime` (2025-01-31T12:00:00.000Z), `name` (a model or style name:
+  letters, digits and `._:/@[]-`, no space, ≤ 128), `language` (one of
+  LANGUAGES, the language names and ISO 639-1 codes Claude Code is told to
+  answer in);
+- `enum(a|b|…)`: one of these strings, or the key removed (a choice like a
+  theme, where going back to the default is no grant — unlike `A|B`).
 """
 from __future__ import annotations
 
@@ -43,6 +58,12 @@ import math
 from collections import namedtuple
 from collections.abc import Mapping, MutableMapping
 from fnmatch import fnmatchcase
+
+# The kinds' names and patterns are the profile's vocabulary (the loader
+# checks them): one source, config/agentkeys.py.
+from agent_sandbox.config.agentkeys import (FREE_TEXT as _FREE_TEXT, LANGUAGES,  # noqa: F401
+                                            PLAIN_KINDS as _PLAIN_KINDS, STRING_KINDS,
+                                            pattern_problem)
 
 MISSING = object()
 
@@ -85,6 +106,10 @@ def _scalar(value) -> bool:
     return isinstance(value, float) and math.isfinite(value)
 
 
+def _fits(kind: str, value: str) -> bool:
+    import re
+
+    return re.fullmatch(STRING_KINDS[kind], value) is not None
 def _literal(word: str):
     return {"true": True, "false": False}.get(word, word)
 
@@ -103,6 +128,12 @@ def _typed(kind: str, value) -> bool:
         return isinstance(value, str)
     if kind == "strs":
         return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if kind in STRING_KINDS:
+        return isinstance(value, str) and _fits(kind, value)
+    if kind == "language":
+        return isinstance(value, str) and value.lower() in LANGUAGES
+    if kind.startswith("enum(") and kind.endswith(")"):
+        return isinstance(value, str) and value in kind[5:-1].split("|")
     # an enum of literals (compared with their type: True is not 1)
     return any(type(value) is type(lit) and value == lit
                for lit in map(_literal, kind.split("|")))
@@ -142,7 +173,9 @@ def _judge(here, kind, bv, ov, kept, dropped) -> None:
         if len(good) != len(added) or any(v not in ov for v in before):
             dropped.append(here)        # a removal or a rule that grants execution
         return
-    enum = kind not in ("", "scalar", "bool", "int", "num", "str", "strs")
+    # a literal enum (A|B: a revocation) is never removed; a kind may be
+    enum = not (kind in _FREE_TEXT or kind in _PLAIN_KINDS or kind in STRING_KINDS
+                or kind == "language" or kind.startswith("enum("))
     if ov is MISSING:
         (dropped if enum else kept).append(here if enum else Change(here, MISSING))
     elif _typed(kind, ov):

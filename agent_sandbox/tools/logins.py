@@ -1,8 +1,8 @@
 """doctor's "agent logins" item: which login each agent would use here — an
 API key from the environment (brokered in NETWORK_MODE=allowlist when its
 profile can: the key never enters the sandbox) or an OAuth/subscription
-login file in the agent's writable state (readable inside the sandbox, so
-not protected from a prompt-injected agent; out of scope of brokering,
+login file (a copy of it is readable inside the sandbox, so not protected
+from a prompt-injected agent; out of scope of brokering,
 docs/network.md). Never prints a key or a token, only names and paths.
 Pure but for the existence checks of the login files.
 """
@@ -58,8 +58,9 @@ def logins_item(home: str, environ, brokered: dict) -> Item:
                     "login file found", data={"agents": found})
     if oauth:
         return Item("agent logins", GAPS, "; ".join(parts),
-                    "an OAuth/subscription login lives in the agent's writable state, which "
-                    "the agent (and a prompt injected into it) can read inside the sandbox; "
+                    "an OAuth/subscription login is readable inside the sandbox by the agent "
+                    "(and a prompt injected into it) — a copy from the sandbox's own login "
+                    "store, never written back to your file; "
                     "an API key with NETWORK_MODE=allowlist and API_KEY_BROKERING=true never "
                     "enters it (docs/network.md)", data={"agents": found})
     return Item("agent logins", GO, "; ".join(parts), data={"agents": found})

@@ -31,7 +31,8 @@ from tests.integration.agentmock import FINAL, MockAPI
 AGENTS = Path(os.environ.get("AGENT_SANDBOX_TEST_AGENTS", "/opt/agent-sandbox-agents"))
 AGENT_BIN = AGENTS / "node_modules" / ".bin"
 STATE = (".claude", ".claude.json", ".codex", ".gemini", ".cache/agent-sandbox",
-         ".local/state/agent-sandbox/agents", "planted", "tools", "rt", ".npmrc", "npm-global")
+         ".local/state/agent-sandbox/agents", ".local/state/agent-sandbox/logins", "planted",
+         "tools", "rt", ".npmrc", "npm-global")
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +105,11 @@ def test_claude_bash_tool_runs_inside_with_its_own_sandbox_off(user, project, ho
     assert settings.read_text() == '{"sandbox": {"enabled": true}}\n'      # never edited
     system = json.dumps([b.get("system") for b in bodies])
     assert "You are running inside agent-sandbox" in system                # told
+    # Its transcript lands in this project's entry of projects/, the only one
+    # granted (AGENT_CONFIG_PER_PROJECT: the encoding is Claude Code's own).
+    entry = "".join(c if c.isalnum() else "-" for c in str(project))
+    assert [p.name for p in (home / ".claude/projects").iterdir()] == [entry]
+    assert list((home / ".claude/projects" / entry).glob("*.jsonl")), result.stderr
 
 
 def test_codex_exec_shell_tool_runs_inside_with_its_own_sandbox_off(user, project, home, clis):
@@ -150,6 +156,13 @@ def test_gemini_shell_tool_runs_inside_with_its_own_sandbox_off(user, project, h
     assert len(results) == 1, (results, result.stderr)
     assert "id_rsa: No such file or directory" in results[0] and "done-running" in results[0]
     assert not (home / "planted").exists()
+    # Its chat lands in this project's registry entry (AGENT_CONFIG_PER_PROJECT),
+    # registered by the launcher as Gemini would (the registry is read-only inside).
+    slug = json.loads((home / ".gemini/projects.json").read_text())["projects"][str(project)]
+    assert [p.name for p in (home / ".gemini/tmp").iterdir()] == [slug]
+    assert (home / ".gemini/tmp" / slug / ".project_root").read_text() == str(project)
+    assert list((home / ".gemini/tmp" / slug).rglob("*.json*")), result.stderr
+    assert "projects.json" not in result.stderr     # the registry it rewrites: dropped quietly
 
 
 def test_gemini_own_sandbox_stays_off_whatever_the_user_asks(user, project, home, clis):
@@ -164,14 +177,22 @@ def test_gemini_own_sandbox_stays_off_whatever_the_user_asks(user, project, home
 
 # ---------------------------------------------------------------- persistence, real CLIs
 def test_codex_login_with_api_key_persists(user, project, home, clis):
+    # A login made inside persists for later sandboxed sessions (the
+    # sandbox's login store), never written to the real auth.json until the
+    # user adopts it outside (issue 27: a swapped login must not reach the
+    # user's unsandboxed runs).
     env = agent_env(user, clis)
     result = run_agent(user, project, ["codex", "login", "--with-api-key"], env,
                        input="sk-kept-123\n")
     assert result.returncode == 0, result.stderr
-    assert json.loads((home / ".codex/auth.json").read_text())["OPENAI_API_KEY"] == "sk-kept-123"
+    assert not (home / ".codex/auth.json").exists()
+    assert "config adopt-login codex" in result.stderr
     again = run_agent(user, project, ["codex", "login", "status"], env)
     assert again.returncode == 0 and "API key" in again.stderr + again.stdout
     assert not list((home / ".local/state/agent-sandbox-run/agents").iterdir())     # copy removed
+    adopt = run_agent(user, project, ["config", "adopt-login", "codex"], env)
+    assert adopt.returncode == 0, adopt.stderr
+    assert json.loads((home / ".codex/auth.json").read_text())["OPENAI_API_KEY"] == "sk-kept-123"
 
 
 def test_mcp_servers_added_inside_are_dropped_and_reported(user, project, home, clis):

@@ -119,7 +119,7 @@ def fake_policy(home: str, backend: str = "bwrap"):
     project = f"{home}/proj"
     return SimpleNamespace(
         env={}, home=home, session_id="s1", extra_writable=(), backend=backend,
-        project_dir=project, hidden=(f"{home}/.ssh",),
+        project_dir=project, workdir=project, hidden=(f"{home}/.ssh",),
         home_writable=(f"{home}/.claude", f"{home}/.cache/claude"), home_readonly=(),
         protected=(Protected(f"{home}/.claude/hooks", True, False),
                    Protected(f"{project}/.claude/settings.local.json", False, False)),
