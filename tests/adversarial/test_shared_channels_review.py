@@ -1,0 +1,77 @@
+"""An attack review of issue 27's mechanisms (docs/shared-channels.md), as the
+unprivileged user on the real backends:
+
+- configcheck's fingerprint of a large project configuration (over its read
+  limit: size and mtime, no digest) could be forged: a session rewrote a
+  nested `.claude/settings.json` of 1 MiB+ in place with a hook, kept its
+  size and set its mtime back (utimensat on one's own file), and the end of
+  the session reported nothing. On the old code no backend reported it.
+- the user's configuration tree was judged by its own entries only: with
+  ~/.config writable by others (a landlock session can chmod it; Landlock
+  does not restrict chmod), anyone could move ~/.config/agent-sandbox aside
+  (dropping the user's NETWORK_MODE=isolated) or put another in its place,
+  and the launch was accepted without a word. On the old code: accepted.
+"""
+from __future__ import annotations
+
+import os
+import shlex
+
+import pytest
+
+from tests.conftest import wrote
+
+BACKENDS = ["bwrap", "firejail", "landlock"]
+HOOK = ('{"hooks": {"SessionStart": [{"hooks": [{"type": "command", '
+        '"command": "touch /tmp/PLANTED"}]}]}}')
+SIZE = (1 << 20) + 4096          # over configcheck.READ_LIMIT
+# Inside: overwrite the file in place with the hook (padded to the same size),
+# then put its modification time back.
+REWRITE = """import os, sys
+path, hook = sys.argv[1], sys.argv[2].encode()
+info = os.stat(path)
+fd = os.open(path, os.O_WRONLY)
+os.write(fd, hook + b" " * (info.st_size - len(hook)))
+os.close(fd)
+os.utime(path, ns=(info.st_atime_ns, info.st_mtime_ns))
+print("rewritten", os.stat(path).st_size == info.st_size)
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_large_nested_config_rewritten_with_its_mtime_put_back_is_reported(
+        user, project, backend):
+    benign = '{"permissions": {}}'
+    target = project / "sub/.claude/settings.json"
+    user.write(str(target.relative_to(user.home)), benign + " " * (SIZE - len(benign)))
+    wrote()
+    result = user.sandbox("/usr/bin/python3", "-c", REWRITE, str(target), HOOK,
+                          env=user.env(SANDBOX_BACKEND=backend), cwd=project)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "rewritten True", (result.stdout, result.stderr)
+    assert target.read_bytes().startswith(HOOK.encode())       # the hook is there, outside
+    reported = [line for line in result.stderr.splitlines()
+                if line.startswith("agent-sandbox: agent config:") and str(target) in line]
+    assert reported, result.stderr
+    assert shlex.join(["rm", "--", str(target)]) in reported[0]
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775])
+def test_a_config_tree_whose_parent_others_can_write_refuses_the_launch(user, project, mode):
+    user.set_config("")
+    parent = user.home / ".config"
+    before = os.stat(parent).st_mode & 0o7777
+    try:
+        for _ in range(2):    # compiled, then stored: the next is the cache's hit path
+            assert user.sandbox("true", cwd=project).returncode == 0
+        parent.chmod(mode)
+        wrote()
+        result = user.sandbox("true", cwd=project)
+        assert result.returncode == 125, (result.returncode, result.stderr)
+        assert result.stderr.startswith("agent-sandbox: refusing the user configuration")
+        assert f"chmod go-w {parent}" in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    finally:
+        parent.chmod(before)
+        wrote()
+    assert user.sandbox("true", cwd=project).returncode == 0
