@@ -11,14 +11,22 @@ unprivileged user on the real backends:
   does not restrict chmod), anyone could move ~/.config/agent-sandbox aside
   (dropping the user's NETWORK_MODE=isolated) or put another in its place,
   and the launch was accepted without a word. On the old code: accepted.
+- the socket walk skipped a directory it could not list, on the claim that
+  nothing in it is reachable inside either — but a directory with search
+  and no read permission (mode 0300, which a HOME_ACCESS=write session can
+  set on any directory of the home) is traversed by name: a tmux-like
+  server's socket there, at a name the agent knows, stayed connectable
+  through the read-only home. On the old code: reached on bwrap and firejail.
 """
 from __future__ import annotations
 
 import os
 import shlex
+import uuid
 
 import pytest
 
+from tests.adversarial.test_shared_sockets import Server, _attack
 from tests.conftest import wrote
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
@@ -75,3 +83,24 @@ def test_a_config_tree_whose_parent_others_can_write_refuses_the_launch(user, pr
         parent.chmod(before)
         wrote()
     assert user.sandbox("true", cwd=project).returncode == 0
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_socket_in_a_directory_the_walk_cannot_list_is_not_connectable(
+        user, project, backend):
+    name = f"s{uuid.uuid4().hex[:6]}"
+    user.write(f".cache/{name}/neighbour", "x\n")
+    directory = user.home / ".cache" / name
+    # A session that may write the home makes the directory searchable only.
+    prepare = user.sandbox("/bin/chmod", "0300", str(directory), options=("--backend", backend),
+                           cwd=project, env=user.env(HOME_ACCESS="write"))
+    assert prepare.returncode == 0, prepare.stderr
+    assert os.stat(directory).st_mode & 0o777 == 0o300
+    server = Server(user, directory / "t")      # the user's server, outside, later
+    try:
+        out = _attack(user, project, server.path, backend, HOME_ACCESS="read")
+        assert out.startswith("refused"), out
+        assert "reached" not in out, out
+    finally:
+        server.close()
+        directory.chmod(0o700)
