@@ -17,11 +17,17 @@ unprivileged user on the real backends:
   set on any directory of the home) is traversed by name: a tmux-like
   server's socket there, at a name the agent knows, stayed connectable
   through the read-only home. On the old code: reached on bwrap and firejail.
+- a package store of the user's that did not exist yet was not kept
+  read-only in a writable tree (only existing ones were): with
+  HOME_WRITABLE=(.cache) a session made ~/.cache/pip and ~/.cache/uv in the
+  real home and filled them for the user's next install outside. On the old
+  code: made on bwrap and firejail (landlock grants no such tree).
 """
 from __future__ import annotations
 
 import os
 import shlex
+import shutil
 import uuid
 
 import pytest
@@ -104,3 +110,30 @@ def test_a_socket_in_a_directory_the_walk_cannot_list_is_not_connectable(
     finally:
         server.close()
         directory.chmod(0o700)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_missing_package_store_in_a_writable_tree_is_not_made_for_the_outside(
+        user, project, backend):
+    stores = [user.home / ".cache" / tool for tool in ("pip", "uv")]
+    for store in stores:
+        shutil.rmtree(store, ignore_errors=True)
+    user.write(".cache/neighbour", "x\n")
+    user.set_config("HOME_WRITABLE=(.cache)\n")
+    try:
+        plant = ("for d in pip/http-v2 uv/archive-v0; do mkdir -p ~/.cache/$d && "
+                 "echo poisoned > ~/.cache/$d/entry && echo $d=made; done; "
+                 "echo kept > ~/.cache/neighbour && echo neighbour=written; true")
+        result = user.sandbox("/bin/sh", "-c", plant, env=user.env(SANDBOX_BACKEND=backend),
+                              cwd=project)
+        assert result.returncode == 0, result.stderr
+        poisoned = [str(p) for p in (stores[0] / "http-v2/entry", stores[1] / "archive-v0/entry")
+                    if p.exists()]
+        assert poisoned == [], (poisoned, result.stdout, result.stderr)
+        if backend != "landlock":       # the tree itself stays writable
+            assert "neighbour=written" in result.stdout, result.stderr
+            assert (user.home / ".cache/neighbour").read_text() == "kept\n"
+    finally:
+        user.set_config("")
+        for store in stores:
+            shutil.rmtree(store, ignore_errors=True)
