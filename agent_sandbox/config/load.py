@@ -72,7 +72,7 @@ def _read_admin(path: str) -> str | None:
         return handle.read()
 
 
-def check_user_tree(config_dir: str, uid: int | None = None) -> None:
+def check_user_tree(config_dir: str, uid: int | None = None, home: str | None = None) -> None:
     """The user's configuration tree decides how every sandbox of the user
     runs (HOME_ACCESS, NETWORK_MODE, profiles in agents/): it is trusted only
     when no one else can change it, as the admin file must be root's alone.
@@ -82,8 +82,13 @@ def check_user_tree(config_dir: str, uid: int | None = None) -> None:
     launch is refused, naming the path and the command that fixes it. The
     walk is by name with os.lstat/os.scandir, so the plan cache's recorder
     fingerprints each entry's mode and owner: a chmod after a compile makes
-    the next launch compile, and refuse, again."""
+    the next launch compile, and refuse, again. The directories above it
+    (up to the home, or to / for a tree outside it) are held to the same
+    rule, a sticky one excepted: whoever can write ~/.config can move the
+    tree aside or put another in its place (a Landlock session can chmod
+    it)."""
     uid = os.getuid() if uid is None else uid
+    _check_parents(config_dir, uid, home)
     stack = [config_dir]
     listed: set[tuple[int, int]] = set()    # a linked directory loop is walked once
     while stack:
@@ -116,6 +121,35 @@ def check_user_tree(config_dir: str, uid: int | None = None) -> None:
                 continue
 
 
+def _check_parents(config_dir: str, uid: int, home: str | None) -> None:
+    """check_user_tree's rule for the directories that hold the tree."""
+    from agent_sandbox.paths import is_within
+
+    config_dir = os.path.normpath(os.path.abspath(config_dir))
+    stop = os.path.normpath(home) if home and is_within(config_dir, home) else None
+    parent = os.path.dirname(config_dir)
+    while parent != stop:
+        try:
+            info = os.lstat(parent)
+            if stat.S_ISLNK(info.st_mode):
+                info = os.stat(parent)
+        except OSError:
+            info = None
+        if info is not None and not info.st_mode & stat.S_ISVTX and (
+                info.st_uid not in (uid, 0) or info.st_mode & (stat.S_IWGRP | stat.S_IWOTH)):
+            who = (f"owned by uid {info.st_uid}" if info.st_uid not in (uid, 0) else
+                   f"writable by {'others' if info.st_mode & stat.S_IWOTH else 'its group'} "
+                   f"(mode {stat.S_IMODE(info.st_mode):04o})")
+            raise ConfigError(
+                f"refusing the user configuration {config_dir} — the directory holding it, "
+                f"{parent}, is {who}, so another user could move your configuration aside "
+                f"or put theirs in its place. Check it, then run: chmod go-w {parent}",
+                reason="unsafe_user_config")
+        if parent == "/":
+            break
+        parent = os.path.dirname(parent)
+
+
 def gather_layers(*, home: str, user: str, admin_path: str = ADMIN_CONFIG,
                   profile=None) -> list[tuple[str, str, str]]:
     """(kind, path, text) of every config file that may apply, in layer order;
@@ -134,7 +168,7 @@ def gather_layers(*, home: str, user: str, admin_path: str = ADMIN_CONFIG,
     if admin is not None:
         layers.append(("admin", admin_path, admin))
     config_dir = user_config_dir(home)
-    check_user_tree(config_dir)
+    check_user_tree(config_dir, home=home)
     user_text = _read(os.path.join(config_dir, "sandbox.conf"))
     if user_text is not None:
         layers.append(("user", os.path.join(config_dir, "sandbox.conf"), user_text))

@@ -18,7 +18,7 @@ the next launch after a killed launcher report it too):
 - `snapshot(project)` (launch): a bounded walk of the project that never
   follows a symlink and does not enter `.git`; for every entry of the table
   found in any directory, a fingerprint of each file below it (its content's
-  digest; a symlink's target).
+  digest, or its size, ctime and inode beyond 1 MiB; a symlink's target).
 - `evaluate(project, before)` (end): the walk again; every file that is new
   or changed since the snapshot and not empty (an empty file runs nothing: a
   placeholder) is a Finding — the file, who obeys it, the commands it names
@@ -101,13 +101,16 @@ def _fingerprint(path: str, info) -> str | None:
         return None
     if info.st_size == 0:
         return ""
+    # Beyond the read limit (or unreadable) a file is known by its metadata:
+    # its ctime, which no one but the clock sets — an mtime the session can
+    # put back with utimensat after rewriting the file in place.
     if info.st_size > READ_LIMIT:
-        return f"large:{info.st_size}:{info.st_mtime_ns}:{info.st_ino}"
+        return f"large:{info.st_size}:{info.st_ctime_ns}:{info.st_ino}"
     from agent_sandbox.paths import read_regular
 
     data = read_regular(path, READ_LIMIT)
     if not isinstance(data, bytes):
-        return f"unreadable:{info.st_size}:{info.st_mtime_ns}"
+        return f"unreadable:{info.st_size}:{info.st_ctime_ns}:{info.st_ino}"
     from chaperon.paths import sha256   # _sha256 where built in: no OpenSSL at a launch
 
     return "sha256:" + sha256(data).hexdigest()

@@ -125,7 +125,11 @@ def outermost(roots) -> list[str]:
 
 
 def message(found, complete: bool = True) -> str:
-    shown = ", ".join(f"{path} ({links} links)" for path, links in found[:SHOWN])
+    # The names are the session's (a file in the project): escaped, so that
+    # no name prints a line or a terminal escape of its choosing.
+    from agent_sandbox.tools.logs import clean
+
+    shown = ", ".join(f"{clean(path)} ({links} links)" for path, links in found[:SHOWN])
     more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""
     partial = "" if complete else " (the walk stopped early: there may be more)"
     return (f"{len(found)} file(s) the sandbox can write have another name outside its "

@@ -271,7 +271,24 @@ def resolve(*, project_dir: str | None, backend: str | None, environ, profile=No
 
     walk = socket_walker(ACTIVE[-1] if ACTIVE else None)
     return settings, selection, resolve_policy(settings, ctx, backend=selection.name,
-                                               socket_walk=walk)
+                                               socket_walk=walk, make_store=_make_store)
+
+
+def _make_store(home: str, place: str) -> None:
+    """A package store of the user's that a writable tree would let a
+    session make and fill for the user's next install outside, made empty
+    (0700, by descriptor from the home, unrecorded) so that the plan keeps
+    it read-only (policy/caches.py missing_inside_writable). Best effort: a
+    place that cannot be made (a symlink in its way) is not kept read-only,
+    which the compile then sees."""
+    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.paths import NotOwnDirectory, open_own_dir
+
+    with Paused(ACTIVE[-1] if ACTIVE else None):
+        try:
+            os.close(open_own_dir(home, os.path.relpath(place, home), create=True))
+        except (OSError, NotOwnDirectory):
+            pass
 
 
 def plan_for(settings, selection, policy, command: list[str], *, profile=None,

@@ -140,6 +140,20 @@ def inside_writable(stores, roots) -> tuple[str, ...]:
     return tuple(dict.fromkeys(kept))
 
 
+def missing_inside_writable(stores, roots, home: str) -> tuple[str, ...]:
+    """The user's stores, below the home, that do not exist yet but lie in a
+    writable tree `roots` (HOME_WRITABLE+=(.cache)): a session would make
+    one there and fill it for the user's next install outside. The launcher
+    makes each (empty, 0700) before the compile looks, so that it is kept
+    read-only like the existing ones (`inside_writable`)."""
+    missing = []
+    for place, _tool in stores:
+        if is_within(place, home) and place != home and not os.path.lexists(place) \
+                and any(is_within(place, root) and place != root for root in roots):
+            missing.append(place)
+    return tuple(dict.fromkeys(missing))
+
+
 def own_cache(home: str, project: str) -> str:
     """The sandbox's own cache directory for `project` (a real path)."""
     try:   # built into CPython; hashlib loads OpenSSL

@@ -357,10 +357,13 @@ def _slurm_boundary(system: tuple[str, ...], environ,
 
 
 def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
-                   chaperon: tuple[str, str] | None = None, socket_walk=find_sockets) -> Policy:
+                   chaperon: tuple[str, str] | None = None, socket_walk=find_sockets,
+                   make_store=None) -> Policy:
     """`chaperon` is (session dir, staging dir) when a chaperon serves Slurm.
     `socket_walk` finds the sockets in shown trees (sockets.find_sockets; a
-    compile for the plan cache passes one that records what it saw)."""
+    compile for the plan cache passes one that records what it saw).
+    `make_store(home, path)`: the launcher's, makes a missing package store
+    of the user's that lies in a writable tree (caches.missing_inside_writable)."""
     warnings: list[str] = list(settings.warnings)
     home = ctx.home
     hidden = _hidden_paths(settings, home)
@@ -416,6 +419,10 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     # The user's package stores inside a writable tree stay read-only there,
     # like the install (policy/caches.py): HOME_ACCESS=write, HOME_WRITABLE+=(.cache),
     # a UV_CACHE_DIR in the project.
+    if make_store is not None:
+        for place in caches.missing_inside_writable(
+                stores, (project,) + home_writable + extra_writable, home):
+            make_store(home, place)
     store_overlays = caches.inside_writable(
         stores, (project,) + home_writable + extra_writable
         + ((home,) if settings.HOME_ACCESS == "write" else ()))

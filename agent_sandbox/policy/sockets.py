@@ -51,9 +51,9 @@ NO_RESOLVER = ("allowlist", "isolated")
 
 def find_sockets(trees, prune=(), facts: list | None = None) -> tuple[str, ...]:
     """Every pathname unix socket in `trees` (a tree may itself be one), not
-    below a path in `prune`, sorted. Symbolic links are not followed;
-    unreadable directories are skipped (nothing in them is reachable inside
-    either: the view shows the same permissions). `facts`, if given, gets
+    below a path in `prune`, sorted. Symbolic links are not followed; a
+    directory that cannot be listed counts as one (hidden whole: its entries
+    may still be reached by name). `facts`, if given, gets
     one Listed per directory listed (what a cached plan rechecks)."""
     found: list[str] = []
     stack = [os.path.normpath(t) for t in dict.fromkeys(trees)]
@@ -74,6 +74,14 @@ def find_sockets(trees, prune=(), facts: list | None = None) -> tuple[str, ...]:
             continue
         listed = _list(path)
         if listed is None:
+            # Unlistable is not unreachable: a directory with search but no
+            # read permission (0300, which a session that may write the home
+            # can set) is traversed by name, a socket in it at a name the
+            # agent knows connectable. It goes whole, like a socket; its
+            # record (UNLISTED) makes a cached plan recompile once it changes.
+            found.append(path)
+            if facts is not None:
+                facts.append(Listed(path, _signature(info), UNLISTED, ()))
             continue
         sockets, dirs = listed
         found += [os.path.join(path, name) for name in sockets]
@@ -81,6 +89,11 @@ def find_sockets(trees, prune=(), facts: list | None = None) -> tuple[str, ...]:
         if facts is not None:
             facts.append(Listed(path, _signature(info), sockets, dirs))
     return tuple(sorted(found))
+
+
+# The sockets recorded for a directory the walk could not list: no listing
+# equals it, so a recheck of one that changed recompiles.
+UNLISTED = ("",)
 
 
 class Listed(NamedTuple):

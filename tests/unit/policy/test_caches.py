@@ -122,3 +122,23 @@ def test_a_store_the_callers_variable_puts_in_the_project_stays_read_only(home):
     (home / "proj" / ".uv-cache").mkdir()
     policy = policy_for(home, environ={"UV_CACHE_DIR": str(home / "proj/.uv-cache")})
     assert str(home / "proj/.uv-cache") in policy.readonly_overlays
+
+
+def test_a_missing_store_in_a_writable_tree_is_made_and_kept_read_only(home):
+    (home / ".cache").mkdir(exist_ok=True)
+    stores = caches.user_stores(str(home), {})
+    missing = caches.missing_inside_writable(stores, (str(home / ".cache"),), str(home))
+    assert str(home / ".cache/yarn") in missing and str(home / ".cache/deno") in missing
+    assert all(p.startswith(str(home / ".cache") + "/") for p in missing), missing
+    assert caches.missing_inside_writable(stores, (str(home / "elsewhere"),), str(home)) == ()
+    made = []
+
+    def make(base, place):
+        made.append(place)
+        os.makedirs(place, exist_ok=True)
+
+    policy = resolve_policy(settings_for(home, "HOME_WRITABLE=(.cache)"),
+                            context(home, environ={"PATH": "/usr/bin:/bin"}),
+                            backend="bwrap", make_store=make)
+    assert str(home / ".cache/yarn") in made
+    assert str(home / ".cache/yarn") in policy.readonly_overlays
