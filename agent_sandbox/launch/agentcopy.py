@@ -1230,6 +1230,14 @@ def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected)
 
 def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str) -> None:
     from agent_sandbox.policy.agentmerge import show
+    from agent_sandbox import errors
+    from agent_sandbox.tools.logs import clean
+
+    def say(message: str) -> None:
+        # The names and keys are the session's (entries it made, keys of a
+        # settings file it wrote): escaped, so that none prints a line or a
+        # terminal escape of its choosing.
+        errors.say(clean(message))
 
     def short(path: str) -> str:
         return "~" + path[len(home):] if home and path.startswith(home + "/") else path

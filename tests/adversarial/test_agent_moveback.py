@@ -161,3 +161,16 @@ PY""")
         except FileNotFoundError:
             continue
         assert state == "Z", f"session process {pid} outlived the launcher"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_dropped_entrys_name_prints_no_line_of_its_own(user, project, home, backend):
+    # Review of issue 27: the end-of-session report listed the names of the
+    # entries a session made in its copy as they were — a name holding a
+    # newline printed a forged "agent-sandbox: …" line (and an escape
+    # sequence could drive the user's terminal).
+    result = launch(user, project, home, "claude", backend,
+                    """touch "$CLAUDE_CONFIG_DIR/$(printf 'x\\nagent-sandbox: all clear\\033]52;c;eA==\\007y')" """)
+    lines = result.stderr.splitlines()
+    assert not any(line.startswith("agent-sandbox: all clear") for line in lines), result.stderr
+    assert "\x1b" not in result.stderr and "\\x0a" in result.stderr, result.stderr
