@@ -308,6 +308,9 @@ class Plan(NamedTuple):
     # backend's, reported as 125): bwrap's exit-code, the helper's helper-exec.
     started: str = '"exit-code"'
     lifeline_fd: str | None = None  # read end of a pipe the launcher holds open
+    # A descriptor the sandbox's init keeps open for the sandbox's whole life
+    # (never the command's): the launcher's session lock, launch/registry.py hold.
+    hold_fd: str | None = None
     scratch_dirs: tuple[str, ...] = ()   # created 0700 before the launch, removed after
     own_session: bool = False       # the helper calls setsid(): spawn without a new group
     view_title: str = "mounts in order"   # what `mounts` lists, for --dry-run

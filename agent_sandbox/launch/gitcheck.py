@@ -492,6 +492,7 @@ def recover(home: str, *, environ=None, out=None) -> None:
     running = {str(r.get("session")) for _, r in records
                if registry.judge(r, host=host, boot=boot, lookup=registry.lookup_proc)
                in (registry.LIVE, registry.FOREIGN)}
+    running |= registry.held_by_others(home, None)   # a sandbox outliving its launcher
     git = gitrepo.find_git((environ or os.environ).get("PATH", ""))
     for name in names:
         if name.rpartition(".")[0] in running:

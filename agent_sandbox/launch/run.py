@@ -35,6 +35,13 @@ def _install_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
+def _anchors(policy) -> tuple[str, ...]:
+    """Where placeholders are walked from (launch/placeholders.py): the
+    project, the home and the writable trees, as the configuration names them."""
+    return ((policy.project_dir, policy.home) + tuple(policy.home_writable)
+            + tuple(policy.extra_writable))
+
+
 def launch_context(project_dir: str | None, environ):
     from agent_sandbox.policy.resolve import LaunchContext
 
@@ -582,9 +589,11 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             # launches and ends of one project never race (placeholders.py).
             from agent_sandbox.launch import gitcheck, placeholders, registry
 
-            created, record, snapshot = [], None, None
+            created, record, snapshot, hold = [], None, None, None
             try:
                 with placeholders.project_lock(policy.home, policy.project_dir):
+                    # Held by the sandbox too, while it lives (registry.py).
+                    hold = registry.hold(policy.home, policy.session_id, policy.project_dir)
                     record = registry.register(
                         policy.home, session=policy.session_id,
                         backend=plan.backend, project=policy.project_dir,
@@ -594,8 +603,10 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     if session:
                         session.attach(record)
                     placeholders.exclude(policy.project_dir, prepared.placeholders)
-                    created = placeholders.create(prepared.placeholders)
-                    placeholders.remember(policy.home, policy.project_dir, created)
+                    try:
+                        placeholders.create(prepared.placeholders, _anchors(policy), created)
+                    finally:   # also what was made before a refusal
+                        placeholders.remember(policy.home, policy.project_dir, created)
                 snapshot = gitcheck.start(policy)
                 if plan.backend in ("landlock", "bwrap"):
                     from agent_sandbox.launch import reap
@@ -612,7 +623,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
                                 title=policy.prompt + os.path.basename(command[0]),
                                 after_spawn=(lambda gone: [p.ready(gone) for p in proxies])
-                                if proxies else None, orphans=orphans)
+                                if proxies else None, orphans=orphans, hold=hold)
             finally:
                 if any(reaping):
                     survivors.extend(reap.sweep())
@@ -624,6 +635,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     registry.unregister(record)
                     placeholders.release(policy.home, policy.project_dir, policy.session_id,
                                          created)
+                    registry.unhold(policy.home, policy.session_id, policy.project_dir, hold)
         finally:
             for started in sessions:   # also one whose plan was refused
                 started.stop()
