@@ -138,3 +138,40 @@ def test_a_sandbox_outliving_its_killed_launcher_keeps_its_placeholders(user, pr
     result = user.sandbox("true", options=("--backend", "bwrap"), cwd=project)
     assert result.returncode == 0, result.stderr
     assert not envrc.exists() and not hooks.exists()
+
+
+# ---------------------------------------------------------------- git
+MAKE_REPOSITORY = ("mkdir .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD "
+                   "&& echo became-one")
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_project_that_is_no_repository_cannot_become_one(user, project, backend):
+    """Its `.git` holds only the placeholders: read-only as a whole (firejail
+    bound it writable, with read-only files in it)."""
+    result = user.sandbox("/bin/sh", "-c", MAKE_REPOSITORY, options=("--backend", backend),
+                          cwd=project)
+    assert "became-one" not in result.stdout, result.stderr
+    assert not (project / ".git" / "HEAD").exists()
+
+
+DEEP_MODULE = ".git/modules/a/b/c/d/e/f"
+PLANT_MODULE = (f"mkdir -p {DEEP_MODULE}/objects {DEEP_MODULE}/refs "
+                f"&& echo 'ref: refs/heads/main' > {DEEP_MODULE}/HEAD "
+                f"&& printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > {DEEP_MODULE}/config "
+                "&& echo planted")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_new_submodule_gitdir_at_any_depth_is_reported(user, project, backend):
+    """A submodule's name may hold any number of slashes: its gitdir
+    `.git/modules/a/b/c/d/e/f/config` with core.fsmonitor runs for the user's
+    `git submodule update` / `git status` later. The end check found module
+    gitdirs only five levels deep."""
+    init = user.run(["git", "init", "-q", str(project)], cwd=project)
+    assert init.returncode == 0, init.stderr
+    result = user.sandbox("/bin/sh", "-c", PLANT_MODULE, options=("--backend", backend),
+                          cwd=project)
+    assert "planted" in result.stdout, result.stderr
+    assert f"{project}/{DEEP_MODULE}/config gained core.fsmonitor = touch /tmp/pwned" \
+        in result.stderr

@@ -72,3 +72,4 @@ def test_release_does_not_follow_a_directory_swapped_for_a_link(tmp_path, monkey
     (project / "d").symlink_to(outside)        # what a session could do meanwhile
     placeholders.release(str(tmp_path), str(project), "s", made)
     assert (outside / "f").exists()
+
