@@ -139,6 +139,32 @@ class Guarantees:
         return provides, partial, cannot
 
 
+def self_protection(g: Guarantees, policy) -> None:
+    """self.protected: every backend keeps the install (readonly_overlays)
+    and the user config tree read-only inside, even below a writable grant.
+    What runs *before* the next sandbox is more than that: the entry point
+    the shell finds (a pip --user script or a pipx / uv tool link in
+    ~/.local/bin), its target, the interpreter. One of them in a writable
+    grant (HOME_ACCESS=write makes all of the home one) and not below a
+    read-only overlay is writable inside: partial, naming it."""
+    from agent_sandbox.paths import is_within
+    from agent_sandbox.policy.view import ViewBuilder
+
+    roots = ViewBuilder(policy).writable_roots()
+    exposed = [p for p in getattr(policy, "launcher_paths", ())
+               if any(is_within(p, r) for r in roots)
+               and not any(is_within(p, o) for o in policy.readonly_overlays)]
+    if not exposed:
+        g.yes("self.protected")
+        return
+    why = ("HOME_ACCESS=write" if policy.home_access == "write"
+           and any(is_within(p, policy.home) for p in exposed) else "a writable path")
+    g.partial("self.protected", f"{', '.join(exposed)} (what your next `agent-sandbox` runs "
+              f"first) is writable inside ({why}): a session could change it. Install "
+              "agent-sandbox outside the writable trees (a site or /opt install), or use "
+              "HOME_ACCESS=read or tmpwrite")
+
+
 def fd_hygiene(g: Guarantees, policy) -> None:
     """fd.clean: the launcher marks every descriptor it did not open close-on-exec
     and the helper closes the rest before exec; `--keep-fd N` is the only way

@@ -21,7 +21,7 @@ from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef,
                                          FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, egress_guarantee,
                                          fd_hygiene, helper_argv, namespace_scoping,
-                                         own_network, relay_args)
+                                         own_network, relay_args, self_protection)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module
 from agent_sandbox.policy.mountcost import economize
@@ -52,7 +52,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):
     for a bwrap that is `setuid` or not."""
     g = Guarantees()
     for name in ("fs.hidden", "fs.write_confined", "fs.protected", "env.scrubbed",
-                 "pid.isolated", "slurm.boundary", "self.protected", "tty.safe"):
+                 "pid.isolated", "slurm.boundary", "tty.safe"):
         g.yes(name)
     if not policy.private_mounts:
         g.partial("fs.write_confined", PROPAGATION_GAP + "PRIVATE_MOUNTS=false")
@@ -66,6 +66,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):
     namespace_scoping(g, policy, landlock_abi)
     egress_guarantee(g, policy)
     fd_hygiene(g, policy)
+    self_protection(g, policy)
     return g.split()
 
 

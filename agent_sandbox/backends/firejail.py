@@ -49,7 +49,8 @@ from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, Fu
                                          Guarantees,
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
                                          egress_guarantee, fd_hygiene, helper_argv,
-                                         namespace_scoping, own_network, relay_args)
+                                         namespace_scoping, own_network, relay_args,
+                                         self_protection)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import Policy, _is_within
 from agent_sandbox.policy.view import (Grant, ProfileLine, Stop, ViewBuilder, carve_walk,
@@ -302,7 +303,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
     else:
         g.yes("fs.hidden")
     for name in ("fs.protected", "env.scrubbed", "pid.isolated",
-                 "slurm.boundary", "self.protected", "tty.safe"):
+                 "slurm.boundary", "tty.safe"):
         g.yes(name)
     # firejail makes its mounts slaves of the host's and has no option
     # against it; setuid, it cannot run in a user namespace of ours (bwrap does).
@@ -321,6 +322,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
     namespace_scoping(g, policy, landlock_abi)
     egress_guarantee(g, policy)
     fd_hygiene(g, policy)
+    self_protection(g, policy)
     return g.split()
 
 

@@ -40,7 +40,8 @@ import os
 
 from agent_sandbox.backends.base import (HELPER_PYTHON, FdRef, FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, fd_hygiene, helper_argv,
-                                         helper_command, helper_path, relay_args, scoping)
+                                         helper_command, helper_path, relay_args, scoping,
+                                         self_protection)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module, user_config_dir
 from agent_sandbox.policy.resolve import Policy
@@ -68,7 +69,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
     g = Guarantees()
     g.no("fs.hidden", "Landlock leaves hidden paths out of its allow-list: they answer "
                       "EACCES, and their names stay visible")
-    for name in ("fs.write_confined", "env.scrubbed", "self.protected", "tty.safe"):
+    for name in ("fs.write_confined", "env.scrubbed", "tty.safe"):
         g.yes(name)
     g.no("fs.protected", "Landlock cannot make a path read-only below a writable one: "
                          "PROTECTED_PATHS (and DENIED_WRITABLE_PATHS) inside the project or "
@@ -86,6 +87,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
     scoping(g, landlock_abi)
     egress(g, policy)
     fd_hygiene(g, policy)
+    self_protection(g, policy)
     return g.split()
 
 

@@ -35,6 +35,17 @@ def _install_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
+def _launcher_paths() -> tuple[str, ...]:
+    """The entry point as the shell ran it, its target, and the interpreter:
+    what the user's next launch runs before any sandbox is there."""
+    paths = []
+    if sys.argv and sys.argv[0]:
+        entry = os.path.abspath(sys.argv[0])
+        paths += [entry, os.path.realpath(entry)]
+    paths.append(os.path.realpath(sys.executable))
+    return tuple(dict.fromkeys(p for p in paths if os.path.lexists(p)))
+
+
 def _anchors(policy) -> tuple[str, ...]:
     """Where placeholders are walked from (launch/placeholders.py): the
     project, the home and the writable trees, as the configuration names them."""
@@ -57,7 +68,8 @@ def launch_context(project_dir: str | None, environ):
     return LaunchContext(
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
-        install_paths=_install_paths(), session_id=os.urandom(6).hex())
+        install_paths=_install_paths(), session_id=os.urandom(6).hex(),
+        launcher_paths=_launcher_paths())
 
 
 def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):

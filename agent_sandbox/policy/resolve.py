@@ -63,6 +63,9 @@ class LaunchContext(NamedTuple):
     project_dir: str | None        # --project-dir, else cwd
     install_paths: tuple[str, ...] # the package and the interpreter prefix
     session_id: str
+    # What the user's next launch runs before any sandbox: the entry point as
+    # invoked (a link in ~/.local/bin, say), its target, the interpreter.
+    launcher_paths: tuple[str, ...] = ()
 
 
 class Protected(NamedTuple):
@@ -136,6 +139,9 @@ class Policy(NamedTuple):
     # (host path, descriptor the launcher opened and checked). A launch fact,
     # set with the plan's grant (jobshm.with_job_shm), never compiled.
     job_shm: tuple = ()
+    # LaunchContext.launcher_paths: self.protected is partial when one of them
+    # is writable inside (backends/base.py self_protection).
+    launcher_paths: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -416,7 +422,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         system_readonly=system,
         home_readonly=home_readonly, home_writable=home_writable, home_seeded=home_seeded,
         extra_writable=extra_writable, hidden=hidden,
-        protected=protected, readonly_overlays=overlays,
+        protected=protected, readonly_overlays=overlays, launcher_paths=ctx.launcher_paths,
         run_binds=_existing(run_binds), slurm_masks=slurm_masks,
         slurm_binaries=slurm_binaries, devices=_devices(settings, ctx.environ, site_conf),
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,

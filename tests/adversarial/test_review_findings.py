@@ -10,6 +10,11 @@ backends, the unprivileged test user.
   the project to end removed the placeholders mounted in it, detaching its
   read-only binds. strace holds bwrap's setup at its first prctl so the kill
   lands in that window every time.
+- firejail: a project that is no repository became one (its `.git` of
+  placeholders was writable); a submodule gitdir deeper than five levels
+  (`.git/modules/a/b/c/d/e/f/config`, core.fsmonitor) went unreported.
+- HOME_ACCESS=write: the entry point in ~/.local/bin is writable inside, and
+  the report said self.protected: yes.
 """
 from __future__ import annotations
 
@@ -175,3 +180,34 @@ def test_a_new_submodule_gitdir_at_any_depth_is_reported(user, project, backend)
     assert "planted" in result.stdout, result.stderr
     assert f"{project}/{DEEP_MODULE}/config gained core.fsmonitor = touch /tmp/pwned" \
         in result.stderr
+
+
+# ---------------------------------------------------------------- self.protected
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_user_install_in_the_writable_home_is_reported(user, project, backend):
+    """HOME_ACCESS=write: the entry point a pipx / uv tool install leaves in
+    ~/.local/bin is writable inside — a session can replace what the user's
+    next `agent-sandbox` runs. The report said self.protected: yes."""
+    entry = user.home / ".local" / "bin" / "agent-sandbox"
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    _own(entry.parent, user)
+    if entry.is_symlink() or entry.exists():
+        entry.unlink()
+    entry.symlink_to(INSTALLED)
+    _own(entry, user)
+    try:
+        env = user.env(HOME_ACCESS="write")
+        report = user.run([entry, "run", "--dry-run", "--backend", backend, "--", "true"],
+                          env=env, cwd=project)
+        assert report.returncode == 0, report.stderr
+        row = next(line for line in report.stdout.splitlines() if "self.protected" in line)
+        assert row.split()[0] == "partial", row
+        assert f"{entry} (what your next `agent-sandbox` runs first) is writable" in row
+        # … and it is: the session can put its own file in its place.
+        swap = user.run([entry, "run", "--backend", backend, "--", "/bin/sh", "-c",
+                         f"ln -sf /bin/true {entry}.new && mv -f {entry}.new {entry} "
+                         "&& echo swapped"], env=env, cwd=project)
+        assert "swapped" in swap.stdout, swap.stderr
+    finally:
+        if entry.is_symlink() or entry.exists():
+            entry.unlink()
