@@ -170,6 +170,7 @@ def create(candidates, anchors=(), made: list | None = None) -> list:
     also in `made`, when given, so that what was made before a refusal is
     still listed for removal."""
     made = [] if made is None else made
+    anchors = [a for a in anchors if os.path.isdir(a)]   # a missing one: the next above it
     for item in candidates:
         if os.path.lexists(item.path):
             continue       # the user's own, or another session's placeholder

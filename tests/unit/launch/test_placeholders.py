@@ -73,3 +73,11 @@ def test_release_does_not_follow_a_directory_swapped_for_a_link(tmp_path, monkey
     placeholders.release(str(tmp_path), str(project), "s", made)
     assert (outside / "f").exists()
 
+
+
+def test_a_missing_anchor_yields_to_the_one_above(tmp_path, monkeypatch):
+    home = tmp_path
+    made = placeholders.create([_item(home / ".codex" / "config.toml")],
+                               (str(home), str(home / ".codex")))
+    assert [(m[0], m[3]) for m in made] == [(str(home / ".codex"), str(home)),
+                                            (str(home / ".codex" / "config.toml"), str(home))]
