@@ -520,8 +520,7 @@ def _install_stamp() -> tuple:
     a source tree all change it; ~120 files, 0.3 ms."""
     from agent_sandbox import __version__
 
-    stamps: list = [__version__, sys.executable, sys.version,
-                    os.path.abspath(sys.argv[0]) if sys.argv else ""]   # self_protection
+    stamps: list = [__version__, sys.executable, sys.version]
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     for tree in (package, os.path.join(os.path.dirname(package), "chaperon")):
         _stamp_tree(tree, stamps)

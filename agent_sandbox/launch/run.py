@@ -35,15 +35,19 @@ def _install_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
-def _launcher_paths() -> tuple[str, ...]:
-    """The entry point as the shell ran it, its target, and the interpreter:
-    what the user's next launch runs before any sandbox is there."""
+def _launcher_paths(environ) -> tuple[str, ...]:
+    """What the user's next launch runs before any sandbox is there: the
+    `agent-sandbox` their PATH finds first (a link in ~/.local/bin, say), its
+    target, and this interpreter. From PATH, not argv[0]: the plan cache keys
+    on the environment."""
     paths = []
-    if sys.argv and sys.argv[0]:
-        entry = os.path.abspath(sys.argv[0])
-        paths += [entry, os.path.realpath(entry)]
+    for directory in environ.get("PATH", "").split(os.pathsep):
+        entry = os.path.join(directory, "agent-sandbox")
+        if directory.startswith("/") and os.access(entry, os.X_OK) and not os.path.isdir(entry):
+            paths += [entry, os.path.realpath(entry)]
+            break
     paths.append(os.path.realpath(sys.executable))
-    return tuple(dict.fromkeys(p for p in paths if os.path.lexists(p)))
+    return tuple(dict.fromkeys(paths))
 
 
 def _anchors(policy) -> tuple[str, ...]:
@@ -69,7 +73,7 @@ def launch_context(project_dir: str | None, environ):
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
         install_paths=_install_paths(), session_id=os.urandom(6).hex(),
-        launcher_paths=_launcher_paths())
+        launcher_paths=_launcher_paths(environ))
 
 
 def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):

@@ -196,7 +196,7 @@ def test_a_user_install_in_the_writable_home_is_reported(user, project, backend)
     entry.symlink_to(INSTALLED)
     _own(entry, user)
     try:
-        env = user.env(HOME_ACCESS="write")
+        env = user.env(HOME_ACCESS="write", PATH=f"{entry.parent}:/usr/local/bin:/usr/bin:/bin")
         report = user.run([entry, "run", "--dry-run", "--backend", backend, "--", "true"],
                           env=env, cwd=project)
         assert report.returncode == 0, report.stderr
