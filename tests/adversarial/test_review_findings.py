@@ -11,7 +11,8 @@ backends, the unprivileged test user.
   read-only binds. strace holds bwrap's setup at its first prctl so the kill
   lands in that window every time.
 - firejail: a project that is no repository became one (its `.git` of
-  placeholders was writable); a submodule gitdir deeper than five levels
+  placeholders was writable) — on bwrap too while another session of the
+  project ran; a submodule gitdir deeper than five levels
   (`.git/modules/a/b/c/d/e/f/config`, core.fsmonitor) went unreported.
 - HOME_ACCESS=write: the entry point in ~/.local/bin is writable inside, and
   the report said self.protected: yes.
@@ -158,6 +159,21 @@ def test_a_project_that_is_no_repository_cannot_become_one(user, project, backen
                           cwd=project)
     assert "became-one" not in result.stdout, result.stderr
     assert not (project / ".git" / "HEAD").exists()
+    # Also while another session of the project runs: its placeholders make
+    # the `.git` exist when this one starts (both backends bound it writable).
+    first = subprocess.Popen([INSTALLED, "run", "--backend", backend, "--", "sleep", "60"],
+                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                             cwd=str(project), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait(lambda: (project / ".git" / "hooks").is_dir(), "the first session's placeholders")
+        result = user.sandbox("/bin/sh", "-c", MAKE_REPOSITORY, options=("--backend", backend),
+                              cwd=project)
+        assert "became-one" not in result.stdout, result.stderr
+        assert not (project / ".git" / "HEAD").exists()
+    finally:
+        first.terminate()
+        first.wait(30)
 
 
 DEEP_MODULE = ".git/modules/a/b/c/d/e/f"
