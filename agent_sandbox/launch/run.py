@@ -35,17 +35,22 @@ def _install_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
-def _launcher_paths(environ) -> tuple[str, ...]:
-    """What the user's next launch runs before any sandbox is there: the
-    `agent-sandbox` their PATH finds first (a link in ~/.local/bin, say), its
-    target, and this interpreter. From PATH, not argv[0]: the plan cache keys
-    on the environment."""
+def _launcher_paths(environ, home: str) -> tuple[str, ...]:
+    """What a later launch may run before any sandbox is there: each
+    `agent-sandbox` on PATH in the user's home (a pipx / uv tool link or a pip
+    --user script in ~/.local/bin, shadowed or not: PATH changes), its target,
+    and this interpreter. From PATH, not argv[0]: the plan cache keys on the
+    environment; only below the home: a system path (/usr/local/bin, re-pointed
+    by an admin's install) is never writable inside and need not key it."""
+    from agent_sandbox.paths import is_within
+
     paths = []
     for directory in environ.get("PATH", "").split(os.pathsep):
+        directory = os.path.normpath(directory) if directory.startswith("/") else ""
         entry = os.path.join(directory, "agent-sandbox")
-        if directory.startswith("/") and os.access(entry, os.X_OK) and not os.path.isdir(entry):
+        if directory and is_within(directory, home) \
+                and os.access(entry, os.X_OK) and not os.path.isdir(entry):
             paths += [entry, os.path.realpath(entry)]
-            break
     paths.append(os.path.realpath(sys.executable))
     return tuple(dict.fromkeys(paths))
 
@@ -73,7 +78,7 @@ def launch_context(project_dir: str | None, environ):
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
         install_paths=_install_paths(), session_id=os.urandom(6).hex(),
-        launcher_paths=_launcher_paths(environ))
+        launcher_paths=_launcher_paths(environ, entry.pw_dir))
 
 
 def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):

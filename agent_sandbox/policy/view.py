@@ -409,12 +409,15 @@ class ViewBuilder:
         return bool(below) and not any(_is_within(p, path) for p in others)
 
     def _placeholders_only(self, path: str) -> bool:
-        """`path` is a directory (not a link) of no repository (no HEAD: read
-        before anything else, so a repository's listing never keys the plan
-        cache) whose every entry is a protected path's untouched placeholder:
-        an empty directory, or a file holding exactly the placeholder."""
-        if os.path.islink(path) or not os.path.isdir(path) \
-                or os.path.lexists(os.path.join(path, "HEAD")):
+        """`path` is a `.git` directory (not a link) of no repository (no
+        HEAD: read before anything else, so a repository's listing never keys
+        the plan cache) whose every entry is a protected path's untouched
+        placeholder: an empty directory, or a file holding exactly the
+        placeholder. Only a `.git`: the listing of another pinned directory
+        (`.claude`, whose placeholders come and go with each launch) would
+        make every launch a plan-cache miss."""
+        if os.path.basename(path) != ".git" or os.path.islink(path) \
+                or not os.path.isdir(path) or os.path.lexists(os.path.join(path, "HEAD")):
             return False
         expected = {p.path: p for p in self.policy.protected
                     if os.path.dirname(p.path) == path}
