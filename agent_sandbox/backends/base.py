@@ -140,17 +140,41 @@ class Guarantees:
 
 
 def self_protection(g: Guarantees, policy) -> None:
-    """self.protected: the install and the user's configuration are
-    read-only inside by path; a file of the install with another name (a
-    hard link: uv links installs from its cache) is read-only only there
-    (launch/linkcheck.py install_links, docs/install.md)."""
+    """self.protected: every backend keeps the install (readonly_overlays)
+    and the user config tree read-only inside, even below a writable grant.
+    Two ways around that are reported, each naming what and the fix:
+    - a file of the install with another name (a hard link: uv links
+      installs from its cache) is read-only only by that path
+      (launch/linkcheck.py install_links, docs/install.md);
+    - what runs *before* the next sandbox is more than the install: the
+      entry point the shell finds (a pip --user script or a pipx / uv tool
+      link in ~/.local/bin), its target, the interpreter. One of them in a
+      writable grant (HOME_ACCESS=write makes all of the home one) and not
+      below a read-only overlay is writable inside."""
+    from agent_sandbox.paths import is_within
+    from agent_sandbox.policy.view import ViewBuilder
+
+    gaps = []
     count, sample = getattr(policy, "install_links", None) or (0, ())
     if count:
-        g.partial("self.protected", f"{count} file(s) of the install have another name (hard "
-                  f"links, e.g. {sample[0] if sample else '?'}): read-only inside by their "
-                  "path, not their inode — a write through a name the sandbox can reach "
-                  "elsewhere changes the launcher. Reinstall it as copies "
-                  "(UV_LINK_MODE=copy; docs/install.md)")
+        gaps.append(f"{count} file(s) of the install have another name (hard links, e.g. "
+                    f"{sample[0] if sample else '?'}): read-only inside by their path, not "
+                    "their inode — a write through a name the sandbox can reach elsewhere "
+                    "changes the launcher. Reinstall it as copies (UV_LINK_MODE=copy; "
+                    "docs/install.md)")
+    roots = ViewBuilder(policy).writable_roots()
+    exposed = [p for p in getattr(policy, "launcher_paths", ())
+               if any(is_within(p, r) for r in roots)
+               and not any(is_within(p, o) for o in policy.readonly_overlays)]
+    if exposed:
+        why = ("HOME_ACCESS=write" if policy.home_access == "write"
+               and any(is_within(p, policy.home) for p in exposed) else "a writable path")
+        gaps.append(f"{', '.join(exposed)} (what your next `agent-sandbox` runs first) is "
+                    f"writable inside ({why}): a session could change it. Install "
+                    "agent-sandbox outside the writable trees (a site or /opt install), or use "
+                    "HOME_ACCESS=read or tmpwrite")
+    if gaps:
+        g.partial("self.protected", "; ".join(gaps))
     else:
         g.yes("self.protected")
 
@@ -335,6 +359,9 @@ class Plan(NamedTuple):
     # backend's, reported as 125): bwrap's exit-code, the helper's helper-exec.
     started: str = '"exit-code"'
     lifeline_fd: str | None = None  # read end of a pipe the launcher holds open
+    # A descriptor the sandbox's init keeps open for the sandbox's whole life
+    # (never the command's): the launcher's session lock, launch/registry.py hold.
+    hold_fd: str | None = None
     scratch_dirs: tuple[str, ...] = ()   # created 0700 before the launch, removed after
     own_session: bool = False       # the helper calls setsid(): spawn without a new group
     view_title: str = "mounts in order"   # what `mounts` lists, for --dry-run

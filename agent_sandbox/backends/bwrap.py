@@ -124,8 +124,11 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         argv.append("--unshare-ipc")
     if own_network(policy):
         argv.append("--unshare-net")     # only loopback (bwrap brings it up)
+    # --sync-fd: bwrap's init keeps the launcher's session lock open while the
+    # sandbox lives, also when the launcher was SIGKILLed before init armed
+    # its parent-death signal (launch/registry.py hold).
     argv += ["--disable-userns", "--die-with-parent", "--new-session",
-             "--json-status-fd", FdRef("status")]
+             "--json-status-fd", FdRef("status"), "--sync-fd", FdRef("hold")]
     if policy.seccomp:
         argv += ["--seccomp", FdRef("seccomp")]
     argv += _mount_args(ops)
@@ -154,7 +157,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         # env(1) gives the shell's exit codes: 127 not found, 126 not executable.
         argv += ["/usr/bin/env", "--"] + list(command)
 
-    used = {a.name for a in argv if isinstance(a, FdRef)} - {"status", "lifeline"}
+    used = {a.name for a in argv if isinstance(a, FdRef)} - {"status", "lifeline", "hold"}
     missing = used - set(payloads)
     if missing:  # pragma: no cover - a programming error
         raise ValueError(f"plan needs payloads it was not given: {sorted(missing)}")
@@ -164,7 +167,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                 payloads={k: v for k, v in payloads.items() if k in used},
                 env=dict(policy.env), provides=provides, cannot=cannot, mounts=tuple(ops),
                 status_fd="status", partial=partial, spawn_ruleset=spawn_ruleset,
-                lifeline_fd="lifeline" if relay else None)
+                lifeline_fd="lifeline" if relay else None, hold_fd="hold")
 
 
 def scope_ruleset(abi: int) -> dict:

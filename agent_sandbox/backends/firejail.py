@@ -53,8 +53,8 @@ from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, Fu
                                          self_protection, socket_guarantee)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import Policy, _is_within
-from agent_sandbox.policy.view import (Grant, ProfileLine, Stop, carve_walk, hidden_inside,
-                                       is_hidden, shown_hidden)
+from agent_sandbox.policy.view import (Grant, ProfileLine, Stop, ViewBuilder, carve_walk,
+                                       hidden_inside, is_hidden, shown_hidden)
 
 NAME = "firejail"
 FIREJAIL = "firejail"
@@ -229,12 +229,19 @@ class View:
             if os.path.lexists(path) and any(_is_within(path, t) for t in ro_trees):
                 self.readwrite.append(path)    # e.g. below the read-only restricted home
         roots = writable + ([home] if policy.home_access == "write" else [])
+        view = ViewBuilder(policy)
         for path in policy.pinned:
             # read-only then read-write: firejail binds the path onto itself
             # for the first, so it becomes a mount point (rename: EBUSY).
             if any(_is_within(path, r) for r in roots) and not self._hidden(path):
-                self.readonly.append(path)
-                self.readwrite.append(path)
+                # A directory that will hold only placeholders (the `.git` of a
+                # project that is no repository) stays read-only as a whole, as
+                # on bwrap: the project cannot become a repository meanwhile.
+                if view.only_protected(path, view.writable_roots()):
+                    self.late_readonly.append(path)
+                else:
+                    self.readonly.append(path)
+                    self.readwrite.append(path)
         for item in policy.protected:   # missing ones get a placeholder before the launch
             if not self._hidden(item.path) and any(_is_within(item.path, r) for r in roots) \
                     and not os.path.islink(item.path):

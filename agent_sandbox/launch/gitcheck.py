@@ -160,7 +160,7 @@ def _files_of(dotgit: str) -> tuple[list[str], list[str], list[str]]:
     gitdir = gitrepo.gitdir_of(dotgit)
     if gitdir is None:
         return [], [], []
-    gitdirs = [gitdir] + gitrepo.module_gitdirs(gitdir)
+    gitdirs = [gitdir] + module_gitdirs(gitdir)
     common = gitrepo.commondir_of(gitdir)
     try:
         gitdirs += [e.path for e in os.scandir(os.path.join(common, "worktrees"))
@@ -180,6 +180,31 @@ def _files_of(dotgit: str) -> tuple[list[str], list[str], list[str]]:
         if common != expected:
             redirected.append(os.path.join(each, "commondir"))
     return list(dict.fromkeys(configs)), redirected, list(dict.fromkeys(gitdirs))
+
+
+def module_gitdirs(gitdir: str, limit: int = WALK_LIMIT) -> list[str]:
+    """Every submodule gitdir git could take below `gitdir/modules`, for the
+    check (the launch-time list, gitrepo.module_gitdirs, stops at a depth): a
+    submodule's name may hold any number of slashes (`.git/modules/a/b/c/d/
+    e/f`), and a module's gitdir may lie inside another's. A directory counts
+    when it holds HEAD *or* config (a config staged now, its HEAD added
+    later, is reported now). At most `limit` entries are looked at."""
+    found, stack, seen = [], [os.path.join(gitdir, "modules")], 0
+    while stack:
+        directory = stack.pop()
+        try:
+            entries = list(os.scandir(directory))
+        except OSError:
+            continue
+        for entry in entries:
+            seen += 1
+            if seen > limit:
+                return found
+            if entry.is_dir(follow_symlinks=False):
+                if any(os.path.isfile(os.path.join(entry.path, n)) for n in ("HEAD", "config")):
+                    found.append(entry.path)
+                stack.append(entry.path)
+    return found
 
 
 class Repository(_Record):
@@ -504,6 +529,7 @@ def recover(home: str, *, environ=None, out=None) -> None:
     running = {str(r.get("session")) for _, r in records
                if registry.judge(r, host=host, boot=boot, lookup=registry.lookup_proc)
                in (registry.LIVE, registry.FOREIGN)}
+    running |= registry.held_by_others(home, None)   # a sandbox outliving its launcher
     git = gitrepo.find_git((environ or os.environ).get("PATH", ""))
     for name in names:
         if name.rpartition(".")[0] in running:

@@ -12,9 +12,11 @@ listed in `~/.local/state/agent-sandbox/placeholders/<project>.jsonl`
 (hidden inside every sandbox), and only the last session of the project that
 ends removes them — each still only if it is exactly what was written.
 "Last" is judged by the session registry (registry.py): a live record of this
-host, or any record of another host (it cannot be checked from here), keeps
-them. A session killed with SIGKILL leaves its placeholders in place until the
-next session of the project ends: they stay read-only meanwhile.
+host, any record of another host (it cannot be checked from here), or a
+session lock still held — by a launcher, or by a sandbox that outlived its
+SIGKILLed launcher (registry.hold) — keeps them. A session killed with
+SIGKILL leaves its placeholders in place until the next session of the
+project ends after its sandbox is gone: they stay read-only meanwhile.
 
 Launches race (eight sandboxes of one project started at once): creation
 tolerates an entry another session made a moment earlier (EEXIST, when it is
@@ -22,6 +24,17 @@ of the right kind and not a symlink) and records only what it made itself;
 and "register, then create" and "unregister, then release" each run under one
 per-project lock (`flock` on `<project>.lock` beside the list), so a session
 that is ending never removes placeholders a starting one is about to mount.
+
+Placeholders are made and removed by descriptor, never by name: each is
+reached from its anchor — the project, or the home or writable tree it lies
+in, opened as the user's configuration names it — one component at a time
+with `O_NOFOLLOW`, missing directories made with `mkdirat`, the file with
+`O_CREAT | O_EXCL`. A symlink at any component below the anchor refuses the
+launch (exit 125, naming the link): `ln -s ~/tgt .claude` in the project
+would otherwise make `.claude/settings.json` in `~/tgt`, outside everything
+the sandbox protects and removes (docs/shared-channels.md §7). Removal walks
+the same way, so a directory the session swapped for a symlink is never
+followed either.
 
 Placeholders in the work tree (`.envrc`, `.mcp.json`, `.vscode/`, …) would
 show up in the user's `git status`; while any session of the project runs,
@@ -44,59 +57,141 @@ EXCLUDE_BEGIN = b"# agent-sandbox: placeholders of running sessions (removed by 
 EXCLUDE_END = b"# agent-sandbox: end\n"
 
 
-def _made_or_there(make, path: str, is_dir: bool) -> bool:
-    """Run `make`; True when it made the entry, False when another session
-    had made it (an entry of the right kind, not a symlink); else raise."""
+class ThroughSymlink(OSError):
+    """A component below the anchor is a symbolic link."""
+
+    def __init__(self, link: str):
+        super().__init__(errno.ELOOP, "a symbolic link", link)
+        self.link = link
+
+
+def anchor_of(path: str, anchors) -> str:
+    """The longest anchor `path` lies below (the project, the home, a
+    writable tree), else `/`: the walk starts there, following the user's own
+    links above it."""
+    from agent_sandbox.paths import is_within
+
+    found = [a for a in anchors if a and is_within(path, a) and path != a]
+    return max(found, key=len) if found else os.sep
+
+
+def components(path: str, anchor: str) -> list[str]:
+    """The names of `path` below `anchor`, lexically (never `..`)."""
+    rel = os.path.relpath(path, anchor)
+    parts = [p for p in rel.split(os.sep) if p and p != "."]
+    if not parts or ".." in parts:
+        raise OSError(errno.EXDEV, "not below its anchor", path)
+    return parts
+
+
+def _open_dir(name: str, parent: int, shown: str) -> int:
+    """The directory `name` in `parent`, never through a symlink."""
     try:
-        make()
-        return True
-    except FileExistsError:
-        info = os.lstat(path)
-        kind = stat.S_ISDIR if is_dir else stat.S_ISREG
-        if kind(info.st_mode):
-            return False
-        raise OSError(errno.EEXIST, "exists and is not a placeholder") from None
+        return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=parent)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            try:
+                if stat.S_ISLNK(os.stat(name, dir_fd=parent, follow_symlinks=False).st_mode):
+                    raise ThroughSymlink(shown) from None
+            except FileNotFoundError:
+                pass
+        raise
 
 
-def create(candidates) -> list[tuple[str, bool, bytes]]:
+def _walk_parent(path: str, anchor: str, made: list | None):
+    """(descriptor of the directory that holds `path`, its last name),
+    walked from `anchor` without following a symlink. With `made`, missing
+    directories are created (and listed there, oldest first); without, a
+    missing one raises FileNotFoundError."""
+    parts = components(path, anchor)
+    fd = os.open(anchor, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    shown = anchor
+    try:
+        for part in parts[:-1]:
+            shown = os.path.join(shown, part)
+            try:
+                step = _open_dir(part, fd, shown)
+            except FileNotFoundError:
+                if made is None:
+                    raise
+                try:
+                    os.mkdir(part, 0o755, dir_fd=fd)
+                    made.append((shown, True, b"", anchor))
+                except FileExistsError:
+                    pass       # another session's, a moment ago
+                step = _open_dir(part, fd, shown)
+            os.close(fd)
+            fd = step
+        return fd, parts[-1]
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _make(item, anchor: str, made: list) -> None:
+    parent, name = _walk_parent(item.path, anchor, made)
+    try:
+        if item.is_dir:
+            try:
+                os.mkdir(name, 0o755, dir_fd=parent)
+            except FileExistsError:
+                _check_theirs(name, parent, True)
+                return
+        else:
+            try:
+                fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                             | os.O_CLOEXEC, 0o644, dir_fd=parent)
+            except FileExistsError:
+                _check_theirs(name, parent, False)
+                return
+            try:
+                os.write(fd, item.placeholder)
+            finally:
+                os.close(fd)
+        made.append((item.path, item.is_dir, item.placeholder, anchor))
+    finally:
+        os.close(parent)
+
+
+def _check_theirs(name: str, parent: int, is_dir: bool) -> None:
+    """An entry another session made a moment earlier is fine when it is of
+    the right kind and not a symlink."""
+    info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    if not (stat.S_ISDIR if is_dir else stat.S_ISREG)(info.st_mode):
+        raise OSError(errno.EEXIST, "exists and is not a placeholder")
+
+
+def create(candidates, anchors=(), made: list | None = None) -> list:
     """Make the placeholders the plan mounts (`candidates`: the compile's
-    policy/view.py placeholder_candidates, those missing now are made);
-    return (path, is_dir, content) of each thing made (missing parents
-    included), oldest first."""
-    created = []
+    policy/view.py placeholder_candidates, those missing now are made), each
+    walked from its anchor (anchor_of); return (path, is_dir, content,
+    anchor) of each thing made (missing parents included), oldest first —
+    also in `made`, when given, so that what was made before a refusal is
+    still listed for removal."""
+    made = [] if made is None else made
+    anchors = [a for a in anchors if os.path.isdir(a)]   # a missing one: the next above it
     for item in candidates:
         if os.path.lexists(item.path):
             continue       # the user's own, or another session's placeholder
         try:
-            parent = os.path.dirname(item.path)
-            missing_parents = []
-            while not os.path.lexists(parent):
-                missing_parents.append(parent)
-                parent = os.path.dirname(parent)
-            for directory in reversed(missing_parents):
-                if _made_or_there(lambda d=directory: os.mkdir(d, 0o755), directory, True):
-                    created.append((directory, True, b""))
-            if item.is_dir:
-                made = _made_or_there(lambda: os.mkdir(item.path, 0o755), item.path, True)
-            else:
-                made = _made_or_there(lambda: _write_new(item.path, item.placeholder),
-                                      item.path, False)
-            if made:
-                created.append((item.path, item.is_dir, item.placeholder))
+            _make(item, anchor_of(item.path, anchors), made)
+        except ThroughSymlink as exc:
+            try:
+                target = f" (to {os.readlink(exc.link)})"
+            except OSError:
+                target = ""
+            raise PolicyError(
+                f"cannot create the read-only placeholder {item.path} — {exc.link} is a "
+                f"symbolic link{target}: a placeholder made through it would land outside "
+                "the tree the sandbox protects and cleans up. Replace the link with a real "
+                f"directory, or create {os.path.basename(item.path)} in its target yourself, "
+                "then start the sandbox again.", reason="placeholder_symlink") from None
         except OSError as exc:
             raise PolicyError(f"cannot create the read-only placeholder {item.path} — {exc}. "
                               "Create it yourself or remove it from PROTECTED_PATHS.",
                               reason="placeholder_failed") from None
-    return created
-
-
-def _write_new(path: str, content: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                 0o644)
-    try:
-        os.write(fd, content)
-    finally:
-        os.close(fd)
+    return made
 
 
 class project_lock:
@@ -140,7 +235,7 @@ def remember(home: str, project: str, created: list) -> None:
     if not created:
         return
     path = _list_path(home, project)
-    lines = b"".join(jsonlite.dumps([p, d, c.hex()]) + b"\n" for p, d, c in created)
+    lines = b"".join(jsonlite.dumps([p, d, c.hex(), a]) + b"\n" for p, d, c, a in created)
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
@@ -155,6 +250,8 @@ def remember(home: str, project: str, created: list) -> None:
 def _others_running(home: str, project: str, session: str) -> bool:
     from agent_sandbox.launch import registry
 
+    if registry.held_by_others(home, project, session):
+        return True       # a sandbox (or launcher) of the project still runs
     host, boot = registry.host_name(), registry.boot_id()
     records, _ = registry.read(home, now=0.0)
     for _, record in records:
@@ -181,8 +278,10 @@ def release(home: str, project: str, session: str, created: list) -> None:
         with open(path, "rb") as handle:
             for line in handle:
                 try:
-                    p, d, c = jsonlite.loads(line)
-                    entries.append((p, bool(d), bytes.fromhex(c)))
+                    fields = jsonlite.loads(line)
+                    # (lists written before the anchor was recorded: the project's)
+                    p, d, c, a = fields if len(fields) == 4 else (*fields, project)
+                    entries.append((p, bool(d), bytes.fromhex(c), a))
                 except (ValueError, TypeError):
                     continue
     except OSError:
@@ -190,21 +289,39 @@ def release(home: str, project: str, session: str, created: list) -> None:
     for item in created:
         if item not in entries:
             entries.append(item)
-    for item_path, is_dir, content in reversed(entries):
-        try:
-            if is_dir:
-                os.rmdir(item_path)   # fails when not empty: then it stays
-            else:
-                with open(item_path, "rb") as handle:
-                    if handle.read() != content:
-                        continue
-                os.unlink(item_path)
-        except OSError:
-            pass
+    for item in reversed(entries):
+        _remove(*item)
     try:
         os.unlink(path)
     except OSError:
         pass
+
+
+def _remove(path: str, is_dir: bool, content: bytes, anchor: str) -> None:
+    """Remove one placeholder if it is still exactly what was written,
+    reached from its anchor without following a symlink (a directory the
+    session swapped for a link to elsewhere is left alone)."""
+    try:
+        parent, name = _walk_parent(path, anchor, None)
+    except OSError:
+        return
+    try:
+        if is_dir:
+            os.rmdir(name, dir_fd=parent)    # fails when not empty: then it stays
+            return
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=parent)
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode) or \
+                    os.read(fd, len(content) + 1) != content:
+                return
+        finally:
+            os.close(fd)
+        os.unlink(name, dir_fd=parent)
+    except OSError:
+        pass
+    finally:
+        os.close(parent)
 
 
 # ---------------------------------------------------------------- .git/info/exclude

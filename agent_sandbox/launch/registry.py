@@ -16,6 +16,21 @@ Records of other hosts (a home on NFS shared by several login nodes) are only
 counted: their processes cannot be checked from here, so they are left for
 `agent-sandbox status` on their own host to judge.
 
+A record says whether the *launcher* runs. The sandbox can outlive it: a
+launcher SIGKILLed after spawning bwrap but before bwrap's sandbox init arms
+its parent-death signal (bwrap does that only after its mounts) leaves a
+sandbox running with nobody to end it, its placeholders mounted. So each
+launcher also takes a lock, `~/.local/state/agent-sandbox/sandboxes/
+<project hash>.<session>` (`flock`, made under a temporary name and renamed
+once locked, so a visible one is never free while its owner starts), and
+hands the descriptor to the backend as one its sandbox's init keeps open for
+the sandbox's whole life (bwrap `--sync-fd`; the command itself never gets
+it). The lock is free only when the launcher *and* every process holding
+the descriptor are gone, whatever killed them, with no window between spawn
+and record: `held_by_others` is what placeholders.release and gitcheck ask
+before they treat a session as ended (docs/shared-channels.md §7). The
+project is in the file's name, which nothing inside can change.
+
 Writing costs one small file (well under a millisecond): this module imports
 only os, and jsonlite (json's C parts, without json's 3 ms of imports).
 """
@@ -26,6 +41,7 @@ import os
 from agent_sandbox import jsonlite
 
 SUBDIR = "sessions"
+HELD_SUBDIR = "sandboxes"
 TEMP_GRACE = 60.0        # seconds before an unreadable or half-written file is removed
 LIVE, STALE, FOREIGN = "live", "stale", "foreign"
 FIELDS = ("session", "pid", "host", "boot_id", "start_ticks", "uid")
@@ -142,6 +158,98 @@ def unregister(path: str | None) -> None:
             os.unlink(path)
         except OSError:
             pass
+
+
+# ---------------------------------------------------------------- the sandbox's lock
+def _held_dir(home: str) -> str:
+    from agent_sandbox.paths import state_dir
+
+    return os.path.join(state_dir(home), HELD_SUBDIR)
+
+
+def _held_name(project: str, session: str) -> str:
+    from chaperon.paths import project_hash
+
+    return f"{project_hash(project)}.{session}"
+
+
+def hold(home: str, session: str, project: str) -> int | None:
+    """Take this session's lock (before the sandbox is spawned); returns its
+    descriptor (close-on-exec: the backend gets a copy), None when the state
+    directory cannot be written (then only the record counts, as before)."""
+    import fcntl
+
+    directory = _held_dir(home)
+    name = _held_name(project, session)
+    temp = os.path.join(directory, f".{name}.tmp")
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(temp, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.replace(temp, os.path.join(directory, name))
+    except OSError:
+        os.close(fd)
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+        return None
+    return fd
+
+
+def unhold(home: str, session: str, project: str, fd: int | None) -> None:
+    """At the end of the session (after the sandbox was waited for)."""
+    if fd is None:
+        return
+    try:
+        os.unlink(os.path.join(_held_dir(home), _held_name(project, session)))
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def held_by_others(home: str, project: str | None, session: str = "") -> set[str]:
+    """Sessions of `project` (None: of any project), but `session`, whose lock
+    someone still holds: a launcher, or a sandbox that outlived its launcher.
+    A lock found free is left over from a killed session whose sandbox is
+    gone too: removed."""
+    import fcntl
+
+    directory = _held_dir(home)
+    prefix = _held_name(project, "") if project is not None else ""
+    try:
+        names = [n for n in os.listdir(directory)
+                 if n.startswith(prefix) and not n.startswith(".") and "." in n]
+    except OSError:
+        return set()
+    held = set()
+    for name in names:
+        other = name.partition(".")[2]
+        if other == session:
+            continue
+        try:
+            fd = os.open(os.path.join(directory, name),
+                         os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.add(other)
+        except OSError:
+            held.add(other)       # cannot tell: count it (placeholders stay, never unsafe)
+        else:
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:
+                pass
+        finally:
+            os.close(fd)
+    return held
 
 
 # ---------------------------------------------------------------- reading (status)

@@ -35,6 +35,33 @@ def _install_paths() -> tuple[str, ...]:
     return tuple(paths)
 
 
+def _launcher_paths(environ, home: str) -> tuple[str, ...]:
+    """What a later launch may run before any sandbox is there: each
+    `agent-sandbox` on PATH in the user's home (a pipx / uv tool link or a pip
+    --user script in ~/.local/bin, shadowed or not: PATH changes), its target,
+    and this interpreter. From PATH, not argv[0]: the plan cache keys on the
+    environment; only below the home: a system path (/usr/local/bin, re-pointed
+    by an admin's install) is never writable inside and need not key it."""
+    from agent_sandbox.paths import is_within
+
+    paths = []
+    for directory in environ.get("PATH", "").split(os.pathsep):
+        directory = os.path.normpath(directory) if directory.startswith("/") else ""
+        entry = os.path.join(directory, "agent-sandbox")
+        if directory and is_within(directory, home) \
+                and os.access(entry, os.X_OK) and not os.path.isdir(entry):
+            paths += [entry, os.path.realpath(entry)]
+    paths.append(os.path.realpath(sys.executable))
+    return tuple(dict.fromkeys(paths))
+
+
+def _anchors(policy) -> tuple[str, ...]:
+    """Where placeholders are walked from (launch/placeholders.py): the
+    project, the home and the writable trees, as the configuration names them."""
+    return ((policy.project_dir, policy.home) + tuple(policy.home_writable)
+            + tuple(policy.extra_writable))
+
+
 def launch_context(project_dir: str | None, environ):
     from agent_sandbox.policy.resolve import LaunchContext
 
@@ -53,7 +80,8 @@ def launch_context(project_dir: str | None, environ):
         uid=os.getuid(), gid=os.getgid(), user=entry.pw_name, home=entry.pw_dir,
         environ=dict(environ), cwd=os.getcwd(), project_dir=project_dir,
         install_paths=install, session_id=os.urandom(6).hex(),
-        install_links=_install_links(install))
+        install_links=_install_links(install),
+        launcher_paths=_launcher_paths(environ, entry.pw_dir))
 
 
 def _caches_root(home: str) -> None:
@@ -670,9 +698,11 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             # launches and ends of one project never race (placeholders.py).
             from agent_sandbox.launch import gitcheck, placeholders, registry
 
-            created, record, snapshot = [], None, None
+            created, record, snapshot, hold = [], None, None, None
             try:
                 with placeholders.project_lock(policy.home, policy.project_dir):
+                    # Held by the sandbox too, while it lives (registry.py).
+                    hold = registry.hold(policy.home, policy.session_id, policy.project_dir)
                     record = registry.register(
                         policy.home, session=policy.session_id,
                         backend=plan.backend, project=policy.project_dir,
@@ -682,8 +712,10 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     if session:
                         session.attach(record)
                     placeholders.exclude(policy.project_dir, prepared.placeholders)
-                    created = placeholders.create(prepared.placeholders)
-                    placeholders.remember(policy.home, policy.project_dir, created)
+                    try:
+                        placeholders.create(prepared.placeholders, _anchors(policy), created)
+                    finally:   # also what was made before a refusal
+                        placeholders.remember(policy.home, policy.project_dir, created)
                 snapshot = gitcheck.start(policy)
                 if plan.backend in ("landlock", "bwrap"):
                     from agent_sandbox.launch import reap
@@ -700,7 +732,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
                                 title=policy.prompt + os.path.basename(command[0]),
                                 after_spawn=(lambda gone: [p.ready(gone) for p in proxies])
-                                if proxies else None, orphans=orphans)
+                                if proxies else None, orphans=orphans, hold=hold)
             finally:
                 if any(reaping):
                     survivors.extend(reap.sweep())
@@ -712,6 +744,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     registry.unregister(record)
                     placeholders.release(policy.home, policy.project_dir, policy.session_id,
                                          created)
+                    registry.unhold(policy.home, policy.session_id, policy.project_dir, hold)
         finally:
             for started in sessions:   # also one whose plan was refused
                 started.stop()

@@ -100,7 +100,7 @@ def _seal_inherited(keep) -> None:
 
 
 def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "",
-             after_spawn=None, orphans: list | None = None) -> int:
+             after_spawn=None, orphans: list | None = None, hold: int | None = None) -> int:
     """Start the backend with the plan's payloads and environment, forward
     signals to the command, return its exit code (125 for setup failures).
     `keep_fds`: caller descriptors the command keeps (--keep-fd).
@@ -112,21 +112,23 @@ def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "",
     kernel has none), so it need not wait for what no longer matters; a
     SandboxError from it kills the sandbox, waits for it, and is raised.
     `orphans`: gets the pid of bwrap's sandbox init, which outlives bwrap by
-    the namespace's teardown (the caller reaps it last, launch/reap.py)."""
+    the namespace's teardown (the caller reaps it last, launch/reap.py).
+    `hold`: the session's lock (registry.hold), given to a plan that names a
+    `hold_fd` (its sandbox keeps it open while it lives); /dev/null without one."""
     pty = relay = None
     if terminal:
         from agent_sandbox.launch import terminal as relay
 
         pty = relay.open_pty()
     try:
-        return _run_plan(plan, keep_fds, pty, relay, title, after_spawn, orphans)
+        return _run_plan(plan, keep_fds, pty, relay, title, after_spawn, orphans, hold)
     finally:
         if pty:
             pty.close()
 
 
 def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None,
-              orphans: list | None = None) -> int:
+              orphans: list | None = None, hold: int | None = None) -> int:
     fds: dict[str, int] = {}
     ours: list[int] = []        # our ends of pipes, open for the sandbox's lifetime
     read_status = None
@@ -142,6 +144,10 @@ def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None,
             os.set_inheritable(read_life, True)
             fds[plan.lifeline_fd] = read_life
             ours.append(write_life)
+        if plan.hold_fd:
+            fds[plan.hold_fd] = (os.dup(hold) if hold is not None
+                                 else os.open("/dev/null", os.O_RDONLY))
+            os.set_inheritable(fds[plan.hold_fd], True)
         name = ""
         for name, payload in plan.payloads.items():
             fds[name] = _payload_fd(name, payload)

@@ -70,6 +70,9 @@ class LaunchContext(NamedTuple):
     # Files of the install with more than one link (launch/linkcheck.py):
     # (how many, a few of them).
     install_links: tuple = (0, ())
+    # What the user's next launch runs before any sandbox: the entry point as
+    # invoked (a link in ~/.local/bin, say), its target, the interpreter.
+    launcher_paths: tuple[str, ...] = ()
 
 
 class Protected(NamedTuple):
@@ -153,6 +156,9 @@ class Policy(NamedTuple):
     # Files of the install with more than one link: (how many, a few of them)
     # — self.protected is partial then (backends/base.py self_protection).
     install_links: tuple = (0, ())
+    # LaunchContext.launcher_paths: self.protected is partial when one of them
+    # is writable inside (backends/base.py self_protection).
+    launcher_paths: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
@@ -484,7 +490,7 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
         system_readonly=system,
         home_readonly=home_readonly, home_writable=home_writable, home_seeded=home_seeded,
         extra_writable=extra_writable + (package_cache,), hidden=hidden,
-        protected=protected, readonly_overlays=overlays,
+        protected=protected, readonly_overlays=overlays, launcher_paths=ctx.launcher_paths,
         run_binds=_existing(run_binds), sockets=sockets, slurm_masks=slurm_masks,
         slurm_binaries=slurm_binaries, devices=_devices(settings, ctx.environ, site_conf),
         private_tmp=settings.PRIVATE_TMP, private_ipc=settings.PRIVATE_IPC,

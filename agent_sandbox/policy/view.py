@@ -398,17 +398,55 @@ class ViewBuilder:
         same entries, read-only, and pins it, where the pin and a bind per
         entry took five mounts. Stricter in one way only: nothing new can be
         made in it — and git cannot make a repository there anyway (its
-        hooks/ and config are read-only: `git init` fails). An existing one
-        (a repository, another session's placeholders) is never listed here:
-        the placeholders change it at every launch, and the plan cache would
-        key on that."""
-        if path in roots or os.path.lexists(path):
+        hooks/ and config are read-only: `git init` fails). Another existing
+        one is never listed here: the placeholders change it at every launch,
+        and the plan cache would key on that."""
+        if path in roots:
+            return False
+        # One that holds exactly another running session's placeholders (the
+        # `.git` of a project that is no repository while a session of it
+        # runs) is read-only as a whole too, or this session could make the
+        # project a repository (docs/shared-channels.md §7).
+        if os.path.lexists(path) and not self._placeholders_only(path):
             return False
         below = [p.path for p in self.policy.protected if _contains_any(path, (p.path,))]
         others = [p for pair in getattr(self.policy, "session_files", ()) for p in pair]
         others += [n for n, _ in self.policy.notes] + list(self.policy.readonly_overlays)
         others += list(self.policy.hidden) + [p for p in (self.policy.staging_dir,) if p]
         return bool(below) and not any(_is_within(p, path) for p in others)
+
+    def _placeholders_only(self, path: str) -> bool:
+        """`path` is a `.git` directory (not a link) of no repository (no
+        HEAD: read before anything else, so a repository's listing never keys
+        the plan cache) whose every entry is a protected path's untouched
+        placeholder: an empty directory, or a file holding exactly the
+        placeholder. Only a `.git`: the listing of another pinned directory
+        (`.claude`, whose placeholders come and go with each launch) would
+        make every launch a plan-cache miss."""
+        if os.path.basename(path) != ".git" or os.path.islink(path) \
+                or not os.path.isdir(path) or os.path.lexists(os.path.join(path, "HEAD")):
+            return False
+        expected = {p.path: p for p in self.policy.protected
+                    if os.path.dirname(p.path) == path}
+        try:
+            names = os.listdir(path)
+        except OSError:
+            return False
+        for name in names:
+            item = expected.get(os.path.join(path, name))
+            if item is None or os.path.islink(item.path):
+                return False
+            try:
+                if item.is_dir:
+                    if not os.path.isdir(item.path) or os.listdir(item.path):
+                        return False
+                else:
+                    with open(item.path, "rb") as handle:
+                        if handle.read(len(item.placeholder) + 1) != item.placeholder:
+                            return False
+            except OSError:
+                return False
+        return True
 
     def overlays(self) -> None:
         roots = self.writable_roots()

@@ -612,10 +612,12 @@ def test_command_is_not_interpreted(home):
 def test_render_substitutes_fd_numbers(home):
     _, plan = build(home)
     refs = {a.name for a in plan.argv if isinstance(a, FdRef)}
-    assert refs == {"status", "seccomp", "marker", "etc-passwd", "etc-group",
+    assert refs == {"status", "hold", "seccomp", "marker", "etc-passwd", "etc-group",
                     "etc-nsswitch.conf", "seed-0"}
-    assert set(plan.payloads) == refs - {"status"}
-    assert plan.status_fd == "status"
+    assert set(plan.payloads) == refs - {"status", "hold"}
+    assert plan.status_fd == "status" and plan.hold_fd == "hold"
+    # the session lock is held by bwrap's init, never by the command (registry.hold)
+    assert argv_of(plan)[argv_of(plan).index("--sync-fd") + 1] == FdRef("hold")
     fds = {name: 100 + i for i, name in enumerate(sorted(refs))}
     rendered = render_argv(plan.argv, fds)
     assert len(rendered) == len(plan.argv)

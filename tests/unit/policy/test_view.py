@@ -4,8 +4,9 @@ In a project that is no repository, the placeholders make a `.git` holding
 only git's control files (hooks/, config, config.worktree, commondir), all
 kept read-only: one read-only bind of the directory shows the same and pins
 it, where the pin and a bind per entry took five mounts. An existing `.git`
-(a repository, another session's placeholders) keeps the writable pin and
-its read-only control files.
+(a repository, or anything but another session's untouched placeholders:
+test_view_running_git.py) keeps the writable pin and its read-only control
+files.
 """
 from __future__ import annotations
 
@@ -42,9 +43,8 @@ def test_a_project_without_a_repository_gets_one_read_only_git(tmp_path):
 
 
 def test_an_existing_git_of_placeholders_only_keeps_the_pin(tmp_path):
-    """A `.git` another session's placeholders made (or a killed one left) is
-    not listed: the placeholders change it at every launch, and the plan
-    cache would key on its listing (every launch in a repository a miss)."""
+    """A `.git` holding more than placeholders (here a config with content)
+    is not listed, HEAD or not."""
     home = make_home(tmp_path)
     dotgit = str(home / "proj" / ".git")
     os.unlink(f"{dotgit}/hooks/pre-commit")
