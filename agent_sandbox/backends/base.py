@@ -162,8 +162,9 @@ def self_protection(g: Guarantees, policy) -> None:
                     "their inode — a write through a name the sandbox can reach elsewhere "
                     "changes the launcher. Reinstall it as copies (UV_LINK_MODE=copy; "
                     "docs/install.md)")
-    roots = ViewBuilder(policy).writable_roots()
-    exposed = [p for p in getattr(policy, "launcher_paths", ())
+    launcher = getattr(policy, "launcher_paths", ())
+    roots = ViewBuilder(policy).writable_roots() if launcher else ()
+    exposed = [p for p in launcher
                if any(is_within(p, r) for r in roots)
                and not any(is_within(p, o) for o in policy.readonly_overlays)]
     if exposed:
