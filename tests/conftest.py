@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -71,6 +72,27 @@ _last_write = [0.0]
 def wrote() -> None:
     """A test wrote a file by itself: the next launch settles after it."""
     _last_write[0] = time.monotonic()
+
+
+def kill_launcher_when_ready(user, project: Path, argv: list, ready: Path, env) -> None:
+    """Start `argv` (a launch) as `user` in `project`; once the session has
+    made `ready`, SIGKILL the launcher — what a killed terminal or an OOM kill
+    leaves for the next launch and `status` to clean up."""
+    proc = subprocess.Popen(argv, user=user.uid, group=user.gid, extra_groups=[], cwd=project,
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not ready.exists():
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    time.sleep(0.3)    # the sandbox dies with its launcher
 
 
 def remove_entries(home: Path, entries) -> None:

@@ -252,28 +252,16 @@ def report(home: str, session: str, project: str, findings: list[Finding], found
                   "check it before you start an agent below it.\n")
     if not findings:
         return
-    import json
     import shlex
     import time
 
-    from agent_sandbox.tools.logs import TIME_FORMAT, log_directory
+    from agent_sandbox.tools.logs import TIME_FORMAT, append_records
 
-    directory = log_directory(home)
     stamp = time.strftime(TIME_FORMAT)
-    lines = "".join(json.dumps({"time": stamp, "session": session, "command": "agent-config",
-                                "event": "agent-config", "project": project, "file": f.path,
-                                "readers": f.readers, "value": f.runs,
-                                "remedy": shlex.join(f.remedy)}) + "\n" for f in findings)
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(directory, f"config_{session}.log"),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, lines.encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    append_records(home, f"config_{session}.log", (
+        {"time": stamp, "session": session, "command": "agent-config", "event": "agent-config",
+         "project": project, "file": f.path, "readers": f.readers, "value": f.runs,
+         "remedy": shlex.join(f.remedy)} for f in findings))
 
 
 def check(home: str, session: str, project: str, before: dict | None, out) -> None:

@@ -442,28 +442,16 @@ def _report(home: str, session: str, project: str, findings, walk: Walk, out) ->
                   "below it.\n")
     if not findings:
         return
-    import json
     import shlex
     import time
 
-    from agent_sandbox.tools.logs import log_directory
+    from agent_sandbox.tools.logs import append_records
 
-    directory = log_directory(home)
     stamp = time.strftime(TIME_FORMAT)
-    lines = "".join(json.dumps({"time": stamp, "session": session, "command": "git",
-                                "event": "git-setting", "project": project,
-                                "file": f.path, "key": f.key, "value": f.value,
-                                "remedy": shlex.join(f.remedy)}) + "\n" for f in findings)
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(directory, f"git_{session}.log"),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, lines.encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    append_records(home, f"git_{session}.log", (
+        {"time": stamp, "session": session, "command": "git", "event": "git-setting",
+         "project": project, "file": f.path, "key": f.key, "value": f.value,
+         "remedy": shlex.join(f.remedy)} for f in findings))
 
 
 def _check(path: str, home: str, git, out) -> None:

@@ -46,6 +46,24 @@ def log_directory(home: str) -> str:
     return os.path.join(state_dir(home), "chaperon")
 
 
+def append_records(home: str, name: str, records) -> None:
+    """Append `records` (dicts, one JSON line each) to the session log `name`
+    in the log directory (0600, never through a link); a log that cannot be
+    written loses them — the report on stderr was already made."""
+    lines = "".join(json.dumps(record) + "\n" for record in records)
+    directory = log_directory(home)
+    try:
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(os.path.join(directory, name),
+                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, lines.encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
 def _timestamp(text) -> float:
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         return float(text)          # the egress proxy's records

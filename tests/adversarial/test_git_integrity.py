@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
 import time
 import uuid
@@ -19,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.conftest import INSTALLED, kill_launcher_when_ready
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 ROUTES = ("fsmonitor", "hook", "hookspath", "include", "filter", "commondir", "worktree",
@@ -141,22 +140,9 @@ def test_killed_launcher_is_reported_by_status_and_logs(user, project, backend):
     ready = project / "ready"
     plant = ('git init -q sub && git -C sub config core.sshCommand "touch $0/x" '
              '&& touch ready && sleep 60')
-    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", plant, str(marks)],
-                            user=user.uid, group=user.gid, extra_groups=[], cwd=project,
-                            env=user.env(SANDBOX_BACKEND=backend), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    time.sleep(0.3)    # the sandbox dies with its launcher
+    kill_launcher_when_ready(user, project,
+                             [INSTALLED, "run", "--", "/bin/sh", "-c", plant, str(marks)],
+                             ready, user.env(SANDBOX_BACKEND=backend))
     status = user.run([INSTALLED, "status"], cwd=user.home)
     config = str(project / "sub/.git/config")
     assert status.returncode == 0, status.stderr

@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import os
 import shlex
-import signal
 import subprocess
-import time
 
 import pytest
 
-from tests.conftest import INSTALLED, remove_entries
+from tests.conftest import INSTALLED, kill_launcher_when_ready, remove_entries
 from tests.integration.test_agents import clis  # noqa: F401  (fixture: the pinned CLIs)
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
@@ -148,22 +146,8 @@ def _killed_session(user, project, backend, name: str) -> None:
     ready = project / f"ready-{name}"
     plant = (f'mkdir -p {name}/.claude && printf "%s" \'{HOOK.replace("$M", "/tmp")}\' '
              f'> {name}/.claude/settings.json && touch {ready.name} && sleep 60')
-    proc = subprocess.Popen([INSTALLED, "run", "--", "/bin/sh", "-c", plant],
-                            user=user.uid, group=user.gid, extra_groups=[], cwd=project,
-                            env=user.env(SANDBOX_BACKEND=backend), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 20
-        while not ready.exists():
-            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-    time.sleep(0.3)    # the sandbox dies with its launcher
+    kill_launcher_when_ready(user, project, [INSTALLED, "run", "--", "/bin/sh", "-c", plant],
+                             ready, user.env(SANDBOX_BACKEND=backend))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
