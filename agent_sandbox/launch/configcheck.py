@@ -18,7 +18,9 @@ the next launch after a killed launcher report it too):
 - `snapshot(project)` (launch): a bounded walk of the project that never
   follows a symlink and does not enter `.git`; for every entry of the table
   found in any directory, a fingerprint of each file below it (its content's
-  digest, or its size, ctime and inode beyond 1 MiB; a symlink's target).
+  digest, or its size, ctime and inode beyond 1 MiB or once the walk has
+  read 64 MiB — each inode is read once, so thousands of links to one large
+  file cost one read; a symlink's target).
 - `evaluate(project, before)` (end): the walk again; every file that is new
   or changed since the snapshot and not empty (an empty file runs nothing: a
   placeholder) is a Finding — the file, who obeys it, the commands it names
@@ -40,6 +42,7 @@ import stat
 
 WALK_LIMIT = 200_000     # directory entries looked at
 READ_LIMIT = 1 << 20     # larger files are fingerprinted by size and time
+HASH_BUDGET = 64 << 20   # bytes read in one walk; beyond, files are known by metadata
 # Keys whose values a tool runs or starts (JSON and TOML configurations):
 # hooks' and MCP servers' commands, Codex's notify, Claude Code's helpers,
 # Dev Containers' lifecycle commands, opencode's plugins.
@@ -91,7 +94,16 @@ def _table() -> dict[str, list[tuple[tuple[str, ...], str]]]:
     return table
 
 
-def _fingerprint(path: str, info) -> str | None:
+class _Budget:
+    """What one walk may read: HASH_BUDGET bytes, each inode once (a session
+    could link one large file under thousands of table names)."""
+    def __init__(self) -> None:
+        self.left = HASH_BUDGET
+        self.seen: dict[tuple[int, int], str] = {}
+
+
+def _fingerprint(path: str, info, budget: _Budget | None = None) -> str | None:
+    budget = budget or _Budget()
     if stat.S_ISLNK(info.st_mode):
         try:
             return "link:" + os.readlink(path)
@@ -104,16 +116,21 @@ def _fingerprint(path: str, info) -> str | None:
     # Beyond the read limit (or unreadable) a file is known by its metadata:
     # its ctime, which no one but the clock sets — an mtime the session can
     # put back with utimensat after rewriting the file in place.
-    if info.st_size > READ_LIMIT:
+    if info.st_size > min(READ_LIMIT, budget.left):
         return f"large:{info.st_size}:{info.st_ctime_ns}:{info.st_ino}"
+    inode = (info.st_dev, info.st_ino)
+    if inode in budget.seen:
+        return budget.seen[inode]
     from agent_sandbox.paths import read_regular
 
     data = read_regular(path, READ_LIMIT)
     if not isinstance(data, bytes):
         return f"unreadable:{info.st_size}:{info.st_ctime_ns}:{info.st_ino}"
+    budget.left -= len(data)
     from chaperon.paths import sha256   # _sha256 where built in: no OpenSSL at a launch
 
-    return "sha256:" + sha256(data).hexdigest()
+    budget.seen[inode] = "sha256:" + sha256(data).hexdigest()
+    return budget.seen[inode]
 
 
 def walk(project: str, limit: int = WALK_LIMIT) -> Walk:
@@ -121,6 +138,7 @@ def walk(project: str, limit: int = WALK_LIMIT) -> Walk:
     table = _table()
     files: dict[str, tuple[str, str]] = {}
     stack, seen, unreadable = [project], 0, []
+    budget = _Budget()
 
     def add(path: str, readers: str) -> bool:
         """Record `path` (a file, a link, or a directory's files); False at the limit."""
@@ -143,7 +161,7 @@ def walk(project: str, limit: int = WALK_LIMIT) -> Walk:
                     return False
                 pending += [e.path for e in entries]
                 continue
-            found = _fingerprint(current, info)
+            found = _fingerprint(current, info, budget)
             if found is not None:
                 files[current] = (found, readers)
         return True

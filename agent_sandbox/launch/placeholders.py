@@ -189,8 +189,10 @@ def create(candidates, anchors=(), made: list | None = None) -> list:
                 "then start the sandbox again.", reason="placeholder_symlink") from None
         except OSError as exc:
             raise PolicyError(f"cannot create the read-only placeholder {item.path} — {exc}. "
-                              "Create it yourself or remove it from PROTECTED_PATHS.",
-                              reason="placeholder_failed") from None
+                              "Create it yourself (an empty file, or a directory for a name "
+                              "ending in /), or, if you added it to PROTECTED_PATHS, remove it "
+                              "there; agents' project configuration (names.PROJECT_CONFIGS) "
+                              "is always protected.", reason="placeholder_failed") from None
     return made
 
 

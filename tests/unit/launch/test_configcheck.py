@@ -99,3 +99,34 @@ def test_commands_in_each_format():
         "lint-cmd: evil"
     assert configcheck.commands_in("x/settings.json", b"{not json") == ""
     assert configcheck.commands_in("x/hooks/run.sh", b"#!/bin/sh\nevil\n") == ""
+
+
+def test_a_walk_reads_each_inode_once_and_no_more_than_its_budget(tmp_path, monkeypatch):
+    # Review of issue 27: thousands of links to one large file under a table
+    # name made every launch and every end read (and hash) it again and again.
+    from agent_sandbox import paths
+
+    reads, read_regular = [], paths.read_regular
+
+    def counting(path, limit):
+        reads.append(path)
+        return read_regular(path, limit)
+
+    monkeypatch.setattr(paths, "read_regular", counting)
+    first = write(tmp_path / "sub/.claude/skills/a/SKILL.md", "y" * 1000)
+    for n in range(50):
+        os.link(first, tmp_path / f"sub/.claude/skills/a/copy{n}.md")
+    found = configcheck.walk(str(tmp_path))
+    assert len(found.files) == 51 and len(reads) == 1, reads
+    assert len({f for f, _ in found.files.values()}) == 1
+
+    reads.clear()
+    monkeypatch.setattr(configcheck, "HASH_BUDGET", 1500)
+    for n in range(3):
+        write(tmp_path / f"sub/.claude/skills/b{n}/SKILL.md", "z" * 1000 + str(n))
+    found = configcheck.walk(str(tmp_path))
+    hashed = {f for f, _ in found.files.values() if f.startswith("sha256:")}
+    # 1500 bytes: one of the ~1000-byte files is read, the others are known
+    # by their metadata (the linked one once, whichever the walk meets first).
+    assert len(reads) == 1 and len(hashed) == 1, reads
+    assert sum(f.startswith("large:") for f, _ in found.files.values()) >= 2
