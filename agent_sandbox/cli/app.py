@@ -392,8 +392,8 @@ def logs(
 
     import time
 
-    from agent_sandbox.tools.logs import (as_json_lines, log_directory, read_records, render,
-                                          select, unseen)
+    from agent_sandbox.logfiles import log_directory
+    from agent_sandbox.tools.logs import as_json_lines, read_records, render, select, unseen
 
     _hidden_here("the audit logs cannot be read")
     directory = log_directory(pwd.getpwuid(os.getuid()).pw_dir)
