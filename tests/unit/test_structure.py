@@ -2,12 +2,13 @@
 the import-budget tests: the jail-side helper imports the standard library
 only and is reached by path, never as a package; agent_sandbox is built in
 floors and a module imports only its own floor or a lower one; the chaperon
-never imports the launcher; and the import graph of agent_sandbox has no
-cycle. The graph is read from the
+never imports the launcher; the import graph of agent_sandbox has no cycle;
+and the exit codes are spelled once (errors.py). The graph is read from the
 source (AST), with the imports inside functions counted too: a lazy import
 is still a dependency."""
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 
@@ -157,3 +158,47 @@ def test_one_list_of_backend_names():
     hints = typing.get_type_hints(Settings)
     assert typing.get_args(hints["SANDBOX_BACKEND"]) == ("auto",) + BACKENDS
 
+
+# Where a decimal 125, 126 or 127 may be written outside errors.py, with why.
+EXIT_LITERALS_ALLOWED = {
+    # The jail side: stdlib only, reached by path inside the jail, so it cannot
+    # import errors.py; its refusals and the shell's 126/127 are written there.
+    "agent_sandbox/helper/sandbox_exec.py": "stdlib-only jail side",
+    "agent_sandbox/helper/jobstart.py": "stdlib-only jail side",
+    "agent_sandbox/helper/netrelay.py": "stdlib-only jail side",
+    # The chaperon and the stubs never import the launcher (guarded above):
+    # their own exit codes are named once, there.
+    "chaperon/wire/session.py": "the chaperon's and stubs' own table of exit codes",
+}
+
+
+def exit_literals(source: str) -> list[int]:
+    """The lines of `source` that write 125, 126 or 127 as a decimal integer
+    (an exit code spelled again; 0o177 or 0x7F are other things)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Constant) and type(node.value) is int
+                and node.value in (125, 126, 127)
+                and ast.get_source_segment(source, node) == str(node.value)):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_exit_codes_are_spelled_once():
+    found = {}
+    for top in ("agent_sandbox", "chaperon", "stubs", "egress"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            relative = str(path.relative_to(ROOT))
+            if relative == "agent_sandbox/errors.py" or relative in EXIT_LITERALS_ALLOWED:
+                continue
+            lines = exit_literals(path.read_text())
+            if lines:
+                found[relative] = lines
+    assert found == {}, f"name them (agent_sandbox.errors), or raise and let the edge map: {found}"
+    for relative in EXIT_LITERALS_ALLOWED:
+        assert exit_literals((ROOT / relative).read_text()), f"{relative}: allowed, none left"
+
+
+def test_the_exit_code_guard_sees_a_literal():
+    assert exit_literals("def f():\n    return 127\n") == [2]
+    assert exit_literals("os.umask(0o177)\nx = 0x7F\n") == []
