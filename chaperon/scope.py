@@ -36,6 +36,7 @@ import time
 from .environment import command_env
 from .refusal import Refusal
 from .slurm.jobids import PLACEHOLDER_TOP, ref_base
+from .wire.session import EXIT_NOT_FOUND
 
 PRUNE_ABOVE = 256                    # ledger ids before forgotten ones are pruned
 PRUNE_EVERY = 10.0                   # seconds between prunes: each costs a squeue call
@@ -86,7 +87,7 @@ class Scope:
         """Run a real Slurm command for the chaperon's own use (not shown)."""
         binary = self.ctx.binary(command)
         if binary is None:
-            return 127, b""
+            return EXIT_NOT_FOUND, b""
         try:
             result = subprocess.run([command, *args], executable=binary, env=self.env,
                                     cwd="/", stdin=subprocess.DEVNULL,

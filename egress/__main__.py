@@ -3,7 +3,7 @@ proxy (docs/network.md).
 
 The launcher starts it outside the sandbox with a pipe on stdin whose write
 end only the launcher holds. It checks the spec (egress/spec.py; a bad one:
-exit 125 and one `agent-sandbox:` line on stderr), opens the audit log,
+exit 125 and one `agent-sandbox:` line on stderr, mapped once in `main`), opens the audit log,
 binds the Unix socket (0600) — or, with --listen-fd, serves the listening
 socket the launcher bound and handed it (the launcher then starts the
 sandbox without waiting for the proxy: a connection made before the proxy
@@ -99,6 +99,15 @@ async def _run(proxy, listener) -> None:
 
 
 def main(argv: list[str]) -> int:
+    """The proxy's edge: a refusal (SandboxError) becomes its line on stderr
+    and exit 125 here, once (errors.mapped, as at the CLI's edge)."""
+    from agent_sandbox.errors import mapped
+
+    return mapped(_serve, argv)
+
+
+def _serve(argv: list[str]) -> int:
+    from agent_sandbox.errors import SandboxError
     from agent_sandbox.paths import ADMIN_DIR
     from egress.server import Proxy
     from egress.spec import SpecError, load, load_hook
@@ -107,14 +116,11 @@ def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[1] == "--listen-fd" and argv[2].isdigit():
         listen_fd, argv = int(argv[2]), argv[:1]
     if len(argv) != 1:
-        print("agent-sandbox: usage: python3 -I -m egress SPEC_PATH [--listen-fd N]",
-              file=sys.stderr)
-        return 125
+        raise SandboxError("usage: python3 -I -m egress SPEC_PATH [--listen-fd N]")
     try:
         spec = load(argv[0])
     except SpecError as exc:
-        print(f"agent-sandbox: egress proxy: {exc}", file=sys.stderr)
-        return 125
+        raise SandboxError(f"egress proxy: {exc}") from exc
     # A stop signal (the parent's death among them) that comes before the
     # loop handles them must still remove the socket: held until then.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
@@ -124,16 +130,13 @@ def main(argv: list[str]) -> int:
         audit_fd = os.open(spec.audit, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC,
                            0o600)
     except OSError as exc:
-        print(f"agent-sandbox: egress proxy: cannot open the audit log {spec.audit} — {exc}",
-              file=sys.stderr)
-        return 125
+        raise SandboxError(f"egress proxy: cannot open the audit log {spec.audit} — "
+                           f"{exc}") from exc
     try:
         listener = _bind(spec.socket) if listen_fd is None else _inherited(listen_fd,
                                                                            spec.socket)
     except OSError as exc:
-        print(f"agent-sandbox: egress proxy: cannot bind {spec.socket} — {exc}",
-              file=sys.stderr)
-        return 125
+        raise SandboxError(f"egress proxy: cannot bind {spec.socket} — {exc}") from exc
     bound = os.stat(spec.socket)
     try:
         proxy = Proxy(spec, load_hook(ADMIN_DIR), audit_fd)

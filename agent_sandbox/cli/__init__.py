@@ -66,7 +66,15 @@ _NOT_PROFILES = frozenset(SUBCOMMANDS) - {"bash"}
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    """The CLI's edge: every command's SandboxError becomes its line on stderr
+    and its exit code here, once (errors.mapped), the fast path and typer's
+    alike."""
+    from agent_sandbox.errors import mapped
+
+    return mapped(_dispatch, sys.argv[1:] if argv is None else argv)
+
+
+def _dispatch(args: list[str]) -> int:
     if args and args[0] == "run":
         parsed = _fast_run(args[1:])
         if parsed is not None:
@@ -84,11 +92,12 @@ def main(argv: list[str] | None = None) -> int:
             command = parsed.pop("command")
             return run_profile(command[0], command[1:], **parsed)
     from agent_sandbox.cli.app import app
+    from agent_sandbox.errors import FAILED
 
     try:
         app(args=args, prog_name="agent-sandbox", standalone_mode=True)
-    except SystemExit as exc:
-        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except SystemExit as exc:   # a non-int code is a message: exit 1, as the interpreter's
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else FAILED)
     return 0
 
 

@@ -162,12 +162,6 @@ def _settings(project_dir: Optional[str], profile_name: Optional[str] = None):
 _PROFILE_HELP = "As a launch of this agent profile sees it (its settings applied)."
 
 
-def _fail(exc) -> None:
-    from agent_sandbox.errors import fail
-
-    raise typer.Exit(fail(exc))
-
-
 @config_app.command("show")
 def config_show(
     origin: bool = typer.Option(False, "--origin", help="Name the file:line (or default, "
@@ -179,13 +173,9 @@ def config_show(
                                           help=_PROFILE_HELP),
 ) -> None:
     """Print every effective configuration value (as sandbox.conf syntax)."""
-    from agent_sandbox.errors import SandboxError
     from agent_sandbox.tools.explain import config_show as show
 
-    try:
-        settings = _settings(project_dir, profile)
-    except SandboxError as exc:
-        _fail(exc)
+    settings = _settings(project_dir, profile)
     typer.echo(show(settings, origin=origin, as_json=as_json), nl=False)
     for warning in settings.warnings:
         typer.echo(f"agent-sandbox: warning: {warning}", err=True)
@@ -216,9 +206,9 @@ def config_migrate(
         typer.echo(migrate(parse_config(text, file=path, variables={
             "HOME": entry.pw_dir, "USER": entry.pw_name})), nl=False)
     except OSError as exc:
-        _fail(ConfigError(f"cannot read {path} — {exc.strerror}. Name an existing file."))
+        raise ConfigError(f"cannot read {path} — {exc.strerror}. Name an existing file.") from exc
     except (ConfigSyntaxError, LegacyValueError) as exc:
-        _fail(ConfigError(f"{path}: {exc} — fix the file first."))
+        raise ConfigError(f"{path}: {exc} — fix the file first.") from exc
 
 
 @config_app.command("adopt-login")
@@ -234,7 +224,7 @@ def config_adopt_login(
     import os
     import pwd
 
-    from agent_sandbox.errors import ConfigError, SandboxError
+    from agent_sandbox.errors import ConfigError
     from agent_sandbox.launch import agentcopy
 
     try:
@@ -249,11 +239,9 @@ def config_adopt_login(
                        f"{profile}: the sandbox holds no login of its own")
             return
         written = agentcopy.adopt_login(spec, entry.pw_dir)
-    except SandboxError as exc:
-        _fail(exc)
     except OSError as exc:
-        _fail(ConfigError(f"cannot adopt the login — {exc}. Check the agent's "
-                          "configuration directory and run again."))
+        raise ConfigError(f"cannot adopt the login — {exc}. Check the agent's "
+                          "configuration directory and run again.") from exc
     for path in written:
         typer.echo(f"{profile}: {path} now holds the sandbox's login")
     if not written:
@@ -279,11 +267,11 @@ def explain(
     --host HOST through, and which rule of which layer decided."""
     import os
 
-    from agent_sandbox.errors import SandboxError, UsageError
+    from agent_sandbox.errors import UsageError
 
     if (target is None) == (host is None):
-        _fail(UsageError("explain takes a PATH or ENV_NAME, or --host HOST[:PORT] — give "
-                         "exactly one (`agent-sandbox explain --host pypi.org`)."))
+        raise UsageError("explain takes a PATH or ENV_NAME, or --host HOST[:PORT] — give "
+                         "exactly one (`agent-sandbox explain --host pypi.org`).")
     if host is not None:
         from agent_sandbox.tools.nethost import explain_host
 
@@ -291,18 +279,13 @@ def explain(
             typer.echo(explain_host(host, _settings(project_dir, profile), as_json=as_json),
                        nl=False)
         except ValueError as exc:
-            _fail(UsageError(f"explain --host: {exc}"))
-        except SandboxError as exc:
-            _fail(exc)
+            raise UsageError(f"explain --host: {exc}") from exc
         return
     from agent_sandbox.tools.explain import explain as explain_target
     from agent_sandbox.launch.run import prepare
 
-    try:
-        prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ,
-                           profile=_profile(profile))
-    except SandboxError as exc:
-        _fail(exc)
+    prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ,
+                       profile=_profile(profile))
     typer.echo(explain_target(target, prepared.settings, prepared.policy,
                               prepared.plan.mounts, as_json=as_json), nl=False)
 
@@ -315,12 +298,12 @@ def _hidden_here(what: str) -> None:
     answering 'nothing'."""
     import os
 
+    from agent_sandbox.errors import Failed
     from agent_sandbox.launch.run import inside_sandbox
 
     if inside_sandbox(os.environ):
-        typer.echo(f"agent-sandbox: {what} — ~/.local/state/agent-sandbox is hidden inside "
-                   "the sandbox. Run this outside the sandbox.", err=True)
-        raise typer.Exit(1)
+        raise Failed(f"{what} — ~/.local/state/agent-sandbox is hidden inside the sandbox. "
+                     "Run this outside the sandbox.")
 
 
 @app.command()
@@ -392,8 +375,8 @@ def logs(
 
     import time
 
-    from agent_sandbox.tools.logs import (as_json_lines, log_directory, read_records, render,
-                                          select, unseen)
+    from agent_sandbox.logfiles import log_directory
+    from agent_sandbox.tools.logs import as_json_lines, read_records, render, select, unseen
 
     _hidden_here("the audit logs cannot be read")
     directory = log_directory(pwd.getpwuid(os.getuid()).pw_dir)
@@ -467,8 +450,8 @@ def _outside_stdin(command: str, args: list) -> Optional[bytes]:
 
 def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int:
     import os
-    import sys
 
+    from agent_sandbox.errors import Failed, NotFound
     from agent_sandbox.launch.run import inside_sandbox
 
     if inside_sandbox(os.environ):
@@ -476,28 +459,21 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
         try:
             os.execvp(command, [command, *args])
         except OSError as exc:
-            sys.stderr.write(f"agent-sandbox: {command}: cannot run the sandbox's {command} "
-                             f"— {exc.strerror}.\n")
-            return 127
+            raise NotFound(f"{command}: cannot run the sandbox's {command} "
+                           f"— {exc.strerror}.") from exc
     from chaperon.wire import protocol
     from chaperon.audit import AuditLog
     from chaperon.handlers import Context, dispatch
 
     from agent_sandbox.launch.chaperon import _real_binaries, handler_config, staging_dir
-    from agent_sandbox.errors import SandboxError, fail
     from agent_sandbox.launch.run import prepare
 
-    try:
-        prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ)
-        settings, policy = prepared.settings, prepared.policy
-    except SandboxError as exc:
-        return fail(exc)
+    prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ)
+    settings, policy = prepared.settings, prepared.policy
     binaries = _real_binaries(policy)
     if command not in binaries:
-        sys.stderr.write(f"agent-sandbox: {command}: Slurm is not available here — {command} "
-                         "was not found on this host. Run it on a login node of the "
-                         "cluster.\n")
-        return 1
+        raise Failed(f"{command}: Slurm is not available here — {command} was not found on "
+                     "this host. Run it on a login node of the cluster.")
     staging = staging_dir(policy.home, policy.project_dir)
     os.makedirs(staging, mode=0o700, exist_ok=True)
     config = handler_config(settings, policy, staging)
@@ -508,9 +484,8 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
         request = protocol.Request(command, args, cwd=os.getcwd(), env=policy.env,
                                    stdin=stdin, resp_path="/dev/null")
     except protocol.ProtocolError as exc:
-        sys.stderr.write(f"agent-sandbox: {command}: the command line is refused — {exc}. "
-                         "Keep arguments and scripts under 4 MiB.\n")
-        return 1
+        raise Failed(f"{command}: the command line is refused — {exc}. "
+                     "Keep arguments and scripts under 4 MiB.") from exc
     log = AuditLog(config)
     log.event("start", session=policy.session_id, project=policy.project_dir,
               origin="outside")

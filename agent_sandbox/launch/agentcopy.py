@@ -1231,7 +1231,7 @@ def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected)
 def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str) -> None:
     from agent_sandbox.policy.agentmerge import show
     from agent_sandbox import errors
-    from agent_sandbox.tools.logs import clean
+    from agent_sandbox.logfiles import clean
 
     def say(message: str) -> None:
         # The names and keys are the session's (entries it made, keys of a

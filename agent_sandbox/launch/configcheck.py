@@ -67,7 +67,7 @@ class Finding:
     def message(self) -> str:
         import shlex
 
-        from agent_sandbox.tools.logs import clean
+        from agent_sandbox.logfiles import clean
 
         runs = self.runs if len(self.runs) <= 120 else self.runs[:117] + "..."
         named = f"; it names: {clean(runs)}" if runs else ""
@@ -255,7 +255,7 @@ def evaluate(project: str, before: dict | None) -> tuple[list[Finding], Walk]:
 
 def report(home: str, session: str, project: str, findings: list[Finding], found: Walk,
            out) -> None:
-    from agent_sandbox.tools.logs import clean
+    from agent_sandbox.logfiles import clean
 
     for finding in findings:
         out.write(f"agent-sandbox: {finding.message()}\n")
@@ -273,7 +273,7 @@ def report(home: str, session: str, project: str, findings: list[Finding], found
     import shlex
     import time
 
-    from agent_sandbox.tools.logs import TIME_FORMAT, append_records
+    from agent_sandbox.logfiles import TIME_FORMAT, append_records
 
     stamp = time.strftime(TIME_FORMAT)
     append_records(home, f"config_{session}.log", (

@@ -75,7 +75,7 @@ class Finding(_Record):
     def message(self) -> str:
         import shlex
 
-        from agent_sandbox.tools.logs import clean
+        from agent_sandbox.logfiles import clean
 
         value = clean(self.value if len(self.value) <= 80 else self.value[:77] + "...")
         if self.key == "hook":
@@ -435,7 +435,7 @@ def _report(home: str, session: str, project: str, findings, walk: Walk, out) ->
                   f"stopped after {WALK_LIMIT} entries — repositories beyond were not "
                   "checked. Check them yourself before you run git in them.\n")
     for directory in walk.unreadable:
-        from agent_sandbox.tools.logs import clean
+        from agent_sandbox.logfiles import clean
 
         out.write(f"agent-sandbox: git: {clean(directory)} could not be listed — a repository "
                   "there was not checked. Make it readable and check it before you run git "
@@ -445,7 +445,7 @@ def _report(home: str, session: str, project: str, findings, walk: Walk, out) ->
     import shlex
     import time
 
-    from agent_sandbox.tools.logs import append_records
+    from agent_sandbox.logfiles import append_records
 
     stamp = time.strftime(TIME_FORMAT)
     append_records(home, f"git_{session}.log", (

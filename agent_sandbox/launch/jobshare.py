@@ -51,7 +51,7 @@ import re
 import socket
 import sys
 
-from agent_sandbox.errors import BackendUnavailable, PolicyError
+from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError
 from agent_sandbox.paths import run_dir
 
 SHARED_BACKENDS = ("bwrap", "firejail")
@@ -327,7 +327,7 @@ def start_holder(key: str, job: str, dirfd: int, launch, *, close=(),
         os.close(report_r)
         for fd in close:
             os.close(fd)
-        code = 125
+        code = SETUP_FAILED
         try:
             code = _hold(key, job, dirfd, launch, report_w, shaped or {})
         except BaseException as exc:   # never back into the parent's code

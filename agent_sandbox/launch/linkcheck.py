@@ -127,7 +127,7 @@ def outermost(roots) -> list[str]:
 def message(found, complete: bool = True) -> str:
     # The names are the session's (a file in the project): escaped, so that
     # no name prints a line or a terminal escape of its choosing.
-    from agent_sandbox.tools.logs import clean
+    from agent_sandbox.logfiles import clean
 
     shown = ", ".join(f"{clean(path)} ({links} links)" for path, links in found[:SHOWN])
     more = f" and {len(found) - SHOWN} more" if len(found) > SHOWN else ""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import pwd
 
-from agent_sandbox.errors import NOT_EXECUTABLE, NOT_FOUND, say
+from agent_sandbox.errors import NotExecutable, NotFound, say
 
 MARKER_PATH = "/run/agent-sandbox/session"   # policy.MARKER_PATH, kept import-free here
 
@@ -64,9 +64,7 @@ def exec_nested(command: list[str], environ) -> int:
             "without re-wrapping")
     try:
         os.execvp(command[0], command)
-    except FileNotFoundError:
-        say(f"{command[0]}: command not found")
-        return NOT_FOUND
-    except PermissionError:
-        say(f"{command[0]}: permission denied")
-        return NOT_EXECUTABLE
+    except FileNotFoundError as exc:    # the shell's 127 and 126, mapped at the CLI's edge
+        raise NotFound(f"{command[0]}: command not found") from exc
+    except PermissionError as exc:
+        raise NotExecutable(f"{command[0]}: permission denied") from exc

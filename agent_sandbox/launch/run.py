@@ -17,7 +17,8 @@ import os
 import pwd
 import sys
 
-from agent_sandbox.errors import USAGE, BackendUnavailable, PolicyError, SandboxError, fail, say
+from agent_sandbox.errors import (BackendUnavailable, PolicyError, SandboxError, UsageError,
+                                  mapped, say)
 from agent_sandbox.launch.nesting import exec_nested, inside_sandbox
 from agent_sandbox.launch.payloads import _with_note, base_payloads, check_bound_files
 from agent_sandbox.launch.select import choose_backend, helper_python, landlock_abi
@@ -352,10 +353,7 @@ def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | 
     agent = AgentLaunch(name, args, dry_run=dry_run)
     if inside_sandbox(environ) and not dry_run:
         entry = pwd.getpwuid(os.getuid())
-        try:
-            agent.load(environ, entry.pw_dir, entry.pw_name, before=False)
-        except SandboxError as exc:
-            return fail(exc)
+        agent.load(environ, entry.pw_dir, entry.pw_name, before=False)
         return exec_nested(agent.command, environ)
     return run(list(args), environ=environ, agent=agent, project_dir=project_dir,
                backend=backend, dry_run=dry_run, keep_fds=keep_fds)
@@ -556,20 +554,21 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     agent's ARGS."""
     environ = os.environ if environ is None else environ
     if not command and agent is None:
-        say("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD [ARGS…]")
-        return USAGE
+        raise UsageError("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD "
+                         "[ARGS…]")
     if inside_sandbox(environ) and not dry_run:
         return exec_nested(command, environ)
     if job_shared and not dry_run:
+        from functools import partial
+
         from agent_sandbox.launch.jobcache import cached_resolve
         from agent_sandbox.launch.jobjoin import run_shared
 
-        try:
-            code = run_shared(command, project_dir=project_dir, backend=backend,
-                              environ=environ, keep_fds=keep_fds, launch=run, job=job,
-                              resolve=cached_resolve(resolve, environ_home()))
-        except SandboxError as exc:
-            return fail(exc)
+        # The holder's launch runs in a forked child, beyond the CLI's edge:
+        # its errors are mapped there (errors.mapped), as the edge would.
+        code = run_shared(command, project_dir=project_dir, backend=backend,
+                          environ=environ, keep_fds=keep_fds, launch=partial(mapped, run),
+                          job=job, resolve=cached_resolve(resolve, environ_home()))
         if code is not None:
             return code
     sessions: list = []
@@ -642,125 +641,122 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         return planned
 
     try:
+        prepared = (_from_cache(cache, keep_fds, dry_run, sessions, agent, copies)
+                    if cache else None)
+        if prepared is None:
+            if cache is not None and not dry_run:
+                from agent_sandbox.launch.plancache import Recorder
+
+                # (a job's cache may bring its own: jobcache.py)
+                recorder = getattr(cache, "Recorder", Recorder)(
+                    cache.ignore(environ_home()))
+            prepared = _compile(recorder, command, agent, project_dir=project_dir,
+                                backend=backend, environ=environ,
+                                keep_fds=keep_fds, chaperon=start_chaperon,
+                                agent_copy=start_copy, egress=start_egress, job=job,
+                                terminal=not dry_run and terminal,
+                                command_slot=cache is not None)
+            is_slotted = slotted(prepared.plan)
+            if recorder is not None and is_slotted:
+                _store(cache, recorder, prepared, agent, egressed)
+        if prepared.cached or is_slotted:
+            prepared = with_command(prepared, command)      # an agent's: its ARGS
+        if agent is not None:
+            command = agent.command       # what the user ran, for titles and records
+        policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
+        policy, plan = start_shm(policy, plan)
+        if on_prepared is not None:
+            on_prepared(session, policy)
+        if dry_run:
+            from agent_sandbox.launch.report import dry_run_report
+
+            lines = dry_run_report(policy, plan, prepared.denied).splitlines(True)
+            at = next((i + 1 for i, line in enumerate(lines)
+                       if line.startswith("backend:")), len(lines))
+            lines.insert(at, _cache_line(cache, prepared))   # after the backend
+            sys.stdout.write("".join(lines))
+            return 0
+        if not plan.argv[0].startswith("/"):
+            raise BackendUnavailable(
+                "bwrap is not installed (not found on PATH) — the sandbox cannot be "
+                "built. Install bubblewrap (apt-get install bubblewrap) or ask your "
+                "admin; the command was not run.")
+        for warning in policy.warnings:
+            say(f"warning: {warning}")
+        _shared_files(policy, environ, job or job_shared)
+        if not policy.quiet:
+            from agent_sandbox.launch.report import banner
+
+            sys.stderr.write(banner(policy, plan))
+        # The session registry (`agent-sandbox status`): written before the
+        # placeholders are made (a session of the same project ending now
+        # must see this one and leave them), removed whatever way it ends;
+        # named by the session id the chaperon's audit log and ledger carry.
+        # Both steps run under the project's lock, so that concurrent
+        # launches and ends of one project never race (placeholders.py).
+        from agent_sandbox.launch import gitcheck, placeholders, registry
+
+        created, record, snapshot, hold = [], None, None, None
         try:
-            prepared = (_from_cache(cache, keep_fds, dry_run, sessions, agent, copies)
-                        if cache else None)
-            if prepared is None:
-                if cache is not None and not dry_run:
-                    from agent_sandbox.launch.plancache import Recorder
-
-                    # (a job's cache may bring its own: jobcache.py)
-                    recorder = getattr(cache, "Recorder", Recorder)(
-                        cache.ignore(environ_home()))
-                prepared = _compile(recorder, command, agent, project_dir=project_dir,
-                                    backend=backend, environ=environ,
-                                    keep_fds=keep_fds, chaperon=start_chaperon,
-                                    agent_copy=start_copy, egress=start_egress, job=job,
-                                    terminal=not dry_run and terminal,
-                                    command_slot=cache is not None)
-                is_slotted = slotted(prepared.plan)
-                if recorder is not None and is_slotted:
-                    _store(cache, recorder, prepared, agent, egressed)
-            if prepared.cached or is_slotted:
-                prepared = with_command(prepared, command)      # an agent's: its ARGS
-            if agent is not None:
-                command = agent.command       # what the user ran, for titles and records
-            policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
-            policy, plan = start_shm(policy, plan)
-            if on_prepared is not None:
-                on_prepared(session, policy)
-            if dry_run:
-                from agent_sandbox.launch.report import dry_run_report
-
-                lines = dry_run_report(policy, plan, prepared.denied).splitlines(True)
-                at = next((i + 1 for i, line in enumerate(lines)
-                           if line.startswith("backend:")), len(lines))
-                lines.insert(at, _cache_line(cache, prepared))   # after the backend
-                sys.stdout.write("".join(lines))
-                return 0
-            if not plan.argv[0].startswith("/"):
-                raise BackendUnavailable(
-                    "bwrap is not installed (not found on PATH) — the sandbox cannot be "
-                    "built. Install bubblewrap (apt-get install bubblewrap) or ask your "
-                    "admin; the command was not run.")
-            for warning in policy.warnings:
-                say(f"warning: {warning}")
-            _shared_files(policy, environ, job or job_shared)
-            if not policy.quiet:
-                from agent_sandbox.launch.report import banner
-
-                sys.stderr.write(banner(policy, plan))
-            # The session registry (`agent-sandbox status`): written before the
-            # placeholders are made (a session of the same project ending now
-            # must see this one and leave them), removed whatever way it ends;
-            # named by the session id the chaperon's audit log and ledger carry.
-            # Both steps run under the project's lock, so that concurrent
-            # launches and ends of one project never race (placeholders.py).
-            from agent_sandbox.launch import gitcheck, placeholders, registry
-
-            created, record, snapshot, hold = [], None, None, None
-            try:
-                with placeholders.project_lock(policy.home, policy.project_dir):
-                    # Held by the sandbox too, while it lives (registry.py).
-                    hold = registry.hold(policy.home, policy.session_id, policy.project_dir)
-                    record = registry.register(
-                        policy.home, session=policy.session_id,
-                        backend=plan.backend, project=policy.project_dir,
-                        # 0: on standby, started at the first Slurm call
-                        chaperon_pid=(session.pid or 0) if session else None,
-                        command=os.path.basename(command[0]))
-                    if session:
-                        session.attach(record)
-                    placeholders.exclude(policy.project_dir, prepared.placeholders)
-                    try:
-                        placeholders.create(prepared.placeholders, _anchors(policy), created)
-                    finally:   # also what was made before a refusal
-                        placeholders.remember(policy.home, policy.project_dir, created)
-                snapshot = gitcheck.start(policy)
-                if plan.backend in ("landlock", "bwrap"):
-                    from agent_sandbox.launch import reap
-
-                    # landlock has no PID namespace: orphans come back to us
-                    # (swept below); bwrap's init outlives bwrap by the
-                    # teardown of its namespaces and is reaped last.
-                    subreaper = reap.become_subreaper()
-                    if plan.backend == "landlock":
-                        reaping.append(subreaper)
-                # The egress proxy starts beside the sandbox (its socket is
-                # bound already); that it runs is checked once both started.
-                proxies = [s for s in sessions if hasattr(s, "ready")]
-                return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
-                                title=policy.prompt + os.path.basename(command[0]),
-                                after_spawn=(lambda gone: [p.ready(gone) for p in proxies])
-                                if proxies else None, orphans=orphans, hold=hold)
-            finally:
-                if any(reaping):
-                    survivors.extend(reap.sweep())
-                if record is not None:   # checked while registered: recover() leaves it alone
-                    gitcheck.finish(policy, snapshot)
+            with placeholders.project_lock(policy.home, policy.project_dir):
+                # Held by the sandbox too, while it lives (registry.py).
+                hold = registry.hold(policy.home, policy.session_id, policy.project_dir)
+                record = registry.register(
+                    policy.home, session=policy.session_id,
+                    backend=plan.backend, project=policy.project_dir,
+                    # 0: on standby, started at the first Slurm call
+                    chaperon_pid=(session.pid or 0) if session else None,
+                    command=os.path.basename(command[0]))
                 if session:
-                    session.attach(None)
-                with placeholders.project_lock(policy.home, policy.project_dir):
-                    registry.unregister(record)
-                    placeholders.release(policy.home, policy.project_dir, policy.session_id,
-                                         created)
-                    registry.unhold(policy.home, policy.session_id, policy.project_dir, hold)
+                    session.attach(record)
+                placeholders.exclude(policy.project_dir, prepared.placeholders)
+                try:
+                    placeholders.create(prepared.placeholders, _anchors(policy), created)
+                finally:   # also what was made before a refusal
+                    placeholders.remember(policy.home, policy.project_dir, created)
+            snapshot = gitcheck.start(policy)
+            if plan.backend in ("landlock", "bwrap"):
+                from agent_sandbox.launch import reap
+
+                # landlock has no PID namespace: orphans come back to us
+                # (swept below); bwrap's init outlives bwrap by the
+                # teardown of its namespaces and is reaped last.
+                subreaper = reap.become_subreaper()
+                if plan.backend == "landlock":
+                    reaping.append(subreaper)
+            # The egress proxy starts beside the sandbox (its socket is
+            # bound already); that it runs is checked once both started.
+            proxies = [s for s in sessions if hasattr(s, "ready")]
+            return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
+                            title=policy.prompt + os.path.basename(command[0]),
+                            after_spawn=(lambda gone: [p.ready(gone) for p in proxies])
+                            if proxies else None, orphans=orphans, hold=hold)
         finally:
-            for started in sessions:   # also one whose plan was refused
-                started.stop()
-            for held in shm:           # after the sandbox: the last task out removes it
-                held.release()
-            if copies:     # after the placeholders: the guarded merge of the agent's settings
-                from agent_sandbox.launch import agentcopy
+            if any(reaping):
+                survivors.extend(reap.sweep())
+            if record is not None:   # checked while registered: recover() leaves it alone
+                gitcheck.finish(policy, snapshot)
+            if session:
+                session.attach(None)
+            with placeholders.project_lock(policy.home, policy.project_dir):
+                registry.unregister(record)
+                placeholders.release(policy.home, policy.project_dir, policy.session_id,
+                                     created)
+                registry.unhold(policy.home, policy.session_id, policy.project_dir, hold)
+    finally:
+        for started in sessions:   # also one whose plan was refused
+            started.stop()
+        for held in shm:           # after the sandbox: the last task out removes it
+            held.release()
+        if copies:     # after the placeholders: the guarded merge of the agent's settings
+            from agent_sandbox.launch import agentcopy
 
-                if survivors:   # a session process could still write: nothing is merged
-                    agentcopy.discard(copies[0], f"session processes {survivors} are still "
-                                      "running and could still write")
-                else:
-                    agentcopy.finish(copies[0])
-            if orphans:    # last: its namespaces' teardown ran beside our cleanup
-                from agent_sandbox.launch.reap import reap_orphan
+            if survivors:   # a session process could still write: nothing is merged
+                agentcopy.discard(copies[0], f"session processes {survivors} are still "
+                                  "running and could still write")
+            else:
+                agentcopy.finish(copies[0])
+        if orphans:    # last: its namespaces' teardown ran beside our cleanup
+            from agent_sandbox.launch.reap import reap_orphan
 
-                reap_orphan(orphans[0], wait=0.002)
-    except SandboxError as exc:
-        return fail(exc)
+            reap_orphan(orphans[0], wait=0.002)

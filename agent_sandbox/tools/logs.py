@@ -29,7 +29,8 @@ import shlex
 from datetime import datetime
 from typing import NamedTuple
 
-TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"     # chaperon/audit.py
+from agent_sandbox.logfiles import TIME_FORMAT, clean
+
 # Fields every line shows in its own column; the rest goes into the summary.
 COLUMNS = ("time", "session", "event", "command")
 
@@ -38,30 +39,6 @@ class Entry(NamedTuple):
     when: float              # seconds since the epoch (0 when the line had no valid time)
     order: tuple[int, int]   # (file index, line index): ties keep file order
     record: dict
-
-
-def log_directory(home: str) -> str:
-    from agent_sandbox.paths import state_dir
-
-    return os.path.join(state_dir(home), "chaperon")
-
-
-def append_records(home: str, name: str, records) -> None:
-    """Append `records` (dicts, one JSON line each) to the session log `name`
-    in the log directory (0600, never through a link); a log that cannot be
-    written loses them — the report on stderr was already made."""
-    lines = "".join(json.dumps(record) + "\n" for record in records)
-    directory = log_directory(home)
-    try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
-        fd = os.open(os.path.join(directory, name),
-                     os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, lines.encode())
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
 
 
 def _timestamp(text) -> float:
@@ -125,20 +102,6 @@ def select(entries, *, session: str | None = None, denials: bool = False,
 
 
 # ---------------------------------------------------------------- formatting
-def clean(value) -> str:
-    """Text safe for a terminal: control characters (C0, DEL, C1) escaped."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
-                                                            default=str)
-    out = []
-    for char in text:
-        code = ord(char)
-        if code < 0x20 or 0x7F <= code < 0xA0:
-            out.append(f"\\x{code:02x}")
-        else:
-            out.append(char)
-    return "".join(out)
-
-
 def summary(record: dict) -> str:
     """What happened, in one line, by event."""
     event = record.get("event")

@@ -29,6 +29,7 @@ ENV_SESSION_DIR = "AGENT_SANDBOX_CHAPERON"
 # status, 128+N for a signal: handlers/common.py exit_status).
 EXIT_REFUSED = 1    # a refusal, by the chaperon or by the stub itself (SPEC §9)
 EXIT_INTERNAL = 1   # the proxy failed (a handler bug, no chaperon, a broken reply)
+EXIT_NOT_FOUND = 127   # a real Slurm command missing on this host, as the shell says it
 # "\n" first: whatever garbage a hostile writer left without a newline, the
 # announcement still starts a line of its own.
 ANNOUNCE_PREFIX = b"\nCHAPERON/1 CONNECT "

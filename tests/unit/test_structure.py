@@ -1,19 +1,45 @@
-"""Guards of the package's architecture (issue 13), in the style of the
-import-budget tests: the jail-side helper imports the standard library only
-and is reached by path, never as a package; configuration never imports the
-later stages; the chaperon never imports the launcher; and the import graph
-of agent_sandbox has no cycle. The graph is read from the source (AST), with
-the imports inside functions counted too: a lazy import is still a
-dependency."""
+"""Guards of the package's architecture (issues 13 and 28), in the style of
+the import-budget tests: the jail-side helper imports the standard library
+only and is reached by path, never as a package; agent_sandbox is built in
+floors and a module imports only its own floor or a lower one; the chaperon
+never imports the launcher; the import graph of agent_sandbox has no cycle;
+and the exit codes are spelled once (errors.py). The graph is read from the
+source (AST), with the imports inside functions counted too: a lazy import
+is still a dependency."""
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 
 from agent_sandbox.paths import HELPER_DIR
 from tests.import_graph import ROOT, cycles as _cycles, graph, modules
 
-PACKAGES = ("agent_sandbox", "chaperon", "stubs")
+PACKAGES = ("agent_sandbox", "chaperon", "stubs", "egress")
+
+# The floors of agent_sandbox, lowest first (docs/design.md): a module may
+# import its own floor and the floors below it, never one above. The
+# vocabulary is modules (exact names), each later floor a package (the
+# package and everything in it). The pipeline's order: text → Settings
+# (config) → Policy (policy) → Plan (backends) → a running process (launch);
+# the subcommands beside a launch (tools: doctor, explain, status, logs) use
+# all of that, and the CLI (cli, __main__) sits on top of everything.
+VOCABULARY = ("agent_sandbox", "agent_sandbox.names", "agent_sandbox.paths",
+              "agent_sandbox.errors", "agent_sandbox.mountinfo", "agent_sandbox.jsonlite",
+              "agent_sandbox.logfiles")
+FLOORS = (
+    VOCABULARY,
+    ("agent_sandbox.config",),
+    ("agent_sandbox.policy",),
+    ("agent_sandbox.backends",),
+    ("agent_sandbox.launch",),
+    ("agent_sandbox.tools",),
+    ("agent_sandbox.cli", "agent_sandbox.__main__"),
+)
+# Imports allowed upward, each (importer, imported) with its reason. None
+# today: launch/'s checks once imported tools/logs.py for the session logs'
+# vocabulary, now agent_sandbox/logfiles.py on the lowest floor.
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -21,14 +47,16 @@ def _graph() -> dict[str, set[str]]:
 
 
 def test_the_helper_imports_the_standard_library_only():
-    # A clean interpreter: -I -S, and of the package only helper/ on sys.path.
-    script = ("import sys; sys.path.insert(0, sys.argv[1]); "
-              "import sandbox_exec, landlock, jobstart, netrelay; "
-              "own = {'sandbox_exec', 'landlock', 'jobstart', 'netrelay'}; "
+    # A clean interpreter: -I -S, and of the package only helper/ on sys.path;
+    # every module of the folder, so a new one is covered without a mention here.
+    own = sorted(name[:-3] for name in os.listdir(HELPER_DIR) if name.endswith(".py"))
+    assert {"sandbox_exec", "landlock", "jobstart", "netrelay", "joinns"} <= set(own), own
+    script = ("import importlib, sys; sys.path.insert(0, sys.argv[1]); own = sys.argv[2:]; "
+              "[importlib.import_module(name) for name in own]; "
               "print(sorted(m.partition('.')[0] for m in sys.modules "
               "if m.partition('.')[0] not in sys.stdlib_module_names "
               "and m.partition('.')[0] not in own and m != '__main__'))")
-    result = subprocess.run(["/usr/bin/python3", "-I", "-S", "-c", script, HELPER_DIR],
+    result = subprocess.run(["/usr/bin/python3", "-I", "-S", "-c", script, HELPER_DIR, *own],
                             capture_output=True, text=True, cwd="/")
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]", result.stdout
@@ -45,21 +73,59 @@ def test_the_helper_is_reached_by_path_never_as_a_package():
             assert "from agent_sandbox import sandbox_exec" not in text, path
 
 
-def test_configuration_never_imports_the_later_stages():
-    graph = _graph()
-    later = ("agent_sandbox.policy", "agent_sandbox.backends", "agent_sandbox.launch",
-             "agent_sandbox.tools", "agent_sandbox.cli")
-    for name, deps in graph.items():
-        if name.startswith("agent_sandbox.config"):
-            assert not {d for d in deps if d.startswith(later)}, (name, deps)
+def floor_of(name: str) -> int | None:
+    """The floor of module `name` (its index in FLOORS), None when unplaced."""
+    for index, members in enumerate(FLOORS):
+        for member in members:
+            if name == member or (member not in VOCABULARY and name.startswith(member + ".")):
+                return index
+    return None
 
 
-def test_policy_never_imports_launch_tools_or_cli():
-    graph = _graph()
-    later = ("agent_sandbox.launch", "agent_sandbox.tools", "agent_sandbox.cli")
-    for name, deps in graph.items():
-        if name.startswith("agent_sandbox.policy"):
-            assert not {d for d in deps if d.startswith(later)}, (name, deps)
+def upward_imports(graph: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """Every import of agent_sandbox into a higher floor than the importer's."""
+    found = []
+    for name, deps in sorted(graph.items()):
+        if not name.startswith("agent_sandbox"):
+            continue
+        for dep in sorted(deps):
+            if dep.startswith("agent_sandbox") and floor_of(dep) > floor_of(name):
+                found.append((name, dep))
+    return found
+
+
+def test_every_module_has_a_floor():
+    # A new module or package is placed on a floor when it is made.
+    unplaced = [name for name in _graph() if name.startswith("agent_sandbox")
+                and floor_of(name) is None]
+    assert unplaced == [], f"add them to FLOORS: {unplaced}"
+
+
+def test_a_module_imports_only_its_floor_or_lower():
+    upward = [edge for edge in upward_imports(_graph()) if edge not in UPWARD_ALLOWED]
+    assert upward == [], upward
+    stale = [edge for edge in UPWARD_ALLOWED if edge not in upward_imports(_graph())]
+    assert stale == [], f"allowed but gone, remove from UPWARD_ALLOWED: {stale}"
+
+
+def test_the_floors_guard_sees_an_upward_import():
+    # The guard itself can fail: launch reaching up into tools, even lazily.
+    graph = {"agent_sandbox.launch.gitcheck": {"agent_sandbox.tools.logs",
+                                               "agent_sandbox.logfiles"},
+             "agent_sandbox.tools.logs": {"agent_sandbox.logfiles"}}
+    assert upward_imports(graph) == [("agent_sandbox.launch.gitcheck",
+                                      "agent_sandbox.tools.logs")]
+    assert floor_of("agent_sandbox.config.load") < floor_of("agent_sandbox.policy.view")
+    assert floor_of("agent_sandbox.names") == 0 and floor_of("agent_sandbox.cli.app") == 6
+
+
+def test_egress_imports_only_the_vocabulary():
+    # The egress proxy runs beside the launcher (`python3 -I -m egress`), and
+    # config/ imports egress.hosts: egress may lean on the lowest floor only.
+    for name, deps in _graph().items():
+        if name.startswith("egress"):
+            assert not {d for d in deps if d.startswith("agent_sandbox")
+                        and d not in VOCABULARY}, (name, deps)
 
 
 def test_the_chaperon_never_imports_the_launcher():
@@ -91,3 +157,48 @@ def test_one_list_of_backend_names():
     assert typing.get_args(Backend) == BACKENDS
     hints = typing.get_type_hints(Settings)
     assert typing.get_args(hints["SANDBOX_BACKEND"]) == ("auto",) + BACKENDS
+
+
+# Where a decimal 125, 126 or 127 may be written outside errors.py, with why.
+EXIT_LITERALS_ALLOWED = {
+    # The jail side: stdlib only, reached by path inside the jail, so it cannot
+    # import errors.py; its refusals and the shell's 126/127 are written there.
+    "agent_sandbox/helper/sandbox_exec.py": "stdlib-only jail side",
+    "agent_sandbox/helper/jobstart.py": "stdlib-only jail side",
+    "agent_sandbox/helper/netrelay.py": "stdlib-only jail side",
+    # The chaperon and the stubs never import the launcher (guarded above):
+    # their own exit codes are named once, there.
+    "chaperon/wire/session.py": "the chaperon's and stubs' own table of exit codes",
+}
+
+
+def exit_literals(source: str) -> list[int]:
+    """The lines of `source` that write 125, 126 or 127 as a decimal integer
+    (an exit code spelled again; 0o177 or 0x7F are other things)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (isinstance(node, ast.Constant) and type(node.value) is int
+                and node.value in (125, 126, 127)
+                and ast.get_source_segment(source, node) == str(node.value)):
+            found.append(node.lineno)
+    return sorted(found)
+
+
+def test_exit_codes_are_spelled_once():
+    found = {}
+    for top in ("agent_sandbox", "chaperon", "stubs", "egress"):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            relative = str(path.relative_to(ROOT))
+            if relative == "agent_sandbox/errors.py" or relative in EXIT_LITERALS_ALLOWED:
+                continue
+            lines = exit_literals(path.read_text())
+            if lines:
+                found[relative] = lines
+    assert found == {}, f"name them (agent_sandbox.errors), or raise and let the edge map: {found}"
+    for relative in EXIT_LITERALS_ALLOWED:
+        assert exit_literals((ROOT / relative).read_text()), f"{relative}: allowed, none left"
+
+
+def test_the_exit_code_guard_sees_a_literal():
+    assert exit_literals("def f():\n    return 127\n") == [2]
+    assert exit_literals("os.umask(0o177)\nx = 0x7F\n") == []

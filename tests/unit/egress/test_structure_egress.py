@@ -1,6 +1,8 @@
 """Structure guards for the egress proxy, read from the AST (lazy imports
-count): it imports the standard library, itself and agent_sandbox.paths
-only (no pydantic, no launcher: it starts in every allowlist session); the
+count): it imports the standard library, itself, agent_sandbox.paths and
+agent_sandbox.errors (the one mapping of a refusal to its line and exit
+code, egress/__main__) only (no pydantic, no launcher: it starts in every
+allowlist session); the
 decision and the parsers are pure (no asyncio, no sockets, no server);
 no import cycle."""
 from __future__ import annotations
@@ -16,12 +18,13 @@ def _imports(name: str) -> set[str]:
     return {m for m in imports(name, MODULES[name], MODULES) if m}
 
 
-def test_the_proxy_imports_the_standard_library_and_paths_only():
+def test_the_proxy_imports_the_standard_library_paths_and_errors_only():
     assert "egress.server" in MODULES and "egress.hosts" in MODULES
     for name in MODULES:
         foreign = {m for m in _imports(name)
                    if m.partition(".")[0] not in sys.stdlib_module_names
-                   and m.partition(".")[0] != "egress" and m != "agent_sandbox.paths"}
+                   and m.partition(".")[0] != "egress"
+                   and m not in ("agent_sandbox.paths", "agent_sandbox.errors")}
         assert not foreign, (name, foreign)
 
 

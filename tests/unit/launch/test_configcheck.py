@@ -85,7 +85,7 @@ def test_the_report_names_the_file_what_it_runs_and_the_removal_and_logs_it(tmp_
     line = out.getvalue()
     assert line.startswith(f"agent-sandbox: agent config: {nested} ")
     assert "touch /tmp/x" in line and line.rstrip().endswith(f"rm -- {nested}")
-    from agent_sandbox.tools.logs import log_directory
+    from agent_sandbox.logfiles import log_directory
 
     record = json.loads(open(os.path.join(log_directory(str(home)),
                                           "config_sess1.log")).read())
