@@ -14,13 +14,14 @@ policy, a plan, SANDBOX_BACKEND inside a sandbox).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
 
 
-class Traits(NamedTuple):   # not a dataclass: dataclasses imports inspect (~4 ms a launch)
-    """One backend's answers. Each field is named for what it means to the
-    caller; the docs' table (docs/backends.md, "Traits, not names") lists
-    them per backend."""
+class Traits:
+    """One backend's answers, read-only. Each field is named for what it
+    means to the caller; the docs' table (docs/backends.md, "Traits, not
+    names") lists them per backend. A slotted class, not a NamedTuple or a
+    dataclass: those build code at import (namedtuple's exec, dataclasses'
+    inspect), this costs nothing on a launch's path."""
     # How a person reads it (doctor's rows, messages).
     display_name: str
     # What to do when its program is not found / when its trivial probe fails.
@@ -76,6 +77,20 @@ class Traits(NamedTuple):   # not a dataclass: dataclasses imports inspect (~4 m
     # How a Slurm job runs on this backend, for --dry-run ("" — the shared
     # sandbox's line, launch/report.JOB_SHARED).
     job_line: str
+
+    __slots__ = tuple(__annotations__)
+
+    def __init__(self, **values) -> None:
+        for name in self.__slots__:
+            object.__setattr__(self, name, values.pop(name))    # each one declared
+        if values:
+            raise TypeError(f"not a trait: {', '.join(sorted(values))}")
+
+    def __setattr__(self, name: str, value) -> None:
+        raise AttributeError(f"a backend's traits are read-only ({name})")
+
+    def __repr__(self) -> str:
+        return f"Traits({self.display_name})"
 
     @property
     def joins_job_sandboxes(self) -> bool:
