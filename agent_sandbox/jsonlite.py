@@ -43,6 +43,12 @@ def loads(data: bytes | str):
         value, end = _scan(text, start)
     except StopIteration as exc:
         raise ValueError(f"expecting a value at {exc.value}") from None
+    except SystemError:
+        # The C scanner raises json.decoder.JSONDecodeError for malformed
+        # input, taken from sys.modules: without `import json` it has none
+        # and returns NULL (Python 3.11). A line cut short ('{ "child-pid"')
+        # is such input; it is not JSON, as json.loads would say.
+        raise ValueError("not a JSON document") from None
     if text[end:].strip(_SPACE):
         raise ValueError(f"extra data at {end}")
     return value

@@ -128,7 +128,8 @@ def staged_env(ctx, request, export: str | None) -> dict[str, str]:
     from .wire.session import visible_paths
 
     visible = ctx.config.get("visible_dir")
-    stubs = visible_paths(ctx.config.get("backend", ""), visible)[1:] if visible else ()
+    stubs = (visible_paths(bool(ctx.config.get("fixed_mount_points")), visible)[1:]
+             if visible else ())
     return user_env(request.env, export, stubs)
 
 

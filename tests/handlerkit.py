@@ -43,7 +43,8 @@ def context(state_dir: str, project_dir: str, binaries: dict[str, str], *,
         "staging_dir": os.path.join(state_dir, "staging"), "state_dir": state_dir,
         "slurm_scope": scope, "slurm_binaries": binaries, "log_level": "info",
         "retain_days": 1, "allowed_partitions": [], "max_jobs": 0, "allow_mail": False,
-        "backend": "bwrap", "launcher": ["/bin/false"], "jobstart": "/bin/false",
+        "backend": "bwrap", "fixed_mount_points": True, "launcher": ["/bin/false"],
+        "jobstart": "/bin/false",
         "home": os.path.dirname(project_dir), "user": user, "overrides": {},
     }
     os.makedirs(config["staging_dir"], mode=0o700, exist_ok=True)

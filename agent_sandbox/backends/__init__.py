@@ -8,6 +8,8 @@ the one carve walker (policy/view.carve_walk).
 
 BACKENDS (name → backend, in the auto order) is the one table callers use;
 it imports a backend's module on first use, so a launch loads only its own.
+traits(name) says what a backend is (agent_sandbox/traits.py) without importing
+it: callers outside backends/ ask a trait, never compare a name.
 This module also holds what is common to choosing one: the selection logic
 (pure: finding and probing are passed in, the launcher does them), and which
 backends would give a guarantee another one lacks.
@@ -19,10 +21,11 @@ from collections.abc import Mapping
 from typing import Callable, Iterator, NamedTuple
 
 from agent_sandbox.backends.base import Backend, PlanContext
+from agent_sandbox.traits import TRAITS, Traits
 from agent_sandbox.names import BACKENDS as NAMES
 
-__all__ = ["AUTO_ORDER", "BACKENDS", "Backend", "PlanContext", "Selection", "Unavailable",
-           "select", "would_provide"]
+__all__ = ["AUTO_ORDER", "BACKENDS", "Backend", "PlanContext", "Selection", "TRAITS", "Traits",
+           "Unavailable", "select", "traits", "would_provide"]
 
 
 class _Table(Mapping):
@@ -48,20 +51,12 @@ class _Table(Mapping):
 
 BACKENDS: Mapping[str, Backend] = _Table(NAMES)
 AUTO_ORDER = tuple(BACKENDS)
-INSTALL_HINT = {
-    "bwrap": "install bubblewrap (apt-get install bubblewrap)",
-    "firejail": "install firejail (apt-get install firejail)",
-    "landlock": "it needs Linux 5.13+ with Landlock enabled (lsm=…,landlock) and "
-                "/usr/bin/python3",
-}
-PROBE_HINT = {
-    "bwrap": "unprivileged user namespaces are probably disabled on this host "
-             "(user.max_user_namespaces, kernel.unprivileged_userns_clone, an AppArmor "
-             "userns restriction); ask your admin to enable them",
-    "firejail": "firejail may not allow this user (/etc/firejail/firejail.users) or be too "
-                "old (0.9.72 or newer is needed)",
-    "landlock": "the kernel refused a trivial Landlock ruleset",
-}
+
+
+def traits(name: str) -> Traits:
+    """What the backend `name` is (agent_sandbox/traits.py): what callers ask
+    instead of comparing its name. Imports no backend module."""
+    return TRAITS[name]
 
 
 class Selection(NamedTuple):
@@ -88,11 +83,11 @@ def select(requested: str, allowed, *, find: Callable[[str], str | None],
             continue
         path = find(name)
         if path is None:
-            passed_over.append((name, "not found", INSTALL_HINT[name]))
+            passed_over.append((name, "not found", TRAITS[name].install_hint))
             continue
         ok, detail = probe(name, path)
         if not ok:
-            passed_over.append((name, f"probe failed ({detail})", PROBE_HINT[name]))
+            passed_over.append((name, f"probe failed ({detail})", TRAITS[name].probe_hint))
             continue
         if requested != "auto":
             reason = f"requested {origin}" if origin else "requested"

@@ -25,9 +25,13 @@ from __future__ import annotations
 import os
 from typing import NamedTuple, Protocol
 
+from agent_sandbox.traits import Traits
 from agent_sandbox.names import GUARANTEES as GUARANTEE_TEXT  # noqa: E402
 SCOPING_ABI = 6          # Landlock scopes abstract unix sockets and signals
 HELPER_PYTHON = "/usr/bin/python3"
+# The payload (and FdRef) carrying the helper's Landlock ruleset: helper_argv
+# names each after its flag, here --landlock.
+RULESET_PAYLOAD = "landlock"
 
 
 class PlanContext(NamedTuple):   # not a dataclass: dataclasses imports inspect (~4 ms a launch)
@@ -53,7 +57,8 @@ class Backend(Protocol):
     """A sandbox backend: Policy → Plan. Pure but for find (the PATH) and
     plan's look at the tree it carves (policy/view.carve_walk)."""
     name: str
-    # A blanked copy of a home file can stand in for it (bwrap: --ro-bind-data).
+    traits: "Traits"                # what it is (agent_sandbox/traits.py)
+    # A blanked copy of a home file can stand in for it (traits.generated_files).
     binds_generated_files: bool
 
     def find(self, path_env: str | None = None) -> str | None:
@@ -79,10 +84,10 @@ class FunctionBackend:
     `BACKEND = FunctionBackend(...)`). find() defaults to a PATH search for
     `program` and refuse() to accepting every policy."""
 
-    def __init__(self, name: str, program: str, *, binds_generated_files: bool,
+    def __init__(self, name: str, program: str, *, traits: "Traits",
                  guarantees, plan, probe_argv, find=None, refuse=None) -> None:
-        self.name, self.program = name, program
-        self.binds_generated_files = binds_generated_files
+        self.name, self.program, self.traits = name, program, traits
+        self.binds_generated_files = traits.generated_files
         self.guarantees, self.plan, self.probe_argv = guarantees, plan, probe_argv
         if find is not None:
             self.find = find
@@ -356,9 +361,11 @@ class Plan(NamedTuple):
     status_fd: str | None = None    # payload-less fd the backend reports status on
     partial: tuple[tuple[str, str], ...] = ()   # (guarantee, what is missing)
     notes: tuple[str, ...] = ()     # where the backend does the policy differently
-    # Status text that proves the command was reached (else a failure is the
-    # backend's, reported as 125): bwrap's exit-code, the helper's helper-exec.
-    started: str = '"exit-code"'
+    # The key of the JSON status document that proves the command was reached
+    # (else a failure is the backend's, reported as 125): bwrap's exit-code
+    # (its --json-status-fd, which also reports child-pid), the helper's
+    # helper-exec.
+    started: str = "exit-code"
     lifeline_fd: str | None = None  # read end of a pipe the launcher holds open
     # A descriptor the sandbox's init keeps open for the sandbox's whole life
     # (never the command's): the launcher's session lock, launch/registry.py hold.

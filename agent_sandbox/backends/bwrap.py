@@ -17,6 +17,7 @@ from __future__ import annotations
 import marshal
 import os
 
+from agent_sandbox.traits import TRAITS
 from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef,
                                          FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, egress_guarantee,
@@ -209,6 +210,6 @@ def refuse(policy: Policy, *, context: PlanContext) -> None:
 
 
 # A blanked copy of a home file stands in for it (--ro-bind-data from a descriptor).
-BACKEND = FunctionBackend(NAME, BWRAP, binds_generated_files=True, guarantees=guarantees,
+BACKEND = FunctionBackend(NAME, BWRAP, traits=TRAITS[NAME], guarantees=guarantees,
                           plan=plan, probe_argv=probe_argv, refuse=refuse)
 BACKEND.private_mounts_probe_argv = private_mounts_probe_argv

@@ -45,6 +45,7 @@ from __future__ import annotations
 import glob
 import os
 
+from agent_sandbox.traits import TRAITS
 from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, FunctionBackend,
                                          Guarantees,
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
@@ -398,7 +399,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                 provides=provides, cannot=cannot, partial=partial,
                 mounts=tuple(ProfileLine(line) for line in lines),
                 view_title="firejail profile (--profile), in order", status_fd="status",
-                started='"helper-exec"', lifeline_fd="lifeline",
+                started="helper-exec", lifeline_fd="lifeline",
                 notes=notes(policy, view, unavailable))
 
 
@@ -409,5 +410,5 @@ def probe_argv(path: str = FIREJAIL) -> list[str]:
 
 
 # No blanked copy of a home file: an unprivileged user cannot bind one.
-BACKEND = FunctionBackend(NAME, FIREJAIL, binds_generated_files=False, guarantees=guarantees,
+BACKEND = FunctionBackend(NAME, FIREJAIL, traits=TRAITS[NAME], guarantees=guarantees,
                           plan=plan, probe_argv=probe_argv)

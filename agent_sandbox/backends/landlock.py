@@ -38,6 +38,7 @@ from __future__ import annotations
 import marshal
 import os
 
+from agent_sandbox.traits import TRAITS
 from agent_sandbox.backends.base import (HELPER_PYTHON, FdRef, FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, fd_hygiene, helper_argv,
                                          helper_command, helper_path, relay_args, scoping,
@@ -295,7 +296,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,
                 mounts=tuple(Rule(access, path) for access, path in shown),
-                view_title="Landlock rules", status_fd="status", started='"helper-exec"',
+                view_title="Landlock rules", status_fd="status", started="helper-exec",
                 lifeline_fd="lifeline", scratch_dirs=(tmpdir,) if tmpdir else (),
                 own_session=True, notes=notes(policy, landlock_abi=landlock_abi))
 
@@ -311,6 +312,6 @@ def probe_argv(python: str = HELPER_PYTHON) -> list[str]:
 
 
 # No blanked copy of a home file: without a mount namespace only real files exist.
-BACKEND = FunctionBackend(NAME, HELPER_PYTHON, binds_generated_files=False,
+BACKEND = FunctionBackend(NAME, HELPER_PYTHON, traits=TRAITS[NAME],
                           guarantees=guarantees, plan=plan, probe_argv=probe_argv, find=find,
                           refuse=refuse)

@@ -302,12 +302,14 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
 def _project_copies(spec: Spec, policy, project_root: str, copies: int, base: dict) -> tuple:
     """Session copies of the protected project files the agent saves choices
     in (Claude Code's .claude/settings.local.json), bound writable over the
-    read-only placeholder — on bwrap only, the one backend that binds a file
-    at another path (Claude Code writes it in place when the rename beside it
-    fails on the mount point). Read below the project without following a
-    symlink: the project is the agent's to shape."""
+    read-only placeholder — only where the backend binds a file at another
+    path (its trait fixed_mount_points: bwrap; Claude Code writes it in place
+    when the rename beside it fails on the mount point). Read below the
+    project without following a symlink: the project is the agent's to shape."""
+    from agent_sandbox.backends import traits
+
     protected = {p.path for p in policy.protected}
-    if policy.backend != "bwrap" or not spec.project_files:
+    if not traits(policy.backend).fixed_mount_points or not spec.project_files:
         return (), ()
     files, binds = [], []
     project_fd = os.open(policy.project_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

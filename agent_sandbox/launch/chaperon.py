@@ -126,7 +126,7 @@ class ChaperonSession:
         staging = staging_dir(policy.home, policy.project_dir)
         config = handler_config(settings, policy, staging)
         config.update({"session_dir": directory,
-                       "visible_dir": visible_paths(policy.backend, directory)[0],
+                       "visible_dir": visible_paths(config["fixed_mount_points"], directory)[0],
                        "slurm_conf": policy.slurm_conf})
         return cls.open(config)
 
@@ -147,7 +147,7 @@ class ChaperonSession:
             made = True
             os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
             os.mkdir(os.path.join(directory, CONN_DIR), 0o700)
-            if config["backend"] != "bwrap":
+            if not config["fixed_mount_points"]:   # else mounted from the install
                 _write_stubs(directory, cls.stub_script())
             os.makedirs(staging, mode=0o700, exist_ok=True)
             # Opened now (not inheritable: nothing else started before the
@@ -344,6 +344,7 @@ def _exited(pid: int, pidfd: int, timeout: float) -> bool:
 def handler_config(settings, policy, staging: str) -> dict:
     """What the Slurm handlers need to know of the session, whether they run
     in a chaperon or in-process (`agent-sandbox sbatch` outside)."""
+    from agent_sandbox.backends import traits
     from agent_sandbox.paths import state_dir
 
     return {
@@ -362,6 +363,9 @@ def handler_config(settings, policy, staging: str) -> dict:
         "allowed_partitions": list(settings.SLURM_ALLOWED_PARTITIONS),
         "max_jobs": settings.SLURM_MAX_JOBS, "allow_mail": settings.SLURM_ALLOW_MAIL,
         "backend": policy.backend,
+        # The backend mounts the session dir and stubs at fixed places
+        # (chaperon/wire/session.visible_paths).
+        "fixed_mount_points": traits(policy.backend).fixed_mount_points,
         # The compute side gives at least what this session gives: its backend,
         # pinned for every job and task, unless the admin allows weaker ones.
         "job_backend": None if settings.JOB_ALLOW_WEAKER_BACKEND else policy.backend,

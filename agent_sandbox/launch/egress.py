@@ -105,10 +105,13 @@ def free_port() -> int:
 def brokering(settings, policy, profile, port: int) -> tuple[dict, dict, tuple]:
     """(environment changes, spec brokers, agent arguments) for the keys this
     session brokers: API_KEY_BROKERING on, a profile that names the broker,
-    the key set. Never on landlock: the relay listens on the host's loopback
-    there, where any local user could reach the broker."""
+    the key set. Never without a network namespace of the sandbox's own
+    (landlock): the relay listens on the host's loopback there, where any
+    local user could reach the broker."""
+    from agent_sandbox.backends import traits
+
     names = getattr(profile, "brokers", ()) if profile is not None else ()
-    if not settings.API_KEY_BROKERING or policy.backend == "landlock":
+    if not settings.API_KEY_BROKERING or not traits(policy.backend).network_namespace:
         return {}, {}, ()
     env, brokers, args = {}, {}, []
     for name in names:
@@ -154,6 +157,7 @@ def audit_path(home: str) -> str:
 
 
 def plan(settings, policy, profile=None) -> EgressPlan:
+    from agent_sandbox.backends import traits
     from agent_sandbox.config.network import rules
     from agent_sandbox.launch.chaperon import session_parent
     from agent_sandbox.names import RELAY_PORT
@@ -161,7 +165,8 @@ def plan(settings, policy, profile=None) -> EgressPlan:
     # Named by the session id alone (random, 48 bits; mkdir fails on a
     # clash): a cached plan's directory is the new session's (plancache.py).
     directory = os.path.join(session_parent(policy.home), f"egress-{policy.session_id}")
-    port = free_port() if policy.backend == "landlock" else RELAY_PORT
+    # A fixed port on the sandbox's own loopback, else a free one of the host's.
+    port = RELAY_PORT if traits(policy.backend).network_namespace else free_port()
     env, brokers, args = brokering(settings, policy, profile, port)
     return EgressPlan(directory, os.path.join(directory, SOCKET_NAME), port, env, brokers,
                       rules(settings), audit_path(policy.home), args)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from agent_sandbox.backends import traits
 from agent_sandbox.errors import PolicyError
 
 
@@ -32,7 +33,7 @@ def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, r
         return None
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, job=job)
-    if selection.name not in jobshare.SHARED_BACKENDS:
+    if not traits(selection.name).joins_job_sandboxes:
         return None
     # The submitting session, as the chaperon's wrapper set it (the holder's
     # chaperon hands it on to the job's steps: chaperon.handler_config).
@@ -103,7 +104,7 @@ def _run_joined(joined, command, selection, policy, environ, keep_fds, shaped) -
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
                                                      + slurm_task_fds(environ)))))
     spec = jobshare.namespaces_of(joined.pidfd)
-    needed = {"mnt", "pid"} | ({"user"} if selection.name == "bwrap" else set())
+    needed = {"mnt", "pid"} | ({"user"} if traits(selection.name).user_namespace else set())
     if not needed <= spec.keys():
         raise PolicyError(f"the process handed over as the job's sandbox shares this "
                           f"process's {' and '.join(sorted(needed - spec.keys()))} namespace — "
@@ -144,11 +145,12 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
     from agent_sandbox.launch.payloads import seccomp_payload
     from agent_sandbox.launch.select import helper_python
 
-    python = helper_python() if selection.name == "bwrap" else join_python()
+    by_setns = traits(selection.name).job_join == "setns"   # else the backend's --join
+    python = helper_python() if by_setns else join_python()
     helper = helper_argv(python=python, env=True, seccomp=policy.seccomp, status=True,
                          argv_fd=True, chdir=policy.workdir, keep_fds=policy.keep_fds)
     join = ["--join-ns", ",".join(f"{kind}:{inode}" for kind, inode in spec.items())]
-    if selection.name == "bwrap":
+    if by_setns:
         join += ["--join", str(pidfd)]
         argv = helper[:-1] + join + ["--"]
     else:
@@ -165,4 +167,4 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
     provides, partial, cannot = BACKENDS[selection.name].guarantees(policy, landlock_abi=0)
     return Plan(backend=selection.name, argv=tuple(argv), payloads=payloads,
                 env=dict(policy.env), provides=provides, cannot=cannot, partial=partial,
-                status_fd="status", started='"helper-exec"')
+                status_fd="status", started="helper-exec")

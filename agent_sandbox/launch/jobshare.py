@@ -54,7 +54,6 @@ import sys
 from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError
 from agent_sandbox.paths import run_dir
 
-SHARED_BACKENDS = ("bwrap", "firejail")
 STEPD_TITLE = re.compile(rb"slurmstepd: \[(\d+)\.(\w+)\]")
 NAMESPACES = ("user", "mnt", "ipc", "net", "uts", "pid", "cgroup")
 WAITER = ["/bin/sh", "-c", "echo ready && read -r line"]

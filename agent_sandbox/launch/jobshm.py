@@ -220,16 +220,19 @@ def with_job_shm(policy, plan, held: JobShm) -> tuple:
     cached plan alike, after the plan cache (the path and the descriptor
     are this launch's). Without imports: each new item is made from one of
     its kind in the plan (a NamedTuple, or the plan cache's record of one)."""
+    from agent_sandbox.backends import traits
+    from agent_sandbox.backends.base import RULESET_PAYLOAD
+
     argv = plan.argv
     at = next((i for i in range(len(argv) - 1) if argv[i] == "--landlock"
-               and getattr(argv[i + 1], "name", None) == "landlock"), None)
-    if plan.backend != "landlock" or at is None or not plan.mounts:
+               and getattr(argv[i + 1], "name", None) == RULESET_PAYLOAD), None)
+    if not traits(plan.backend).landlock_enforced or at is None or not plan.mounts:
         raise PolicyError("internal error: the job's shared-memory directory cannot be granted "
                           "to this plan (no Landlock ruleset or project grant in it). Report "
                           "this; the task was not run.", reason="job_shm_refused")
     ref = argv[at + 1]
     payloads = dict(plan.payloads)
-    payloads["shm"] = payloads["landlock"]._replace(data=None, path=None, fd=held.rule_fd)
+    payloads["shm"] = payloads[RULESET_PAYLOAD]._replace(data=None, path=None, fd=held.rule_fd)
     env = dict(policy.env, **{SHM_ENV: held.path})
     plan = plan._replace(
         argv=argv[:at + 2] + ("--landlock-dir", ref._replace(name="shm")) + argv[at + 2:],

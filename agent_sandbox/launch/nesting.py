@@ -18,13 +18,15 @@ def inside_sandbox(environ) -> bool:
     """True only with the AGENT_SANDBOX=1 marker and evidence no process
     outside a sandbox has (a stray AGENT_SANDBOX=1 in a login shell is not
     enough, and nothing the sandbox can write may stand in for it):
-    - bwrap: the session's marker file on a read-only mount under /run, which
-      outside would need root to create;
-    - firejail: PID 1 is our own process (its PID namespace); outside, PID 1
-      is the system's init, owned by root;
-    - landlock: our own state directory, which we may list, refuses us (the
-      rules carve the always-hidden paths out of every grant; should that
-      ever fail, a nested run wraps once more, which is safe)."""
+    - the session's marker file on a read-only mount under /run, which
+      outside would need root to create (bwrap);
+    - else the backend's own evidence (its trait inside_evidence, named by
+      SANDBOX_BACKEND): "pid1" — PID 1 is our own process (its PID
+      namespace; firejail); outside, PID 1 is the system's init, owned by
+      root; "state-dir" — our own state directory, which we may list,
+      refuses us (landlock: the rules carve the always-hidden paths out of
+      every grant; should that ever fail, a nested run wraps once more, which
+      is safe)."""
     if environ.get("AGENT_SANDBOX") != "1":
         return False
     import stat
@@ -36,13 +38,16 @@ def inside_sandbox(environ) -> bool:
             return True
     except OSError:
         pass
-    backend = environ.get("SANDBOX_BACKEND")
-    if backend == "firejail":
+    from agent_sandbox.backends import TRAITS
+
+    backend = TRAITS.get(environ.get("SANDBOX_BACKEND", ""))
+    evidence = backend.inside_evidence if backend is not None else ""
+    if evidence == "pid1":
         try:
             return os.stat("/proc/1").st_uid == os.getuid() != 0
         except OSError:
             return False
-    if backend == "landlock":
+    if evidence == "state-dir":
         from agent_sandbox.paths import state_dir
 
         state = state_dir(pwd.getpwuid(os.getuid()).pw_dir)

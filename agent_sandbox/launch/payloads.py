@@ -53,12 +53,14 @@ def identity_payloads(policy) -> dict:
 def seccomp_payload(policy, home: str):
     """The BPF program for the policy's deny list, cached in the hidden state
     directory (generating it loads libseccomp, which costs more than a launch)."""
+    from agent_sandbox.backends import traits
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.paths import state_dir
     from agent_sandbox.config.load import load_cache, store_cache
     from agent_sandbox.policy.seccomp import compile_filter, deny_list
 
-    denied = deny_list(policy.seccomp_extra, no_pid_namespace=policy.backend == "landlock")
+    denied = deny_list(policy.seccomp_extra,
+                       no_pid_namespace=not traits(policy.backend).pid_namespace)
     inputs = (__version__, os.uname().machine, denied)
     path = os.path.join(state_dir(home), "cache", "seccomp.marshal")
     data = load_cache(path, inputs)
@@ -70,14 +72,16 @@ def seccomp_payload(policy, home: str):
 
 def base_payloads(policy, backend: str, *, seccomp=None) -> tuple[dict, tuple[str, ...]]:
     """(payloads, denied syscalls) every plan of `policy` on `backend` needs:
-    the session marker, the seccomp program, and on bwrap (the one backend
-    that binds generated files) the filtered identity files. `seccomp`
+    the session marker, the seccomp program, and where the backend binds
+    generated files (bwrap) the filtered identity files. `seccomp`
     builds the program (default: seccomp_payload)."""
+    from agent_sandbox.backends import traits
+
     payloads = {"marker": marker_payload(policy)}
     denied: tuple[str, ...] = ()
     if policy.seccomp:
         payloads["seccomp"], denied = (seccomp or seccomp_payload)(policy, policy.home)
-    if policy.filter_passwd and backend == "bwrap":
+    if policy.filter_passwd and traits(backend).generated_files:
         payloads.update(identity_payloads(policy))
     return payloads, denied
 
@@ -94,7 +98,7 @@ def check_bound_files(settings, policy, backend: str) -> tuple:
     """(policy, payloads): the single files bound from the home, read here and
     checked for secrets by boundfiles (SECRETS_IN_BOUND_FILES)."""
     from agent_sandbox.launch import boundfiles
-    from agent_sandbox.backends import BACKENDS
+    from agent_sandbox.backends import traits
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.policy.envfilter import removal_rule
 
@@ -103,7 +107,7 @@ def check_bound_files(settings, policy, backend: str) -> tuple:
 
     mode = settings.SECRETS_IN_BOUND_FILES
     files = boundfiles.bound_files(policy) if mode != "off" else ()
-    can_generate = BACKENDS[backend].binds_generated_files
+    can_generate = traits(backend).generated_files
     # The verdict "no secret in any of them" is kept while every file's stat
     # (inode, size, mtime and ctime: ctime cannot be set back) and every rule
     # are unchanged; anything else reads and scans again. Not kept for a file

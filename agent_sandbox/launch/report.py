@@ -20,9 +20,10 @@ def _mount_line(op) -> str:
         return f"{'symlink':<10} {op.dest} -> {op.target}"
     if kind in ("ro-data", "file"):
         return f"{kind:<10} {op.dest}  (from {op.payload})"
-    if kind == "landlock":
+    from agent_sandbox.policy.view import PROFILE_LINE_KIND, RULE_KIND   # --dry-run only
+    if kind == RULE_KIND:
         return f"{_rights(op.access):<10} {op.path}"
-    if kind == "firejail":
+    if kind == PROFILE_LINE_KIND:
         return op.line
     return f"{kind:<10} {op.dest}"           # proc, dev, remount-ro
 
@@ -51,16 +52,9 @@ def guarantee_lines(plan) -> list[str]:
     return lines
 
 
-# How a Slurm job runs on each backend (launch/jobshare.py; on landlock the
+# How a Slurm job runs (launch/jobshare.py): where the backend's tasks share
+# the job's sandbox, this; else the backend's trait job_line (on landlock the
 # settings are helper/jobstart.py's LANDLOCK_JOB_ENV).
-JOB_LINES = {
-    "landlock": "every task is a sandbox of its own (no namespaces to share) and "
-                "cross-memory attach between ranks is denied — Open MPI runs without "
-                "single-copy (OMPI_MCA_btl_vader_single_copy_mechanism=none), its session "
-                "directory in $TMPDIR; ranks on one node share memory through a per-job "
-                "directory in /dev/shm that only the job's sandboxes on that node may write "
-                "(OMPI_MCA_btl_vader_backing_directory; no single-copy/CMA)",
-}
 JOB_SHARED = ("the batch script and every task on a node share one sandbox (MPI shared "
               "memory and CMA work); a joined task gets no Landlock domain of its own")
 
@@ -144,6 +138,8 @@ def socket_lines(policy, plan) -> list[str]:
 def dry_run_report(policy, plan, denied) -> str:
     import shlex   # (it imports re: kept off a launch's path)
 
+    from agent_sandbox.backends import traits
+
     kept = sorted(set(policy.env) | set(plan.env))
     out = [
         "agent-sandbox: dry run — nothing was started",
@@ -172,7 +168,7 @@ def dry_run_report(policy, plan, denied) -> str:
                    "sockets and signals, applied to the thread that starts the backend")
     if policy.seccomp:
         out.append("           (personality except the query value; ioctl TIOCSTI/TIOCLINUX)")
-    out.append(f"jobs:      {JOB_LINES.get(plan.backend, JOB_SHARED)}")
+    out.append(f"jobs:      {traits(plan.backend).job_line or JOB_SHARED}")
     if plan.notes:
         out.append(f"how {plan.backend} differs from the policy:")
         out += [f"  {n}" for n in plan.notes]

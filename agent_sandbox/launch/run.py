@@ -206,9 +206,9 @@ class Prepared:
 # The plan cache stores plans without their command: compiled with this one
 # argument in its place, which the backends put verbatim at the end of their
 # argv (bwrap, landlock) or as the whole `argv` payload the helper reads
-# (firejail, which limits its own argv): with_command fills either.
+# (firejail, which limits its own argv): with_command fills either. A
+# backend says whether it can (its trait command_slot).
 COMMAND_SLOT = "\x01agent-sandbox: the command\x01"
-SLOT_BACKENDS = ("bwrap", "landlock", "firejail")
 
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
@@ -228,10 +228,12 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     `command_slot`: plan COMMAND_SLOT in place of the command
     where the backend allows it (the plan cache; with_command puts the
     command in)."""
+    from agent_sandbox.backends import traits
+
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile, job=job)
     make_package_cache(policy)
-    if command_slot and selection.name in SLOT_BACKENDS:
+    if command_slot and traits(selection.name).command_slot:
         # A profile's command is its own words, then the user's ARGS: those
         # are the slot (agentlaunch.py).
         command = [COMMAND_SLOT] if profile is None else list(profile.command) + [COMMAND_SLOT]
@@ -571,6 +573,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                           job=job, resolve=cached_resolve(resolve, environ_home()))
         if code is not None:
             return code
+    from agent_sandbox.backends import traits
+
     sessions: list = []
     copies: list = []
     reaping: list = []      # landlock: the launcher is the session's subreaper (reap.py)
@@ -618,7 +622,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         """A landlock job launch's shared-memory directory (jobshm.py),
         granted after the plan cache: the compiled and the cached plan
         alike, stored without it."""
-        if dry_run or not job_shared or plan.backend != "landlock":
+        if dry_run or not job_shared or traits(plan.backend).joins_job_sandboxes:
             return policy, plan
         from agent_sandbox.launch import jobshm
 
@@ -715,14 +719,14 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                 finally:   # also what was made before a refusal
                     placeholders.remember(policy.home, policy.project_dir, created)
             snapshot = gitcheck.start(policy)
-            if plan.backend in ("landlock", "bwrap"):
+            if traits(plan.backend).needs_subreaper:
                 from agent_sandbox.launch import reap
 
-                # landlock has no PID namespace: orphans come back to us
-                # (swept below); bwrap's init outlives bwrap by the
+                # Without a PID namespace (landlock) orphans come back to
+                # us (swept below); bwrap's init outlives bwrap by the
                 # teardown of its namespaces and is reaped last.
                 subreaper = reap.become_subreaper()
-                if plan.backend == "landlock":
+                if not traits(plan.backend).pid_namespace:
                     reaping.append(subreaper)
             # The egress proxy starts beside the sandbox (its socket is
             # bound already); that it runs is checked once both started.

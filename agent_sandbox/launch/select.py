@@ -74,10 +74,11 @@ def _probe_inputs(name: str, path: str) -> tuple:
         userns = os.readlink("/proc/self/ns/user")
     except OSError:
         userns = ""
-    extra: tuple = ()
-    if name == "firejail":
-        extra = (stat_of("/etc/firejail/firejail.config"), stat_of("/etc/firejail/firejail.users"))
-    elif name == "landlock":
+    from agent_sandbox.backends import traits
+
+    known = traits(name)
+    extra: tuple = tuple(stat_of(p) for p in known.probe_inputs)   # firejail's config
+    if known.landlock_enforced:
         from agent_sandbox.backends.base import helper_path
 
         extra = (stat_of(helper_path()), landlock_abi())

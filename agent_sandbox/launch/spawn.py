@@ -15,6 +15,10 @@ from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError, 
 from agent_sandbox.launch.select import forget_probe
 from agent_sandbox.paths import helper_module
 
+# The status key of a plan whose backend reports its init's pid (bwrap's
+# --json-status-fd: child-pid first, exit-code when the command ended).
+INIT_REPORTED = "exit-code"
+
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
 # Held while descriptors are briefly inheritable for one child: the backend
@@ -236,13 +240,13 @@ def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None,
         _remove_scratch_dirs(scratch)
     _drain(read_status, status_text)
     os.close(read_status)
-    if orphans is not None and plan.started == '"exit-code"':    # bwrap
+    if orphans is not None and plan.started == INIT_REPORTED:    # bwrap
         orphans.append(_init_pid_in("".join(status_text)))
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
         return 128 - code                    # the backend itself was killed
     text = "".join(status_text)
-    if code != 0 and plan.started not in text:
+    if code != 0 and _status_value(text, plan.started) is None:
         say(_backend_failure_hint(plan.backend, text))
         forget_probe(plan.backend)
         return SETUP_FAILED
@@ -327,20 +331,18 @@ def _remove_scratch_dirs(paths) -> None:
 def _command_group(plan, pid: int, fd, sink: list) -> int | None:
     """The host pid leading the command's process group: bwrap's sandbox init,
     or the helper (which called setsid before it became the command)."""
-    if plan.started == '"exit-code"':
+    from agent_sandbox.backends import traits
+
+    if plan.started == INIT_REPORTED:
         return _sandbox_init_pid(fd, sink)
     if fd is None:
         return None
     _drain(fd, sink)
-    for line in "".join(sink).splitlines():
-        if '"helper-exec"' in line:
-            try:
-                reported = int(line.split(":")[1].strip(" }"))
-            except (IndexError, ValueError):
-                return None
-            # firejail's PID namespace: the helper reported its pid in there.
-            return _host_pid(pid, reported) if plan.backend == "firejail" else reported
-    return None
+    reported = _status_value("".join(sink), "helper-exec")
+    if not isinstance(reported, int) or isinstance(reported, bool):
+        return None
+    # firejail's PID namespace: the helper reported its pid in there.
+    return _host_pid(pid, reported) if traits(plan.backend).helper_pid_namespaced else reported
 
 
 def descendants(root: int):
@@ -382,7 +384,9 @@ def _host_pid(root: int, ns_pid: int) -> int | None:
 
 
 def _backend_failure_hint(backend: str, status: str) -> str:
-    if backend == "bwrap":
+    from agent_sandbox.backends import traits
+
+    if traits(backend).reports_init_pid:     # the status tells which stage failed
         return _setup_failure_hint(status)
     return (f"the {backend} backend could not set up the sandbox (its message is above). "
             f"Check `agent-sandbox run --backend {backend} --dry-run -- true` and "
@@ -419,21 +423,36 @@ def _sandbox_init_pid(fd, sink: list) -> int | None:
     return _init_pid_in("".join(sink))
 
 
-def _init_pid_in(status: str) -> int | None:
-    """bwrap's `child-pid` in its JSON status lines."""
+def _status_documents(status: str):
+    """The JSON objects of a status stream, one a line (bwrap's
+    --json-status-fd, the helper's --status); a line that is not one (cut
+    short while the sandbox runs) is passed over."""
     from agent_sandbox import jsonlite
 
     for line in status.splitlines():
-        if '"child-pid"' in line:
-            try:
-                return int(jsonlite.loads(line)["child-pid"])
-            except (ValueError, KeyError, TypeError):
-                return None
-    return None
+        try:
+            document = jsonlite.loads(line)
+        except ValueError:
+            continue
+        if isinstance(document, dict):
+            yield document
+
+
+def _status_value(status: str, key: str):
+    """The value of `key` in the first status document that has it, or None."""
+    return next((d[key] for d in _status_documents(status) if key in d), None)
+
+
+def _init_pid_in(status: str) -> int | None:
+    """bwrap's `child-pid` in its JSON status documents."""
+    try:
+        return int(_status_value(status, "child-pid"))
+    except (ValueError, TypeError):
+        return None
 
 
 def _setup_failure_hint(status: str) -> str:
-    if '"child-pid"' not in status:
+    if _status_value(status, "child-pid") is None:
         return ("bwrap could not create the sandbox's namespaces (its message is above) — "
                 "unprivileged user namespaces are probably disabled on this host. Ask your "
                 "admin to enable them (sysctl user.max_user_namespaces > 0, "

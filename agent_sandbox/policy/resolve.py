@@ -510,9 +510,11 @@ def with_chaperon(policy: Policy, session_dir: str, staging_dir: str) -> Policy:
     """The policy of a session whose Slurm calls a chaperon serves: its
     session directory and the job staging directory join the view, and the
     stubs come first on PATH."""
+    from agent_sandbox.traits import TRAITS    # data only: no backend module
     from chaperon.wire.session import ENV_SESSION_DIR, visible_paths
 
-    visible_dir, stub_bin = visible_paths(policy.backend, session_dir)
+    visible_dir, stub_bin = visible_paths(TRAITS[policy.backend].fixed_mount_points,
+                                          session_dir)
     env = dict(policy.env)
     env["PATH"] = f"{stub_bin}:{env.get('PATH', '/usr/bin:/bin')}"
     env[ENV_SESSION_DIR] = visible_dir
@@ -524,6 +526,7 @@ def with_egress(policy: Policy, socket_path: str, port: int, env_changes: dict) 
     listens on `socket_path` (host path): the relay inside listens on
     127.0.0.1:`port`, the proxy variables point at it, and `env_changes`
     (launch/egress.py: brokered keys replaced by placeholders, base URLs) apply."""
+    from agent_sandbox.traits import TRAITS    # data only: no backend module
     from agent_sandbox.names import EGRESS_SOCKET
 
     proxy = f"http://127.0.0.1:{port}"
@@ -533,5 +536,6 @@ def with_egress(policy: Policy, socket_path: str, port: int, env_changes: dict) 
                         ("NO_PROXY", "localhost,127.0.0.1")):
         env[name] = env[name.lower()] = value
     env.update(env_changes)
-    env["AGENT_SANDBOX_EGRESS"] = EGRESS_SOCKET if policy.backend == "bwrap" else socket_path
+    fixed = TRAITS[policy.backend].fixed_mount_points    # else the host path is seen
+    env["AGENT_SANDBOX_EGRESS"] = EGRESS_SOCKET if fixed else socket_path
     return policy._replace(env=env, egress_socket=socket_path, relay_port=port)

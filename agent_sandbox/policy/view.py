@@ -121,12 +121,18 @@ class RemountRo(NamedTuple("RemountRo", [("kind", str), ("dest", str)])):
         return super().__new__(cls, "remount-ro", dest)
 
 
+# The kinds of the two operations that carry a backend's own form of the
+# view rather than a mount (launch/report.py prints them by kind).
+PROFILE_LINE_KIND = "firejail"
+RULE_KIND = "landlock"
+
+
 class ProfileLine(NamedTuple("ProfileLine", [("kind", str), ("line", str)])):
     """One line of the firejail profile (what firejail's view lists)."""
     __slots__ = ()
 
     def __new__(cls, line: str):
-        return super().__new__(cls, "firejail", line)
+        return super().__new__(cls, PROFILE_LINE_KIND, line)
 
 
 class Rule(NamedTuple("Rule", [("kind", str), ("access", int), ("path", str)])):
@@ -134,7 +140,7 @@ class Rule(NamedTuple("Rule", [("kind", str), ("access", int), ("path", str)])):
     __slots__ = ()
 
     def __new__(cls, access: int, path: str):
-        return super().__new__(cls, "landlock", access, path)
+        return super().__new__(cls, RULE_KIND, access, path)
 
 
 Op = RoBind | Bind | DevBind | Tmpfs | Symlink | Proc | Dev | Data | File | RemountRo

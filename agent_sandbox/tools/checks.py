@@ -272,9 +272,14 @@ def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
                     "shows: slurm.boundary does not hold", f"remove {visible[0]} from "
                     "READONLY_MOUNTS / EXTRA_WRITABLE_PATHS, or move the socket below /run",
                     data={"sockets": found, "visible_under": visible[0]})
-    landlock = "; reachable on landlock" if "landlock" in settings.ALLOWED_BACKENDS else ""
-    return Item("munge", GO, f"{socket}: unreachable inside on bwrap and firejail (private "
-                f"/run){landlock}", data={"sockets": found})
+    from agent_sandbox.backends import AUTO_ORDER, TRAITS
+
+    private = [n for n in AUTO_ORDER if TRAITS[n].mount_namespace]
+    shared = [n for n in AUTO_ORDER
+              if not TRAITS[n].mount_namespace and n in settings.ALLOWED_BACKENDS]
+    reachable = f"; reachable on {' and '.join(shared)}" if shared else ""
+    return Item("munge", GO, f"{socket}: unreachable inside on {' and '.join(private)} "
+                f"(private /run){reachable}", data={"sockets": found})
 
 
 def slurm_item(settings, policy, environ) -> tuple[Item, bool]:

@@ -316,14 +316,15 @@ def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
 
 
 def backend_items(backends, abi: int) -> list[Item]:
-    from agent_sandbox.backends import INSTALL_HINT, PROBE_HINT
+    from agent_sandbox.backends import traits
 
     any_usable = any(b.usable for b in backends)
     items = []
     for b in backends:
-        label = {"bwrap": "bubblewrap"}.get(b.name, b.name)
+        known = traits(b.name)
+        label = known.display_name
         extra = ""
-        if b.name == "landlock":
+        if known.landlock_enforced:     # its reach is the kernel's Landlock ABI
             extra = f"ABI {abi}" if abi else "no Landlock in this kernel"
             if abi and abi < 6:
                 FEATURES = helper_module("landlock").FEATURES
@@ -333,12 +334,12 @@ def backend_items(backends, abi: int) -> list[Item]:
             extra += ", "
         if b.path is None:
             items.append(Item(b.name, unusable_status(any_usable),
-                              f"{extra}{label} not found on PATH", INSTALL_HINT[b.name]))
+                              f"{extra}{label} not found on PATH", known.install_hint))
             continue
         what = f"{extra}{b.version or label} ({b.path})"
         if not b.probe_ok:
             items.append(Item(b.name, unusable_status(any_usable),
-                              f"{what}: probe failed — {b.probe_detail}", PROBE_HINT[b.name]))
+                              f"{what}: probe failed — {b.probe_detail}", known.probe_hint))
             continue
         if b.refusal:
             items.append(Item(b.name, GAPS, f"{what}: probe passed, but it would refuse this "
@@ -347,7 +348,7 @@ def backend_items(backends, abi: int) -> list[Item]:
         note = "" if b.allowed else " (not in ALLOWED_BACKENDS: never used)"
         status = GO
         fix = ""
-        if b.name == "landlock" and abi < 6:
+        if known.landlock_enforced and abi < 6:
             status, fix = GAPS, ("a kernel with Landlock ABI 6 (Linux 6.12 or newer) scopes "
                                  "abstract unix sockets and signals on every backend")
         items.append(Item(b.name, status, f"{what}: probe passed{note}", fix))
@@ -395,7 +396,7 @@ def _logins(home: str, environ) -> Item:
 
 
 def gather(project_dir: str | None, environ) -> Report:
-    from agent_sandbox.backends import BACKENDS
+    from agent_sandbox.backends import BACKENDS, traits
     from agent_sandbox.launch.run import launch_context
     from agent_sandbox.launch.select import (choose_backend, forget_probe, landlock_abi,
                                              probe_backend)
@@ -416,11 +417,11 @@ def gather(project_dir: str | None, environ) -> Report:
         if path is not None:
             forget_probe(name)
             ok, detail = probe_backend(name, path, ctx.home)
-            if name != "landlock":
+            if not traits(name).landlock_enforced:
                 code, text = _run([path, "--version"])
                 version = version_line(text) if code == 0 else ""
-            else:
-                version = "landlock helper"
+            else:               # no program of its own: the helper applies the ruleset
+                version = f"{traits(name).display_name} helper"
         policy = policies.get(name)
         provides = partial = cannot = ()
         refusal_text = ""

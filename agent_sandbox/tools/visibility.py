@@ -62,8 +62,12 @@ def automount_item(policy, mounts) -> Item:
         return Item("automounts", GO, "no automounter directory below the read-only trees",
                     data={"autofs": []})
     listed = " ".join(points)
-    if getattr(policy, "backend", "") == "landlock":
-        return Item("automounts", GO, f"autofs at {listed}: landlock shares the host's mounts "
+    from agent_sandbox.backends import TRAITS
+
+    known = TRAITS.get(getattr(policy, "backend", ""))
+    if known is not None and not known.mount_namespace:
+        return Item("automounts", GO, f"autofs at {listed}: {known.display_name} shares the "
+                    "host's mounts "
                     "and confines writes by path", data={"autofs": points})
     if policy.private_mounts:
         return Item("automounts", GAPS,

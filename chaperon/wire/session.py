@@ -44,10 +44,11 @@ SILENCE_TIMEOUT = 30.0     # the stub gives up after this long without a byte
 HEARTBEAT_INTERVAL = 5.0   # the chaperon sends ALIVE at least this often
 
 
-def visible_paths(backend: str, session_dir: str) -> tuple[str, str]:
-    """(session dir, stub directory) as the sandbox sees them. Only bwrap
-    mounts them at fixed places; firejail and landlock see the host paths."""
-    if backend == "bwrap":
+def visible_paths(fixed_mount_points: bool, session_dir: str) -> tuple[str, str]:
+    """(session dir, stub directory) as the sandbox sees them: at fixed
+    places where the backend can mount a host path elsewhere (its trait
+    fixed_mount_points: bwrap), else the host paths (firejail, landlock)."""
+    if fixed_mount_points:
         return SANDBOX_DIR, STUB_BIN
     return session_dir, session_dir + "/" + BIN_DIR
 

@@ -45,3 +45,22 @@ def test_what_json_refuses_is_refused(text):
 def test_what_json_would_not_write_plainly_is_refused(value):
     with pytest.raises(TypeError):
         jsonlite.dumps({"key": value})
+
+
+def test_malformed_input_is_a_value_error_without_json_imported():
+    # The launcher never imports json: the C scanner then has no
+    # JSONDecodeError to raise (SystemError before the fix). A status line
+    # cut short while the sandbox runs is such input (launch/spawn.py).
+    import subprocess
+    import sys
+
+    script = ("import sys; from agent_sandbox import jsonlite\n"
+              "assert 'json' not in sys.modules\n"
+              "for text in ('{ \"child-pid\"', '{\"a\" 1}', '{\"a\": 1,}'):\n"
+              "    try:\n        jsonlite.loads(text)\n"
+              "    except ValueError:\n        continue\n"
+              "    raise SystemExit(text)\n"
+              "print('ok')")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=30)
+    assert result.stdout.strip() == "ok", result.stderr

@@ -26,7 +26,7 @@ PACKAGES = ("agent_sandbox", "chaperon", "stubs", "egress")
 # all of that, and the CLI (cli, __main__) sits on top of everything.
 VOCABULARY = ("agent_sandbox", "agent_sandbox.names", "agent_sandbox.paths",
               "agent_sandbox.errors", "agent_sandbox.mountinfo", "agent_sandbox.jsonlite",
-              "agent_sandbox.logfiles")
+              "agent_sandbox.logfiles", "agent_sandbox.traits")
 FLOORS = (
     VOCABULARY,
     ("agent_sandbox.config",),
@@ -202,3 +202,87 @@ def test_exit_codes_are_spelled_once():
 def test_the_exit_code_guard_sees_a_literal():
     assert exit_literals("def f():\n    return 127\n") == [2]
     assert exit_literals("os.umask(0o177)\nx = 0x7F\n") == []
+
+
+# Issue 28, item 4 ("traits, not names"): outside backends/ nothing compares
+# a backend's name; callers ask its traits (agent_sandbox/traits.py). Where a
+# string literal equal to a backend name may stay, and why:
+NAME_LITERALS_ALLOWED = {
+    "agent_sandbox/backends/": "the backends themselves",
+    "agent_sandbox/traits.py": "the backends' traits table, one row a backend (on the lowest "
+                               "floor: the policy asks fixed_mount_points)",
+    "agent_sandbox/names.py": "the one list of backend names (names.BACKENDS)",
+    "agent_sandbox/config/settings.py": "the settings model's Literal types, checked equal to "
+                                        "names.BACKENDS by test_one_list_of_backend_names",
+    "agent_sandbox/helper/": "the jail-side helper is stdlib only and cannot import the "
+                             "registry: jobstart reads SANDBOX_BACKEND inside a sandbox, "
+                             "sandbox_exec's option key for --landlock",
+}
+# Single assignments allowed elsewhere: (file, name assigned) → why.
+NAME_ASSIGNMENTS_ALLOWED = {
+    ("agent_sandbox/policy/view.py", "PROFILE_LINE_KIND"): "the kind of the view operation "
+        "that carries firejail's own profile line (a view op, not a backend choice)",
+    ("agent_sandbox/policy/view.py", "RULE_KIND"): "the kind of the view operation that "
+        "carries a Landlock rule",
+}
+
+
+def backend_name_literals(source: str, relative: str) -> list[tuple[int, str]]:
+    """(line, literal) of every string constant equal to a backend name in
+    `source`, but for the arguments of helper_module() (a helper file's
+    name) and the assignments NAME_ASSIGNMENTS_ALLOWED lists."""
+    import ast
+
+    from agent_sandbox.names import BACKENDS
+
+    tree = ast.parse(source)
+    exempt: set[int] = set()
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "helper_module"):
+            exempt.update(id(a) for a in node.args)
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Name) and (relative, t.id) in NAME_ASSIGNMENTS_ALLOWED
+                for t in node.targets):
+            exempt.add(id(node.value))
+    return sorted((node.lineno, node.value) for node in ast.walk(tree)
+                  if isinstance(node, ast.Constant) and node.value in BACKENDS
+                  and id(node) not in exempt)
+
+
+def test_no_backend_name_literal_outside_backends():
+    found = []
+    for top in PACKAGES + ("egress",):
+        for path in sorted((ROOT / top).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative.startswith(tuple(NAME_LITERALS_ALLOWED)):
+                continue
+            found += [(relative, line, value) for line, value
+                      in backend_name_literals(path.read_text(), relative)]
+    assert found == [], ("ask the backend's traits (agent_sandbox.traits), not its "
+                         f"name: {found}")
+
+
+def test_the_name_guard_sees_a_comparison_and_spares_helper_modules():
+    from agent_sandbox.names import BACKENDS
+
+    source = (f"if backend == {BACKENDS[0]!r}: pass\n"
+              f"shared = backend in ({BACKENDS[1]!r},)\n"
+              f"ll = helper_module({BACKENDS[2]!r})\n"
+              f"RULE_KIND = {BACKENDS[2]!r}\n")
+    assert backend_name_literals(source, "x.py") == [(1, BACKENDS[0]), (2, BACKENDS[1]),
+                                                     (4, BACKENDS[2])]
+    assert backend_name_literals(source, "agent_sandbox/policy/view.py") == [
+        (1, BACKENDS[0]), (2, BACKENDS[1])]
+
+
+def test_every_backend_declares_its_traits():
+    from agent_sandbox.backends import BACKENDS, TRAITS, Traits, traits
+    from agent_sandbox.names import BACKENDS as NAMES
+
+    assert tuple(TRAITS) == NAMES
+    for name in NAMES:
+        assert isinstance(traits(name), Traits) and BACKENDS[name].traits is TRAITS[name]
+        assert BACKENDS[name].binds_generated_files == TRAITS[name].generated_files
+        assert TRAITS[name].job_join in ("setns", "program", "")
+        assert TRAITS[name].inside_evidence in ("pid1", "state-dir", "")

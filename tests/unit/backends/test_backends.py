@@ -268,7 +268,7 @@ def test_landlock_plan_runs_the_helper_with_seccomp_session_and_lifeline(home):
     for flag in ("--landlock", "--seccomp", "--lifeline", "--status"):
         assert argv[argv.index(flag) + 1] == FdRef(flag[2:])
     assert "--new-session" in argv and argv[-2:] == ["--", "claude"]
-    assert plan.own_session and plan.started == '"helper-exec"'
+    assert plan.own_session and plan.started == "helper-exec"
     assert set(plan.payloads) == {"landlock", "seccomp"}
     spec = marshal.loads(plan.payloads["landlock"].data)
     assert spec["scoped"] == 3 and spec["fs"] == ll.fs_rights(7)
@@ -585,6 +585,7 @@ def test_a_program_in_a_place_others_or_the_user_can_write_is_not_run_outside(tm
     import shutil
 
     from agent_sandbox.backends.base import FunctionBackend
+    from agent_sandbox.traits import TRAITS
     from agent_sandbox.paths import runnable_outside
     from agent_sandbox.policy.gitrepo import find_git
 
@@ -593,7 +594,7 @@ def test_a_program_in_a_place_others_or_the_user_can_write_is_not_run_outside(tm
     for name in ("env", "git"):
         shutil.copy(f"/usr/bin/{name}", planted / name)
     assert runnable_outside("/usr/bin/env") and not runnable_outside(str(planted / "env"))
-    backend = FunctionBackend("x", "env", binds_generated_files=False, guarantees=None,
+    backend = FunctionBackend("x", "env", traits=TRAITS["firejail"], guarantees=None,
                               plan=None, probe_argv=None)
     assert backend.find(f"{planted}:/usr/bin") == "/usr/bin/env"
     assert backend.find(str(planted)) is None
