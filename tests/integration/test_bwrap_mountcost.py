@@ -20,6 +20,7 @@ import json
 import os
 
 from agent_sandbox.paths import is_within
+from agent_sandbox.policy.agentstate import encode
 from tests.conftest import PREFIX
 from tests.integration import test_agents
 
@@ -154,6 +155,9 @@ home = test_agents.home      # the fixture: the user's home without agent state,
 AGENT_PROBE = """#!/usr/bin/python3
 import errno, json, os
 claude = os.environ["HOME"] + "/.claude"
+# This project's entry of projects/ (Claude Code's dashed name of the directory):
+# the only one the session copy links (issue 27: agent state of other projects).
+this = "projects/" + "".join(c if c.isascii() and c.isalnum() else "-" for c in os.getcwd())
 def attempt(path):
     try:
         with open(path, "a") as handle:
@@ -167,8 +171,8 @@ print(json.dumps({
                 "notify.sh", "hooks")},
     "note": open(f"{claude}/CLAUDE.md").read(),
     "copy": open(os.environ["CLAUDE_CONFIG_DIR"] + "/settings.json").read(),
-    "writes": {name: attempt(f"{claude}/{name}") for name in
-               ("projects/new.txt", "notify.sh", "CLAUDE.md", "hooks/x.sh", "settings.json")},
+    "writes": {name.replace(this, "projects/THIS"): attempt(f"{claude}/{name}") for name in
+               (this + "/new.txt", "notify.sh", "CLAUDE.md", "hooks/x.sh", "settings.json")},
     "mounts": [line.split()[4] for line in open("/proc/self/mountinfo")
                if line.split()[4].startswith(claude + "/")],
 }))
@@ -187,6 +191,8 @@ def test_an_agent_sees_only_the_config_entries_its_session_copy_links(user, proj
     user.write(".claude/shell-snapshots/snap.sh", "echo mine\n")
     user.write(".claude/CLAUDE.md", "# my rules\n")
     user.write(".claude/projects/old.jsonl", "{}\n")
+    this = "projects/" + encode("path-dashed", str(project))
+    user.write(f".claude/{this}/old.jsonl", "{}\n")
     user.write(".claude/notify.sh", "#!/bin/sh\n", 0o755)
     user.write(".claude/hooks/pre.sh", "#!/bin/sh\n", 0o755)
     user.write("tools/bin/claude", AGENT_PROBE, 0o755)
@@ -199,13 +205,13 @@ def test_an_agent_sees_only_the_config_entries_its_session_copy_links(user, proj
                               "hooks": True}
     assert seen["copy"] == '{"model": "mine"}\n'
     assert seen["note"].startswith("# my rules\n") and "agent-sandbox" in seen["note"]
-    assert seen["writes"] == {"projects/new.txt": "written", "notify.sh": "EROFS",
+    assert seen["writes"] == {"projects/THIS/new.txt": "written", "notify.sh": "EROFS",
                               "CLAUDE.md": "EACCES", "hooks/x.sh": "EROFS",   # the note: 0444
                               "settings.json": "EROFS"}
     claude = f"{home}/.claude"
     assert sorted(seen["mounts"]) == sorted(f"{claude}/{name}" for name in (
-        "CLAUDE.md", "hooks", "notify.sh", "projects", "settings.json",
+        "CLAUDE.md", "hooks", "notify.sh", this, "settings.json",
         "todos")), seen["mounts"]          # todos/: AGENT_STATE, made at the first launch
     assert (home / ".claude/shell-snapshots/snap.sh").read_text() == "echo mine\n"
     assert (home / ".claude/CLAUDE.md").read_text() == "# my rules\n"
-    assert (home / ".claude/projects/new.txt").read_text() == "x"
+    assert (home / f".claude/{this}/new.txt").read_text() == "x"

@@ -35,13 +35,17 @@ SANDBOX_OWN = {"AGENT_SANDBOX", "AGENT_SANDBOX_CHAPERON", "AGENT_SANDBOX_SESSION
 
 
 def sandbox_own(inside: dict) -> set:
-    """The sandbox's own variables and jobstart's MPI defaults (JOB_ENV; on
-    landlock LANDLOCK_JOB_ENV, Open MPI's session directory and the job's
-    shared-memory directory, launch/jobshm.py)."""
+    """The sandbox's own variables, the package caches' (policy/caches.py)
+    and jobstart's MPI defaults (JOB_ENV; on landlock LANDLOCK_JOB_ENV, Open
+    MPI's session directory and the job's shared-memory directory,
+    launch/jobshm.py)."""
     from agent_sandbox.paths import helper_module
+    from agent_sandbox.policy.caches import inside_env
 
     jobstart = helper_module("jobstart")
-    own = SANDBOX_OWN | set(jobstart.JOB_ENV)
+    # The package tools' variables naming the sandbox's own cache (issue 27:
+    # the user's caches are never writable inside, a job's sandbox included).
+    own = SANDBOX_OWN | set(jobstart.JOB_ENV) | set(inside_env("/cache"))
     if inside.get("SANDBOX_BACKEND") == "landlock":
         own |= set(jobstart.LANDLOCK_JOB_ENV) | {"OMPI_MCA_orte_top_session_dir",
                                                  "OMPI_MCA_btl_vader_backing_directory",
