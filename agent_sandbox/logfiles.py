@@ -9,7 +9,6 @@ tools/ (the floors guard, tests/unit/test_structure.py).
 """
 from __future__ import annotations
 
-import json
 import os
 
 TIME_FORMAT = "%Y-%m-%dT%H:%M:%S%z"     # chaperon/audit.py
@@ -25,6 +24,8 @@ def append_records(home: str, name: str, records) -> None:
     """Append `records` (dicts, one JSON line each) to the session log `name`
     in the log directory (0600, never through a link); a log that cannot be
     written loses them — the report on stderr was already made."""
+    import json     # here: a launch that reports nothing never pays for it
+
     lines = "".join(json.dumps(record) + "\n" for record in records)
     directory = log_directory(home)
     try:
@@ -41,8 +42,12 @@ def append_records(home: str, name: str, records) -> None:
 
 def clean(value) -> str:
     """Text safe for a terminal: control characters (C0, DEL, C1) escaped."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False,
-                                                            default=str)
+    if isinstance(value, str):
+        text = value
+    else:
+        import json
+
+        text = json.dumps(value, ensure_ascii=False, default=str)
     out = []
     for char in text:
         code = ord(char)

@@ -109,6 +109,11 @@ class PlanSpawner:
                     fds[name] = os.memfd_create(name, 0)
                     os.write(fds[name], payload.data)
                     os.lseek(fds[name], 0, os.SEEK_SET)
+            for arg in self.plan.argv:
+                # A descriptor the launcher brings itself (bwrap's --sync-fd
+                # of the sandbox lock, launch/registry.py): any open one.
+                if not isinstance(arg, str) and arg.name not in fds:
+                    fds[arg.name] = os.open(os.devnull, os.O_RDONLY)
             for fd in fds.values():
                 os.set_inheritable(fd, True)
             argv = self.wrapper + self.render(self.plan.argv[:-1] + ("true",), fds)
@@ -118,7 +123,7 @@ class PlanSpawner:
             times.append((time.perf_counter() - start) * 1000)
             for fd in [status_read, *fds.values()]:
                 os.close(fd)
-            for path, is_dir, _ in reversed(made):
+            for path, is_dir, *_ in reversed(made):
                 (os.rmdir if is_dir else os.unlink)(path)
             if self.directory:
                 os.rmdir(self.directory)

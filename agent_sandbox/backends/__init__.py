@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Callable, Iterator, NamedTuple
 
 from agent_sandbox.backends.base import Backend, PlanContext
-from agent_sandbox.traits import TRAITS, Traits
+from agent_sandbox.traits import TRAITS, Traits, traits
 from agent_sandbox.names import BACKENDS as NAMES
 
 __all__ = ["AUTO_ORDER", "BACKENDS", "Backend", "PlanContext", "Selection", "TRAITS", "Traits",
@@ -51,12 +51,6 @@ class _Table(Mapping):
 
 BACKENDS: Mapping[str, Backend] = _Table(NAMES)
 AUTO_ORDER = tuple(BACKENDS)
-
-
-def traits(name: str) -> Traits:
-    """What the backend `name` is (agent_sandbox/traits.py): what callers ask
-    instead of comparing its name. Imports no backend module."""
-    return TRAITS[name]
 
 
 class Selection(NamedTuple):

@@ -306,7 +306,7 @@ def _project_copies(spec: Spec, policy, project_root: str, copies: int, base: di
     path (its trait fixed_mount_points: bwrap; Claude Code writes it in place
     when the rename beside it fails on the mount point). Read below the
     project without following a symlink: the project is the agent's to shape."""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     protected = {p.path for p in policy.protected}
     if not traits(policy.backend).fixed_mount_points or not spec.project_files:

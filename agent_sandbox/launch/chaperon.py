@@ -344,7 +344,7 @@ def _exited(pid: int, pidfd: int, timeout: float) -> bool:
 def handler_config(settings, policy, staging: str) -> dict:
     """What the Slurm handlers need to know of the session, whether they run
     in a chaperon or in-process (`agent-sandbox sbatch` outside)."""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
     from agent_sandbox.paths import state_dir
 
     return {

@@ -108,7 +108,7 @@ def brokering(settings, policy, profile, port: int) -> tuple[dict, dict, tuple]:
     the key set. Never without a network namespace of the sandbox's own
     (landlock): the relay listens on the host's loopback there, where any
     local user could reach the broker."""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     names = getattr(profile, "brokers", ()) if profile is not None else ()
     if not settings.API_KEY_BROKERING or not traits(policy.backend).network_namespace:
@@ -157,7 +157,7 @@ def audit_path(home: str) -> str:
 
 
 def plan(settings, policy, profile=None) -> EgressPlan:
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
     from agent_sandbox.config.network import rules
     from agent_sandbox.launch.chaperon import session_parent
     from agent_sandbox.names import RELAY_PORT

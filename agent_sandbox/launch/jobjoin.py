@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 
-from agent_sandbox.backends import traits
+from agent_sandbox.traits import traits
 from agent_sandbox.errors import PolicyError
 
 

@@ -220,7 +220,7 @@ def with_job_shm(policy, plan, held: JobShm) -> tuple:
     cached plan alike, after the plan cache (the path and the descriptor
     are this launch's). Without imports: each new item is made from one of
     its kind in the plan (a NamedTuple, or the plan cache's record of one)."""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
     from agent_sandbox.backends.base import RULESET_PAYLOAD
 
     argv = plan.argv

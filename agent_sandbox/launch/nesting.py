@@ -38,7 +38,7 @@ def inside_sandbox(environ) -> bool:
             return True
     except OSError:
         pass
-    from agent_sandbox.backends import TRAITS
+    from agent_sandbox.traits import TRAITS
 
     backend = TRAITS.get(environ.get("SANDBOX_BACKEND", ""))
     evidence = backend.inside_evidence if backend is not None else ""

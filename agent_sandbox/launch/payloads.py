@@ -53,7 +53,7 @@ def identity_payloads(policy) -> dict:
 def seccomp_payload(policy, home: str):
     """The BPF program for the policy's deny list, cached in the hidden state
     directory (generating it loads libseccomp, which costs more than a launch)."""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.paths import state_dir
     from agent_sandbox.config.load import load_cache, store_cache
@@ -75,7 +75,7 @@ def base_payloads(policy, backend: str, *, seccomp=None) -> tuple[dict, tuple[st
     the session marker, the seccomp program, and where the backend binds
     generated files (bwrap) the filtered identity files. `seccomp`
     builds the program (default: seccomp_payload)."""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     payloads = {"marker": marker_payload(policy)}
     denied: tuple[str, ...] = ()
@@ -98,7 +98,7 @@ def check_bound_files(settings, policy, backend: str) -> tuple:
     """(policy, payloads): the single files bound from the home, read here and
     checked for secrets by boundfiles (SECRETS_IN_BOUND_FILES)."""
     from agent_sandbox.launch import boundfiles
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.policy.envfilter import removal_rule
 

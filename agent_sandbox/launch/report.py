@@ -138,7 +138,7 @@ def socket_lines(policy, plan) -> list[str]:
 def dry_run_report(policy, plan, denied) -> str:
     import shlex   # (it imports re: kept off a launch's path)
 
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     kept = sorted(set(policy.env) | set(plan.env))
     out = [

@@ -228,7 +228,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     `command_slot`: plan COMMAND_SLOT in place of the command
     where the backend allows it (the plan cache; with_command puts the
     command in)."""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile, job=job)
@@ -573,7 +573,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                           job=job, resolve=cached_resolve(resolve, environ_home()))
         if code is not None:
             return code
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     sessions: list = []
     copies: list = []

@@ -74,7 +74,7 @@ def _probe_inputs(name: str, path: str) -> tuple:
         userns = os.readlink("/proc/self/ns/user")
     except OSError:
         userns = ""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     known = traits(name)
     extra: tuple = tuple(stat_of(p) for p in known.probe_inputs)   # firejail's config

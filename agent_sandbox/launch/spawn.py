@@ -331,7 +331,7 @@ def _remove_scratch_dirs(paths) -> None:
 def _command_group(plan, pid: int, fd, sink: list) -> int | None:
     """The host pid leading the command's process group: bwrap's sandbox init,
     or the helper (which called setsid before it became the command)."""
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     if plan.started == INIT_REPORTED:
         return _sandbox_init_pid(fd, sink)
@@ -384,7 +384,7 @@ def _host_pid(root: int, ns_pid: int) -> int | None:
 
 
 def _backend_failure_hint(backend: str, status: str) -> str:
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     if traits(backend).reports_init_pid:     # the status tells which stage failed
         return _setup_failure_hint(status)

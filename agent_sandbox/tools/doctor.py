@@ -316,7 +316,7 @@ def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
 
 
 def backend_items(backends, abi: int) -> list[Item]:
-    from agent_sandbox.backends import traits
+    from agent_sandbox.traits import traits
 
     any_usable = any(b.usable for b in backends)
     items = []

@@ -62,7 +62,7 @@ def automount_item(policy, mounts) -> Item:
         return Item("automounts", GO, "no automounter directory below the read-only trees",
                     data={"autofs": []})
     listed = " ".join(points)
-    from agent_sandbox.backends import TRAITS
+    from agent_sandbox.traits import TRAITS
 
     known = TRAITS.get(getattr(policy, "backend", ""))
     if known is not None and not known.mount_namespace:
