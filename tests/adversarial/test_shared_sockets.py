@@ -18,6 +18,7 @@ import subprocess
 import sys
 import textwrap
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -191,11 +192,15 @@ def _config(user):
     return user.home / ".config" / "agent-sandbox"
 
 
-@pytest.mark.parametrize("relative, mode", [("", 0o777), ("conf.d/zz.conf", 0o664)])
+# The tree itself, a file in it, and (review of issue 27) the directory above
+# it: another user who can write ~/.config can move the tree aside.
+@pytest.mark.parametrize("relative, mode", [("", 0o777), ("conf.d/zz.conf", 0o664),
+                                            ("..", 0o777), ("..", 0o775)])
 def test_a_config_tree_others_can_write_refuses_the_launch(user, project, relative, mode):
     user.set_config("")
     user.write(".config/agent-sandbox/conf.d/zz.conf", "", 0o644)
-    target = _config(user) / relative if relative else _config(user)
+    target = Path(os.path.normpath(_config(user) / relative))
+    before = os.stat(target).st_mode & 0o7777
     try:
         for _ in range(2):    # compiled, then stored: the next is the cache's hit path
             assert user.sandbox("true", cwd=project).returncode == 0
@@ -205,9 +210,12 @@ def test_a_config_tree_others_can_write_refuses_the_launch(user, project, relati
         assert result.returncode == 125, result.stderr
         assert f"chmod go-w {target}" in result.stderr
         assert result.stderr.startswith("agent-sandbox: refusing the user configuration")
-        if relative:
+        assert "Traceback" not in result.stderr
+        if relative == "conf.d/zz.conf":
             doctor = user.run([INSTALLED, "doctor"], cwd=project)
             assert f"chmod go-w {target}" in doctor.stdout, doctor.stdout
     finally:
-        target.chmod(0o755 if not relative else 0o644)
+        target.chmod(before)
         (_config(user) / "conf.d" / "zz.conf").unlink()
+        wrote()
+    assert user.sandbox("true", cwd=project).returncode == 0
