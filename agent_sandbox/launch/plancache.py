@@ -672,6 +672,7 @@ class Cache:
         self.environ = environ      # a hit fills the template from it
         name = f"{zlib.crc32(repr(self.context).encode()):08x}.marshal"
         self.path = os.path.join(self.directory, name)
+        self.missed = "no cached plan for these inputs"     # why load() missed
 
     def ignore(self, home: str) -> tuple:
         """Directories a compile's recorder skips: the derived caches (each
@@ -684,7 +685,8 @@ class Cache:
                 os.path.dirname(copy_root(home, "-")))
 
     def load(self, session_id: str, chaperon_suffix: str):
-        """The stored launch with this session's ids, or None (a miss)."""
+        """The stored launch with this session's ids, or None (a miss, its
+        reason in `self.missed` for --dry-run's plan line)."""
         # The state directory's parent (~/.local/state) is often group-
         # writable (umask 002): whoever can rename entries there can put in
         # only directories of their own (refused here) or of this user's,
@@ -723,6 +725,7 @@ class Cache:
                 return None
             for (path, kind), print_ in seen:
                 if fingerprint(path, kind) != print_:
+                    self.missed = f"{path} changed since the cached plan was compiled"
                     return None
             old_session, old_chaperon = frozen["session"], frozen["chaperon_tag"] or ""
             renewals = [(old, _renew(old, fixed)) for old, fixed in frozen["renewed"]]

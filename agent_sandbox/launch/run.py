@@ -505,7 +505,7 @@ def _cache_line(cache, prepared: Prepared) -> str:
         return "plan:      compiled (this kind of launch does not use the plan cache)\n"
     if prepared.cached:
         return "plan:      from the compiled plan cache (inputs unchanged since it was compiled)\n"
-    return "plan:      compiled now (no cached plan for these inputs)\n"
+    return f"plan:      compiled now ({cache.missed})\n"
 
 
 # ---------------------------------------------------------------- running

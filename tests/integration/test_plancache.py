@@ -50,6 +50,16 @@ def fresh(user, project, *options, env=None, cwd=None):
     return report
 
 
+WHY_MISSED = {
+    "a bound file's secret": "/.bashrc changed since the cached plan was compiled)",
+    "user config": "/.config/agent-sandbox",   # (the directory or the file, whichever was read first)
+    "environment": "(no cached plan for these inputs)",
+    "project": "(no cached plan for these inputs)",
+    "working directory": "(no cached plan for these inputs)",
+    "the backend flag": "(no cached plan for these inputs)",
+}
+
+
 def test_every_input_changed_in_turn_gives_a_fresh_compile(user, project, admin):
     other = project.parent / (project.name + "-other")
     shutil.rmtree(other, ignore_errors=True)
@@ -87,6 +97,10 @@ def test_every_input_changed_in_turn_gives_a_fresh_compile(user, project, admin)
             wrote()     # (.envrc is written by the test itself)
             report, source = dry_run(user, project, *options, env=env, cwd=cwd)
             assert source.startswith(MISS), name
+            # The plan line says why: the input that changed, or a context
+            # (options, environment) no plan was stored for.
+            assert WHY_MISSED.get(name, " changed since the cached plan was compiled)") in source, (
+                name, source)
             assert report == fresh(user, project, *options, env=env, cwd=cwd), name
             # The next launch stores the new plan, which equals a fresh compile.
             launch(user, project, *options, env=env, cwd=cwd)
