@@ -91,7 +91,8 @@ for path in sorted(glob.glob(os.path.join(plans, "*.marshal")), key=os.path.getm
 if hasattr(plancache, "filled"):       # the environment template
     launch = plancache.filled(launch, environ)
 plan = launch["plan"]
-assert plan.argv[-1] == run.COMMAND_SLOT, "the cached plan has no command slot"
+slot = getattr(run, "COMMAND_SLOT", None)
+assert slot is None or plan.argv[-1] == slot, "the cached plan has no command slot"
 print(json.dumps({
     "argv": [a if isinstance(a, str) else {"fd": a.name, "prefix": a.prefix}
              for a in plan.argv[:-1]],
