@@ -10,8 +10,8 @@
 3. idle RSS of the chaperon process. Target: at most 40 MB.
 
 Run as an ordinary user with the cluster up (scripts/slurm-cluster.sh start):
-    python3 benchmarks/chaperon.py [--runs N]
-    python3 benchmarks/chaperon.py --baseline PATH [--runs N]
+    python3 benchmarks/chaperon.py [--runs N] [--agent-sandbox PATH]
+    python3 benchmarks/chaperon.py --baseline PATH [--runs N] [--agent-sandbox PATH]
 With --baseline only the stub round trip is measured: `squeue` through the
 stub of this install and of another (e.g. the commit before a change, built
 with scripts/install.sh into another prefix), in alternating rounds, each
@@ -127,12 +127,17 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=30)
     parser.add_argument("--burst", type=int, default=200)
     parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--agent-sandbox", default=shutil.which("agent-sandbox")
+                        or "/opt/agent-sandbox/venv/bin/agent-sandbox")
     parser.add_argument("--baseline", help="another agent-sandbox: compare the stub round trip")
     args = parser.parse_args()
-    agent_sandbox = shutil.which("agent-sandbox") or "/opt/agent-sandbox/venv/bin/agent-sandbox"
+    agent_sandbox = args.agent_sandbox
     squeue, sbatch, scancel = (shutil.which(n) for n in ("squeue", "sbatch", "scancel"))
     if not (squeue and sbatch):
         sys.exit("Slurm is not installed here (scripts/slurm-cluster.sh start)")
+    # (a squeue that fails at once would be measured as a fast one)
+    if real([squeue, "-h"]).returncode != 0:
+        sys.exit("the Slurm cluster is not up: squeue fails (scripts/slurm-cluster.sh start)")
     home = os.path.expanduser("~")
     project = os.path.join(home, ".cache", "agent-sandbox-bench", "project")
     os.makedirs(project, exist_ok=True)

@@ -58,39 +58,99 @@ def measure(argv, runs, cwd, env, before=None) -> list[float]:
     return times
 
 
+# Run by the install's own interpreter (its venv's python, -I: nothing of the
+# benchmark's path): read the newest `run` plan of the cache with that
+# install's own code and print what spawning it takes, as JSON. Each install
+# reads its own plans in a process of its own: the baseline and the current
+# install keep their modules (and their cache formats) apart. The modules
+# are looked up in the rooms of issue 28 and, for the commit before it, in
+# launch/ (spelt as pairs, so that a renaming of imports leaves both).
+LOADER = r'''
+import glob, importlib, json, marshal, os, sys
+
+def room(*places):
+    for package, name in places:
+        try:
+            return importlib.import_module(f"agent_sandbox.{package}.{name}")
+        except ImportError:
+            continue
+    raise ImportError(f"none of {places}")
+
+plancache = room(("plancache", "plans"), ("launch", "plancache"))
+spawn = room(("process", "spawn"), ("launch", "spawn"))
+run = room(("launch", "run"),)
+plans, environ = sys.argv[1], json.loads(sys.stdin.read())
+# The newest plan of a `run` (an agent profile's is stored with its profile).
+for path in sorted(glob.glob(os.path.join(plans, "*.marshal")), key=os.path.getmtime,
+                   reverse=True):
+    with open(path, "rb") as handle:
+        frozen = marshal.loads(handle.read())[3]
+    launch = plancache.thaw(frozen["launch"], lambda s: s, lambda b: b, {})
+    if "profile" not in launch:
+        break
+if hasattr(plancache, "filled"):       # the environment template
+    launch = plancache.filled(launch, environ)
+plan = launch["plan"]
+slot = getattr(run, "COMMAND_SLOT", None)
+assert slot is None or plan.argv[-1] == slot, "the cached plan has no command slot"
+print(json.dumps({
+    "argv": [a if isinstance(a, str) else {"fd": a.name, "prefix": a.prefix}
+             for a in plan.argv[:-1]],
+    "env": plan.env, "status_fd": plan.status_fd, "mounts": len(plan.mounts),
+    "payloads": {name: {"path": p.path} if p.path else {"data": p.data.decode("latin-1")}
+                 for name, p in plan.payloads.items()},
+    "wrapper": spawn._pdeathsig_wrapper(),
+    "session_dir": (launch["chaperon"] or {}).get("session_dir"),
+    "placeholders": [[c.path, c.is_dir, c.placeholder.decode("latin-1")]
+                     for c in launch["placeholders"]]}))
+'''
+
+
 class PlanSpawner:
     """The warm plan of the cache, spawned without the launcher (setpriv and
     bwrap with the plan's argv, environment and payloads; its placeholders
     and chaperon directory made as a launch makes them): the sandbox's own
-    cost. Reads the newest `run` plan in the cache with the install's own code."""
+    cost. The newest `run` plan in the cache, read by the install's own
+    code in its own interpreter (LOADER)."""
 
     def __init__(self, agent_sandbox: str, plans: str, environ: dict):
-        import glob
-        import marshal
-        import sysconfig
+        import json
 
         venv = os.path.dirname(os.path.dirname(os.path.realpath(agent_sandbox)))
-        sys.path.append(sysconfig.get_path("purelib", "venv", vars={"base": venv}))
-        from agent_sandbox.launch import placeholders, plancache
-        from agent_sandbox.launch.run import COMMAND_SLOT
-        from agent_sandbox.launch.spawn import _pdeathsig_wrapper, render_argv
+        loaded = subprocess.run([os.path.join(venv, "bin", "python"), "-I", "-c", LOADER,
+                                 plans], input=json.dumps(environ), capture_output=True,
+                                text=True)
+        if loaded.returncode != 0:
+            sys.exit(f"cannot read the cached plan of {agent_sandbox}: {loaded.stderr[-1500:]}")
+        recipe = json.loads(loaded.stdout)
+        self.argv, self.env = recipe["argv"], recipe["env"]
+        self.status_fd, self.mounts = recipe["status_fd"], recipe["mounts"]
+        self.payloads = recipe["payloads"]
+        self.wrapper, self.directory = recipe["wrapper"], recipe["session_dir"]
+        self.candidates = recipe["placeholders"]
 
-        # The newest plan of a `run` (an agent profile's is stored with its
-        # profile, and the cache holds those too since issue 19).
-        for path in sorted(glob.glob(os.path.join(plans, "*.marshal")), key=os.path.getmtime,
-                           reverse=True):
-            with open(path, "rb") as handle:
-                frozen = marshal.loads(handle.read())[3]
-            launch = plancache.thaw(frozen["launch"], lambda s: s, lambda b: b, {})
-            if "profile" not in launch:
-                break
-        if hasattr(plancache, "filled"):       # the environment template
-            launch = plancache.filled(launch, environ)
-        self.plan, self.render = launch["plan"], render_argv
-        assert self.plan.argv[-1] == COMMAND_SLOT, "the cached plan has no command slot"
-        self.wrapper = _pdeathsig_wrapper()
-        self.directory = (launch["chaperon"] or {}).get("session_dir")
-        self.placeholders, self.candidates = placeholders, launch["placeholders"]
+    def _placeholders(self) -> list:
+        """The missing protected paths made (as placeholders.create makes
+        them: parents, then an empty directory or the placeholder's bytes)."""
+        made = []
+        for path, is_dir, content in self.candidates:
+            if os.path.lexists(path):
+                continue
+            missing = []
+            parent = os.path.dirname(path)
+            while not os.path.lexists(parent):
+                missing.append(parent)
+                parent = os.path.dirname(parent)
+            for directory in reversed(missing):
+                os.mkdir(directory, 0o755)
+                made.append((directory, True))
+            if is_dir:
+                os.mkdir(path, 0o755)
+            else:
+                with open(path, "xb") as handle:
+                    handle.write(content.encode("latin-1"))
+            made.append((path, is_dir))
+        return made
 
     def measure(self, runs: int) -> list[float]:
         """Made and removed around each run, as a launch does: a placeholder
@@ -99,31 +159,32 @@ class PlanSpawner:
         for _ in range(runs):
             if self.directory:
                 os.makedirs(self.directory, exist_ok=True)
-            made = self.placeholders.create(self.candidates)
+            made = self._placeholders()
             fds = {}
-            status_read, fds[self.plan.status_fd] = os.pipe()
-            for name, payload in self.plan.payloads.items():
-                if payload.path:
-                    fds[name] = os.open(payload.path, os.O_RDONLY)
+            status_read, fds[self.status_fd] = os.pipe()
+            for name, payload in self.payloads.items():
+                if "path" in payload:
+                    fds[name] = os.open(payload["path"], os.O_RDONLY)
                 else:
                     fds[name] = os.memfd_create(name, 0)
-                    os.write(fds[name], payload.data)
+                    os.write(fds[name], payload["data"].encode("latin-1"))
                     os.lseek(fds[name], 0, os.SEEK_SET)
-            for arg in self.plan.argv:
+            for arg in self.argv:
                 # A descriptor the launcher brings itself (bwrap's --sync-fd
                 # of the sandbox lock, launch/registry.py): any open one.
-                if not isinstance(arg, str) and arg.name not in fds:
-                    fds[arg.name] = os.open(os.devnull, os.O_RDONLY)
+                if not isinstance(arg, str) and arg["fd"] not in fds:
+                    fds[arg["fd"]] = os.open(os.devnull, os.O_RDONLY)
             for fd in fds.values():
                 os.set_inheritable(fd, True)
-            argv = self.wrapper + self.render(self.plan.argv[:-1] + ("true",), fds)
+            argv = self.wrapper + [a if isinstance(a, str) else a["prefix"] + str(fds[a["fd"]])
+                                   for a in self.argv] + ["true"]
             start = time.perf_counter()
-            pid = os.posix_spawn(argv[0], argv, self.plan.env)
+            pid = os.posix_spawn(argv[0], argv, self.env)
             _, status = os.waitpid(pid, 0)
             times.append((time.perf_counter() - start) * 1000)
             for fd in [status_read, *fds.values()]:
                 os.close(fd)
-            for path, is_dir, *_ in reversed(made):
+            for path, is_dir in reversed(made):
                 (os.rmdir if is_dir else os.unlink)(path)
             if self.directory:
                 os.rmdir(self.directory)
@@ -251,7 +312,7 @@ def main() -> int:
         base_sandbox = statistics.median(results[base_own])
         print(f"the plan's own bwrap against the baseline's: {sandbox:.1f} vs "
               f"{base_sandbox:.1f} ms ({(sandbox / base_sandbox - 1) * 100:+.1f}%; "
-              f"{len(spawner.plan.mounts)} vs {len(base_spawner.plan.mounts)} mount operations)")
+              f"{spawner.mounts} vs {base_spawner.mounts} mount operations)")
     print(f"the launcher's own share: {launch - sandbox:.1f} ms over the plan's own bwrap "
           f"({sandbox:.1f} ms; the interpreter alone is {floor:.1f} ms)")
     print(f"cold cache: {statistics.median(results[cold]):.1f} ms; warm: {launch:.1f} ms")
