@@ -71,9 +71,10 @@ class PlanSpawner:
 
         venv = os.path.dirname(os.path.dirname(os.path.realpath(agent_sandbox)))
         sys.path.append(sysconfig.get_path("purelib", "venv", vars={"base": venv}))
-        from agent_sandbox.launch import placeholders, plancache
+        from agent_sandbox.services import placeholders
+        from agent_sandbox.plancache import plans as plancache
         from agent_sandbox.launch.run import COMMAND_SLOT
-        from agent_sandbox.launch.spawn import _pdeathsig_wrapper, render_argv
+        from agent_sandbox.process.spawn import _pdeathsig_wrapper, render_argv
 
         # The newest plan of a `run` (an agent profile's is stored with its
         # profile, and the cache holds those too since issue 19).
@@ -111,7 +112,7 @@ class PlanSpawner:
                     os.lseek(fds[name], 0, os.SEEK_SET)
             for arg in self.plan.argv:
                 # A descriptor the launcher brings itself (bwrap's --sync-fd
-                # of the sandbox lock, launch/registry.py): any open one.
+                # of the sandbox lock, services/registry.py): any open one.
                 if not isinstance(arg, str) and arg.name not in fds:
                     fds[arg.name] = os.open(os.devnull, os.O_RDONLY)
             for fd in fds.values():

@@ -110,10 +110,10 @@ def test_a_module_imports_only_its_floor_or_lower():
 
 def test_the_floors_guard_sees_an_upward_import():
     # The guard itself can fail: launch reaching up into tools, even lazily.
-    graph = {"agent_sandbox.launch.gitcheck": {"agent_sandbox.tools.logs",
+    graph = {"agent_sandbox.services.gitcheck": {"agent_sandbox.tools.logs",
                                                "agent_sandbox.logfiles"},
              "agent_sandbox.tools.logs": {"agent_sandbox.logfiles"}}
-    assert upward_imports(graph) == [("agent_sandbox.launch.gitcheck",
+    assert upward_imports(graph) == [("agent_sandbox.services.gitcheck",
                                       "agent_sandbox.tools.logs")]
     assert floor_of("agent_sandbox.config.load") < floor_of("agent_sandbox.policy.view")
     assert floor_of("agent_sandbox.names") == 0 and floor_of("agent_sandbox.cli.app") == 6

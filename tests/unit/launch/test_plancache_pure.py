@@ -1,4 +1,4 @@
-"""launch/plancache.py without a sandbox: plain-data round trip, fingerprints,
+"""plancache/plans.py without a sandbox: plain-data round trip, fingerprints,
 what the recorder notes and when it gives up, which cache files it trusts."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 import subprocess
 
 from agent_sandbox.backends.base import FdRef, Payload, Plan
-from agent_sandbox.launch import plancache
-from agent_sandbox.launch.plancache import CONTENT, META, TYPE, Cache, Recorder, freeze, thaw
+from agent_sandbox.plancache import plans as plancache
+from agent_sandbox.plancache.plans import CONTENT, META, TYPE, Cache, Recorder, freeze, thaw
 
 SID, NEW = "0123456789ab", "ba9876543210"
 

@@ -1,0 +1,1 @@
+"""agent_sandbox.agents (issue 28, rooms by concern)."""

@@ -1,0 +1,1 @@
+"""agent_sandbox.jobs (issue 28, rooms by concern)."""

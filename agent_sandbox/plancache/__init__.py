@@ -1,0 +1,1 @@
+"""agent_sandbox.plancache (issue 28, rooms by concern)."""

@@ -1,0 +1,1 @@
+"""agent_sandbox.process (issue 28, rooms by concern)."""

@@ -1,0 +1,1 @@
+"""agent_sandbox.services (issue 28, rooms by concern)."""
