@@ -675,13 +675,12 @@ class Cache:
 
     def ignore(self, home: str) -> tuple:
         """Directories a compile's recorder skips: the derived caches (each
-        checks its own inputs) and the per-session directories (an agent's
-        session copies: a hit makes its own and compares, agents/launch.py)."""
-        from agent_sandbox.agents.copy import copy_root
+        checks its own inputs) and the per-session directories (the run
+        directory holds an agent's session copies too, agents/copy.py
+        copies_dir: a hit makes its own and compares, agents/launch.py)."""
         from agent_sandbox.paths import run_dir, staging_root
 
-        return (os.path.join(self.state, "cache"), run_dir(home), staging_root(home),
-                os.path.dirname(copy_root(home, "-")))
+        return (os.path.join(self.state, "cache"), run_dir(home), staging_root(home))
 
     def load(self, session_id: str, chaperon_suffix: str):
         """The stored launch with this session's ids, or None (a miss)."""

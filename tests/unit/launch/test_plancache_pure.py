@@ -158,6 +158,18 @@ def test_paused_and_ignored_paths_are_not_noted(tmp_path):
     assert recorder.seen == {}
 
 
+def test_an_agents_session_copies_are_not_noted(tmp_path):
+    # The plan cache names no agents/ module (it sits below them): the copies
+    # directory is skipped because it lies in the run directory, which is.
+    from agent_sandbox.agents.copy import copy_root, copies_dir
+
+    home = str(tmp_path)
+    with Recorder(ignore=Cache(("opts",), {}, home).ignore(home)) as recorder:
+        os.path.exists(copies_dir(home))
+        os.path.exists(os.path.join(copy_root(home, "0" * 12), "settings.json"))
+    assert recorder.seen == {}
+
+
 def _cache_and_recorder(tmp_path, monkeypatch):
     """A cache slot below tmp_path and a recorder that saw one settled path."""
     monkeypatch.setattr("agent_sandbox.paths.state_dir", lambda home: str(tmp_path / "state"))
