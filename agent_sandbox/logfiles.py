@@ -2,7 +2,7 @@
 the time format, and how a logged value is made safe for a terminal.
 
 One floor below everything that writes or reads the logs: the launcher's
-checks (launch/gitcheck, configcheck, linkcheck, agentcopy) append records
+checks (services/gitcheck, configcheck, linkcheck; agents/copy) append records
 and quote values with `clean`; `agent-sandbox logs` (tools/logs.py) reads and
 renders them. Both import from here, so the launcher never reaches up into
 tools/ (the floors guard, tests/unit/test_structure.py).

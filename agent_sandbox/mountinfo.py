@@ -5,7 +5,7 @@ bwrap plan asks of it.
 plan's mount costs (policy/mountcost.py) parse it here. The plan asks only
 two questions of the host's mount points — is there one between a path and
 a parent of it, does a path carry any below it — and `MountPoints` keeps the
-questions it was asked: the plan cache (launch/plancache.py) stores them
+questions it was asked: the plan cache (plancache/plans.py) stores them
 with their answers and a later launch asks them again, instead of keying
 the plan on the whole table. A login node's table changes all the time (an
 automounted home appears for whoever logs in, expires when idle) while the

@@ -85,7 +85,7 @@ def slurm_commands() -> tuple[str, ...]:
 # The root entries are read-only in every session whatever profile runs
 # (policy/resolve.py adds them to PROTECTED_PATHS; placeholders where
 # missing); at any depth, one a session made or changed is reported when it
-# ends (launch/configcheck.py).
+# ends (services/configcheck.py).
 PROJECT_CONFIGS = (
     (".claude/settings.json", "Claude Code (hooks, MCP servers, statusLine, apiKeyHelper)"),
     (".claude/settings.local.json", "Claude Code (hooks, MCP servers, statusLine, apiKeyHelper)"),

@@ -6,7 +6,7 @@ a backend's name. A fourth backend is one more row here, not an edit of every
 place that once asked "is this bwrap?".
 
 A table rather than an attribute set in each backend's module: a cached
-launch (launch/plancache.py) imports no backend module, yet spawn, reap and
+launch (plancache/plans.py) imports no backend module, yet spawn, reap and
 the services ask these questions; this module imports nothing. Each backend
 module hands its row to its FunctionBackend (`BACKEND.traits`), and the
 registry (backends/__init__.py) answers `traits(name)` for a name alone (a
@@ -48,7 +48,7 @@ class Traits:
     # The plan can carry launch/run.COMMAND_SLOT in the command's place (the
     # plan cache stores plans without their command).
     command_slot: bool
-    # How a Slurm task enters its job's sandbox on a node (launch/jobjoin.py):
+    # How a Slurm task enters its job's sandbox on a node (jobs/join.py):
     # "setns" — the helper joins the namespaces itself through a pidfd;
     # "program" — through the backend's program (firejail --join=PID);
     # "" — it does not: every task is a sandbox of its own.
@@ -68,7 +68,7 @@ class Traits:
     # (no program of its own: no --version; its reach is the Landlock ABI).
     landlock_enforced: bool
     # Evidence, beside the session's read-only marker file, that a process
-    # runs inside this backend's sandbox (launch/nesting.py): "pid1" — PID 1
+    # runs inside this backend's sandbox (process/nesting.py): "pid1" — PID 1
     # is the user's own process; "state-dir" — the user's own state directory
     # refuses them; "" — the marker alone.
     inside_evidence: str

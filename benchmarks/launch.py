@@ -171,7 +171,7 @@ class PlanSpawner:
                     os.lseek(fds[name], 0, os.SEEK_SET)
             for arg in self.argv:
                 # A descriptor the launcher brings itself (bwrap's --sync-fd
-                # of the sandbox lock, launch/registry.py): any open one.
+                # of the sandbox lock, services/registry.py): any open one.
                 if not isinstance(arg, str) and arg["fd"] not in fds:
                     fds[arg["fd"]] = os.open(os.devnull, os.O_RDONLY)
             for fd in fds.values():

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Two Open MPI ranks on one node in a landlock job: shared memory through
-the job's directory in /dev/shm (launch/jobshm.py) against TCP, the
+the job's directory in /dev/shm (jobs/shm.py) against TCP, the
 transport landlock jobs used before, in the same job.
 
 One sandboxed `sbatch --wait` (landlock) runs, in alternating rounds, a

@@ -1,4 +1,4 @@
-"""Keystroke echo round trip: through the launcher's relay (launch/terminal.py)
+"""Keystroke echo round trip: through the launcher's relay (process/terminal.py)
 versus directly on a pty, in the same run.
 
 Both sides drive the same echo program (`stty raw -echo; exec cat`) and time
@@ -48,7 +48,7 @@ def _round_trips(master: int, rounds: int) -> list[float]:
 
 def _relay_child() -> int:
     """Runs on the outer pty: the launcher's relay around the echo program."""
-    from agent_sandbox.launch import terminal
+    from agent_sandbox.process import terminal
 
     pty = terminal.open_pty(0)
     pid = _spawn_on(pty.slave, ECHO)

@@ -150,7 +150,7 @@ def main():
            and k not in SPEC["hooks"] and not k.startswith(tuple(SPEC["hook_prefixes"]))}}
     env.update(SPEC["overrides"])
     env["SANDBOX_QUIET"] = "1"
-    # Which session submitted this (launch/jobshare.py JOB_SESSION_ENV): a
+    # Which session submitted this (jobs/share.py JOB_SESSION_ENV): a
     # task joins only that session's sandbox on the node.
     env["AGENT_SANDBOX_JOB_SESSION"] = SPEC["session"]
     argv = SPEC["argv"]

@@ -142,7 +142,7 @@ def launcher_env(ctx) -> dict[str, str]:
             ("true" if value else "false") if isinstance(value, bool) else str(value))
     env["SANDBOX_QUIET"] = "1"   # the job's output is the user's, not our banner
     # The session that submitted the job (the wrapper sets it for sbatch): a
-    # step's tasks join only that session's sandbox (launch/jobshare.py shape).
+    # step's tasks join only that session's sandbox (jobs/share.py shape).
     env["AGENT_SANDBOX_JOB_SESSION"] = ctx.config.get("job_session") or ""
     return env
 

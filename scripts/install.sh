@@ -105,7 +105,7 @@ chmod -R a+rX "$prefix"
 # inside a job's sandbox, and the kernel makes a process that execs a file it
 # cannot read non-dumpable from the start, so no member of the sandbox can
 # ptrace it or write its memory before it has loaded its seccomp filter
-# (launch/jobjoin.py join_plan, docs/design.md "Jobs: one sandbox per node").
+# (jobs/join.py join_plan, docs/design.md "Jobs: one sandbox per node").
 mkdir -p "$prefix/venv/libexec"
 install -m 0711 -o root -g root "$(readlink -f /usr/bin/python3)" "$prefix/venv/libexec/python3-join.tmp"
 mv -f "$prefix/venv/libexec/python3-join.tmp" "$prefix/venv/libexec/python3-join"

@@ -61,7 +61,7 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
 
 
 # The plan cache does not store a compile that read a file changed less than
-# RACY_NS (0.1 s, launch/plancache.py) before it: a test that edits a
+# RACY_NS (0.1 s, plancache/plans.py) before it: a test that edits a
 # configuration and expects the next launches to hit the cache would pass
 # or fail by the machine's speed. So a launch waits until the test's last
 # write through these fixtures is older than that.

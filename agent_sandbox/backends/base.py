@@ -150,7 +150,7 @@ def self_protection(g: Guarantees, policy) -> None:
     Two ways around that are reported, each naming what and the fix:
     - a file of the install with another name (a hard link: uv links
       installs from its cache) is read-only only by that path
-      (launch/linkcheck.py install_links, docs/install.md);
+      (services/linkcheck.py install_links, docs/install.md);
     - what runs *before* the next sandbox is more than the install: the
       entry point the shell finds (a pip --user script or a pipx / uv tool
       link in ~/.local/bin), its target, the interpreter. One of them in a
@@ -368,7 +368,7 @@ class Plan(NamedTuple):
     started: str = "exit-code"
     lifeline_fd: str | None = None  # read end of a pipe the launcher holds open
     # A descriptor the sandbox's init keeps open for the sandbox's whole life
-    # (never the command's): the launcher's session lock, launch/registry.py hold.
+    # (never the command's): the launcher's session lock, services/registry.py hold.
     hold_fd: str | None = None
     scratch_dirs: tuple[str, ...] = ()   # created 0700 before the launch, removed after
     own_session: bool = False       # the helper calls setsid(): spawn without a new group

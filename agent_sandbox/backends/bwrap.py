@@ -127,7 +127,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         argv.append("--unshare-net")     # only loopback (bwrap brings it up)
     # --sync-fd: bwrap's init keeps the launcher's session lock open while the
     # sandbox lives, also when the launcher was SIGKILLed before init armed
-    # its parent-death signal (launch/registry.py hold).
+    # its parent-death signal (services/registry.py hold).
     argv += ["--disable-userns", "--die-with-parent", "--new-session",
              "--json-status-fd", FdRef("status"), "--sync-fd", FdRef("hold")]
     if policy.seccomp:

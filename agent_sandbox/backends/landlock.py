@@ -23,7 +23,7 @@ no deny rule, so everything follows from that:
 * PRIVATE_TMP: /tmp is shared, so the sandbox gets a fresh per-session
   directory as $TMPDIR (the launcher creates and removes it) and /tmp itself
   is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is not granted
-  (a job's launch gets its own directory there, by descriptor: jobshm.py).
+  (a job's launch gets its own directory there, by descriptor: jobs/shm.py).
 * PROTECTED_PATHS inside the project cannot be kept read-only: carving the
   project would forbid creating anything at its top level and in .git. This
   is reported (fs.protected: no), never silently claimed.
@@ -145,8 +145,8 @@ def _guarded_state(policy: Policy) -> tuple[str, ...]:
     writable state: opencode's plugins/ and tools/ in ~/.config/opencode, code
     it runs outside): carved out read-only like the user config tree. The
     project is not carved (nothing could be created at its top level): its
-    protected paths are reported at the end instead (launch/configcheck.py,
-    gitcheck.py)."""
+    protected paths are reported at the end instead (services/configcheck.py,
+    services/gitcheck.py)."""
     roots = tuple(w for w in policy.home_writable + policy.extra_writable
                   if not is_hidden(w, policy.hidden))
     return tuple(p.path for p in policy.protected
@@ -291,7 +291,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                        cleanup=tmpdir, keep_fds=policy.keep_fds, relay=relay_args(policy))
     shown = list(spec["paths"])
     # A job's shared-memory directory is granted to the plan afterwards, by
-    # the launcher (launch/jobshm.py with_job_shm: cached plans too).
+    # the launcher (jobs/shm.py with_job_shm: cached plans too).
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,

@@ -225,7 +225,7 @@ def config_adopt_login(
     import pwd
 
     from agent_sandbox.errors import ConfigError
-    from agent_sandbox.launch import agentcopy
+    from agent_sandbox.agents import copy as agentcopy
 
     try:
         entry = pwd.getpwuid(os.getuid())
@@ -341,10 +341,10 @@ def status(
     from agent_sandbox.tools.status import collect, render
 
     _hidden_here("status cannot see the session records")
-    from agent_sandbox.launch.gitcheck import recover
+    from agent_sandbox.services.gitcheck import recover
 
     recover(pwd.getpwuid(os.getuid()).pw_dir)   # sessions whose launcher was killed
-    from agent_sandbox.launch import agentcopy
+    from agent_sandbox.agents import copy as agentcopy
 
     agentcopy.recover(pwd.getpwuid(os.getuid()).pw_dir)   # their agents' settings: guarded merge
     status_report = collect(pwd.getpwuid(os.getuid()).pw_dir)
@@ -465,7 +465,7 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
     from chaperon.audit import AuditLog
     from chaperon.handlers import Context, dispatch
 
-    from agent_sandbox.launch.chaperon import _real_binaries, handler_config, staging_dir
+    from agent_sandbox.services.chaperon import _real_binaries, handler_config, staging_dir
     from agent_sandbox.launch.run import prepare
 
     prepared = prepare(["true"], project_dir=project_dir, backend=None, environ=os.environ)

@@ -14,7 +14,7 @@ apply on top — and the AGENT_* keys say what to run:
   AGENT_CONFIG_DIR    (VARIABLE DIR [MIRROR]): the agent's own variable for its
                       configuration directory and the home directory it
                       names; the agent runs on a session copy of it
-                      (launch/agentcopy.py), mirrored at MIRROR in the copy
+                      (agents/copy.py), mirrored at MIRROR in the copy
   AGENT_SETTINGS      (COPY=HOME …): settings files that run on a session copy
                       and are merged back under the guard at exit
   AGENT_SETTINGS_KEEP (COPY:KEY.PATH …): the allow-list of settings keys whose
@@ -22,7 +22,7 @@ apply on top — and the AGENT_* keys say what to run:
                       to any other key are dropped and reported
   AGENT_PROJECT_SETTINGS (PATH …): protected project files the agent saves
                       choices in, edited on a session copy the same way (bwrap)
-  AGENT_BROKERS       the API key brokers (launch/egress.BROKERS) the agent
+  AGENT_BROKERS       the API key brokers (services/egress.BROKERS) the agent
                       can use because it takes a base URL (API_KEY_BROKERING;
                       a broker may add options after AGENT_COMMAND)
   AGENT_CONFIG_KEEP   (NAME …, globs, trailing / = dir): the allow-list of
@@ -36,7 +36,7 @@ apply on top — and the AGENT_* keys say what to run:
                       moved back (policy/agentstate.py)
   AGENT_LOGINS        (NAME …): login files of the configuration directory;
                       the session works on the sandbox's own login store,
-                      never the real file (launch/agentcopy.py)
+                      never the real file (agents/copy.py)
 
 Profiles are looked up by name in /etc/agent-sandbox/agents/, then
 ~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent

@@ -41,7 +41,7 @@ not writable there; set for each task, a step's tasks inherit the batch
 script's environment); and the shared-memory segments go into the job's
 directory on the node, the one writable path all of the job's tasks there
 share (AGENT_SANDBOX_JOB_SHM, made and granted by the launcher:
-launch/jobshm.py; it replaces an inherited one of ours, since a step's
+jobs/shm.py; it replaces an inherited one of ours, since a step's
 tasks would inherit the batch node's, but not a directory the user chose). A launch
 without that directory keeps ranks on one node on TCP (btl ^vader) instead
 of failing to attach each other's segments.
@@ -105,7 +105,7 @@ def link(requested: str, staged: str, workdir: str, env) -> None:
 
 JOB_ENV = {"PMIX_MCA_gds": "hash"}
 LANDLOCK_JOB_ENV = {"OMPI_MCA_btl_vader_single_copy_mechanism": "none"}
-SHM_ENV = "AGENT_SANDBOX_JOB_SHM"   # the job's shared-memory directory (launch/jobshm.py)
+SHM_ENV = "AGENT_SANDBOX_JOB_SHM"   # the job's shared-memory directory (jobs/shm.py)
 SHM_PREFIX = "/dev/shm/agent-sandbox-job-"   # jobshm.directory's names
 
 

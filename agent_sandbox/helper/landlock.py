@@ -169,7 +169,7 @@ def no_new_privs() -> None:
 
 def child_subreaper() -> None:
     """Orphaned descendants come back to the calling process, not to init
-    (the launcher reaps what a backend leaves behind, launch/reap.py).
+    (the launcher reaps what a backend leaves behind, process/reap.py).
     Here beside no_new_privs: the prctl binding without ctypes (~4 ms)."""
     _, prctl, c_long, _ = _bind()
     _check(prctl(c_long(PR_SET_CHILD_SUBREAPER), c_long(1), c_long(0), c_long(0), c_long(0)),

@@ -27,7 +27,7 @@ Options (descriptors are inherited file descriptor numbers):
   --landlock FD     a marshalled ruleset (see landlock.ruleset)
   --landlock-dir FD one more writable directory of that ruleset, by the
                     descriptor the launcher opened and checked (a landlock
-                    job's shared-memory directory, launch/jobshm.py): never
+                    job's shared-memory directory, jobs/shm.py): never
                     looked up by name again; closed before exec
   --seccomp FD      a BPF program (struct sock_filter array)
   --argv FD         the command, NUL-separated, instead of after `--`
@@ -61,7 +61,7 @@ Options (descriptors are inherited file descriptor numbers):
                     report promised it)
   --probe           apply a trivial ruleset and exit 0 (the backend probe)
   --join-ns SPEC    join a running sandbox (the job's sandbox on this node,
-                    launch/jobshare.py): SPEC lists its namespaces as
+                    jobs/share.py): SPEC lists its namespaces as
                     kind:inode,…; the process verifies it is in every one of
                     them, drops every capability and sets no_new_privs
                     before the steps above (joinns.py)

@@ -1,11 +1,11 @@
 """Launch: Plan → running process (the pipeline's last stage, the thin shell).
 
 run.py's prepare() is the one sequence resolve → chaperon → payloads → plan,
-used by `run`, `--dry-run`, `explain` and the outside submission; select.py
-picks and probes the backend; payloads.py reads what the plan binds;
-spawn.py turns payloads into descriptors, starts the backend, forwards
-signals and maps the outcome to an exit code. Around the run: the chaperon's
-session (chaperon.py), read-only placeholders and the per-project lock
-(placeholders.py), the session registry (registry.py), the git check
-(gitcheck.py). This is the only stage that changes the system.
+used by `run`, `--dry-run`, `explain` and the outside submission, and run()
+is one launch around it; payloads.py reads what the plan binds (boundfiles.py
+the bound files' verdicts); report.py writes --dry-run's report and the
+banner. What a run uses lives in rooms below it: process/ (select, spawn,
+terminal, reap, nesting), plancache/, services/ (chaperon, egress, registry,
+placeholders, the checks), agents/ and jobs/. This is the only stage that
+changes the system. Imports nothing.
 """

@@ -135,7 +135,7 @@ def _settled(files) -> bool:
     verdict with it."""
     from time import time_ns
 
-    from agent_sandbox.launch.plancache import COARSE_RACY_NS, RACY_NS
+    from agent_sandbox.plancache.plans import COARSE_RACY_NS, RACY_NS
 
     now = time_ns()
     for _path, _source, key in files:

@@ -52,7 +52,7 @@ def guarantee_lines(plan) -> list[str]:
     return lines
 
 
-# How a Slurm job runs (launch/jobshare.py): where the backend's tasks share
+# How a Slurm job runs (jobs/share.py): where the backend's tasks share
 # the job's sandbox, this; else the backend's trait job_line (on landlock the
 # settings are helper/jobstart.py's LANDLOCK_JOB_ENV).
 JOB_SHARED = ("the batch script and every task on a node share one sandbox (MPI shared "

@@ -19,10 +19,10 @@ import sys
 
 from agent_sandbox.errors import (BackendUnavailable, PolicyError, SandboxError, UsageError,
                                   mapped, say)
-from agent_sandbox.launch.nesting import exec_nested, inside_sandbox
+from agent_sandbox.process.nesting import exec_nested, inside_sandbox
 from agent_sandbox.launch.payloads import _with_note, base_payloads, check_bound_files
-from agent_sandbox.launch.select import choose_backend, helper_python, landlock_abi
-from agent_sandbox.launch.spawn import keep_fds_checked, run_plan, slurm_task_fds
+from agent_sandbox.process.select import choose_backend, helper_python, landlock_abi
+from agent_sandbox.process.spawn import keep_fds_checked, run_plan, slurm_task_fds
 from agent_sandbox.paths import user_config_dir
 
 
@@ -57,7 +57,7 @@ def _launcher_paths(environ, home: str) -> tuple[str, ...]:
 
 
 def _anchors(policy) -> tuple[str, ...]:
-    """Where placeholders are walked from (launch/placeholders.py): the
+    """Where placeholders are walked from (services/placeholders.py): the
     project, the home and the writable trees, as the configuration names them."""
     return ((policy.project_dir, policy.home) + tuple(policy.home_writable)
             + tuple(policy.extra_writable))
@@ -90,7 +90,7 @@ def _caches_root(home: str) -> None:
     made before the policy looks at it (an always-hidden path: whether it
     exists is an input of the plan), so that the first launch, which makes
     it, does not make the next one miss. By descriptor, unrecorded."""
-    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.plancache.plans import ACTIVE, Paused
     from agent_sandbox.paths import CACHES_DIR, NotOwnDirectory, open_own_dir
 
     with Paused(ACTIVE[-1] if ACTIVE else None):
@@ -101,11 +101,11 @@ def _caches_root(home: str) -> None:
 
 
 def _install_links(install: tuple[str, ...]) -> tuple:
-    """The install's files with more than one link (linkcheck.py), looked
+    """The install's files with more than one link (services/linkcheck.py), looked
     at unrecorded: a compiled plan keys on the install already (plancache's
     context stamps it), and thousands of fingerprints would slow every hit."""
-    from agent_sandbox.launch.linkcheck import install_links
-    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.services.linkcheck import install_links
+    from agent_sandbox.plancache.plans import ACTIVE, Paused
 
     with Paused(ACTIVE[-1] if ACTIVE else None):
         return install_links(install)
@@ -124,7 +124,7 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
     failure = ""
     probe = getattr(backend, "private_mounts_probe_argv", None)
     if probe is not None and policy.private_mounts and not setuid:
-        from agent_sandbox.launch.select import probe_backend
+        from agent_sandbox.process.select import probe_backend
 
         passed, detail = probe_backend(selection.name, selection.path, policy.home,
                                        argv=probe(selection.path), kind="private-mounts")
@@ -145,7 +145,7 @@ def _host_mounts():
     """(the host's mount points for the plan, the recorder of this compile).
     The table is read unrecorded: a cached plan keys on the answers the
     plan's rules got from it (mountinfo.py), which the recorder is given."""
-    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.plancache.plans import ACTIVE, Paused
     from agent_sandbox.mountinfo import MountPoints, read_mount_points
 
     recorder = ACTIVE[-1] if ACTIVE else None
@@ -185,7 +185,7 @@ def check_required(plan, policy, settings, abi: int) -> None:
 class Prepared:
     """A launch up to its plan: what `run`, `--dry-run`, `explain` and the
     outside submission all start from. `cached`: loaded from the compiled
-    plan cache (plancache.py). `placeholders`: policy/view.py
+    plan cache (plancache/plans.py). `placeholders`: policy/view.py
     placeholder_candidates, compiled with the policy; those missing at the
     launch are made then. (A plain class: typing.NamedTuple costs a cached
     launch several milliseconds of imports.)"""
@@ -220,10 +220,10 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     after the policy is known and before the plan is built, so the plan is
     built once, with the session directory; the caller stops the session it
     returns. `egress` likewise (settings, policy, profile) -> EgressPlan |
-    None: the egress proxy of NETWORK_MODE=allowlist (launch/egress.py).
+    None: the egress proxy of NETWORK_MODE=allowlist (services/egress.py).
     `terminal`: the session runs on a relayed pseudo-terminal. `agent_copy`:
     a callable (policy) -> policy that puts a profile's configuration on its
-    guarded session copy (agentcopy.py); the caller finishes it. `job`: a
+    guarded session copy (agents/copy.py); the caller finishes it. `job`: a
     batch job or step on a compute node (JOB_NETWORK_MODE applies).
     `command_slot`: plan COMMAND_SLOT in place of the command
     where the backend allows it (the plan cache; with_command puts the
@@ -235,13 +235,13 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
     make_package_cache(policy)
     if command_slot and traits(selection.name).command_slot:
         # A profile's command is its own words, then the user's ARGS: those
-        # are the slot (agentlaunch.py).
+        # are the slot (agents/launch.py).
         command = [COMMAND_SLOT] if profile is None else list(profile.command) + [COMMAND_SLOT]
     policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
                                                      + slurm_task_fds(environ)))))
     user_args = len(command)      # a profile's: its ARGS, after its own words (below)
     if terminal:
-        from agent_sandbox.launch.terminal import session_env
+        from agent_sandbox.process.terminal import session_env
 
         policy = policy._replace(terminal=True, env=session_env(policy.env, policy.prompt))
     if profile is not None:
@@ -252,7 +252,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
                 f"the agent profile {profile.name} is not enabled — ENABLED_AGENTS is "
                 f"({' '.join(settings.ENABLED_AGENTS)}). Add ENABLED_AGENTS+=({profile.name}) "
                 "to ~/.config/agent-sandbox/sandbox.conf.", reason="profile_disabled")
-        from agent_sandbox.launch import agentexe
+        from agent_sandbox.agents import exe as agentexe
 
         user_args = len(command) - len(profile.command)    # run_profile: command + ARGS
         policy, command = agentexe.resolve(policy, command, environ, profile.name)
@@ -266,7 +266,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         policy = with_chaperon(policy, session.directory, session.staging)
     egress_plan = egress(settings, policy, profile) if egress else None
     if egress_plan:
-        from agent_sandbox.launch.egress import with_args
+        from agent_sandbox.services.egress import with_args
         from agent_sandbox.policy.resolve import with_egress
 
         policy = with_egress(policy, egress_plan.socket, egress_plan.port,
@@ -298,7 +298,7 @@ def resolve(*, project_dir: str | None, backend: str | None, environ, profile=No
                        NETWORK_MODE=settings.origins.get("JOB_NETWORK_MODE", "default"))
         settings = settings.replace(NETWORK_MODE=settings.JOB_NETWORK_MODE, origins=origins)
     selection = choose_backend(settings, None, home=ctx.home, environ=ctx.environ)
-    from agent_sandbox.launch.plancache import ACTIVE, socket_walker
+    from agent_sandbox.plancache.plans import ACTIVE, socket_walker
 
     walk = socket_walker(ACTIVE[-1] if ACTIVE else None)
     return settings, selection, resolve_policy(settings, ctx, backend=selection.name,
@@ -312,7 +312,7 @@ def _make_store(home: str, place: str) -> None:
     it read-only (policy/caches.py missing_inside_writable). Best effort: a
     place that cannot be made (a symlink in its way) is not kept read-only,
     which the compile then sees."""
-    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.plancache.plans import ACTIVE, Paused
     from agent_sandbox.paths import NotOwnDirectory, open_own_dir
 
     with Paused(ACTIVE[-1] if ACTIVE else None):
@@ -348,8 +348,8 @@ def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | 
     """`agent-sandbox [OPTIONS] NAME [ARGS]`: run an agent with its profile
     applied; OPTIONS are the launcher's (as for `run`), ARGS the agent's. The
     profile is loaded by the compile, or comes with the cached plan
-    (agentlaunch.py)."""
-    from agent_sandbox.launch.agentlaunch import AgentLaunch
+    (agents/launch.py)."""
+    from agent_sandbox.agents.launch import AgentLaunch
 
     environ = os.environ if environ is None else environ
     agent = AgentLaunch(name, args, dry_run=dry_run)
@@ -367,19 +367,19 @@ def environ_home() -> str:
 
 
 def _plan_cache(options: tuple, environ, agent=None):
-    """This launch's slot in the compiled plan cache (plancache.py), or None
+    """This launch's slot in the compiled plan cache (plancache/plans.py), or None
     for the launches it does not serve: an agent in a Slurm job. Slurm jobs
-    and steps have their own key (jobcache.py: per-task values substituted);
-    an agent's launch is keyed by its profile's name (agentlaunch.py)."""
-    from agent_sandbox.launch.plancache import is_job
+    and steps have their own key (plancache/jobs.py: per-task values substituted);
+    an agent's launch is keyed by its profile's name (agents/launch.py)."""
+    from agent_sandbox.plancache.plans import is_job
 
     if is_job(environ):
         if agent is not None:
             return None
-        from agent_sandbox.launch.jobcache import JobCache
+        from agent_sandbox.plancache.jobs import JobCache
 
         return JobCache(options, environ, environ_home(), keep_fds=options[2])
-    from agent_sandbox.launch.plancache import Cache
+    from agent_sandbox.plancache.plans import Cache
 
     return Cache(options, environ, environ_home())
 
@@ -392,7 +392,7 @@ def _from_cache(cache, keep_fds, dry_run: bool, sessions: list, agent=None, copi
         return None
     keep_fds_checked(keep_fds)     # each still open now
     if agent is not None:
-        from agent_sandbox.launch.agentlaunch import Stale, from_cache
+        from agent_sandbox.agents.launch import Stale, from_cache
 
         try:
             from_cache(agent, launch, copies)
@@ -400,13 +400,13 @@ def _from_cache(cache, keep_fds, dry_run: bool, sessions: list, agent=None, copi
             return None
     session = None
     if launch["chaperon"] is not None and not dry_run:
-        from agent_sandbox.launch.chaperon import ChaperonSession
+        from agent_sandbox.services.chaperon import ChaperonSession
 
         session = ChaperonSession.open(launch["chaperon"])
         sessions.append(session)
     if launch.get("egress") is not None and not dry_run:
-        from agent_sandbox.launch.agentlaunch import egress_filled
-        from agent_sandbox.launch.egress import EgressSession
+        from agent_sandbox.agents.launch import egress_filled
+        from agent_sandbox.services.egress import EgressSession
 
         policy = launch["policy"]
         sessions.append(EgressSession.start(egress_filled(launch["egress"], cache.environ,
@@ -438,10 +438,10 @@ def _store(cache, recorder, prepared: Prepared, agent, egressed: list) -> None:
     number means nothing to a later process. (A landlock job's shared-memory
     directory is granted after the store, jobshm.with_job_shm.) An agent's
     launch and an egress proxy's plan are stored with what a hit needs to
-    make them again (agentlaunch.py), or not at all."""
+    make them again (agents/launch.py), or not at all."""
     if any(getattr(p, "fd", None) is not None for p in prepared.plan.payloads.values()):
         return
-    from agent_sandbox.launch.agentlaunch import stored
+    from agent_sandbox.agents.launch import stored
 
     kept = stored(agent, prepared.policy, egressed[0] if egressed else None, cache.environ)
     if kept is None:
@@ -450,7 +450,7 @@ def _store(cache, recorder, prepared: Prepared, agent, egressed: list) -> None:
     extra, fresh = kept
     session = prepared.chaperon
     tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
-    cache.settings = prepared.settings    # a job's entry checks SANDBOX_ENV (jobcache.py)
+    cache.settings = prepared.settings    # a job's entry checks SANDBOX_ENV (plancache/jobs.py)
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
                            "denied": prepared.denied, "placeholders": prepared.placeholders,
                            "chaperon": session.config if session else None, **extra},
@@ -517,7 +517,7 @@ def make_package_cache(policy) -> None:
     cache = getattr(policy, "package_cache", None)
     if not cache:
         return
-    from agent_sandbox.launch.plancache import ACTIVE, Paused
+    from agent_sandbox.plancache.plans import ACTIVE, Paused
     from agent_sandbox.paths import NotOwnDirectory, open_own_dir
 
     with Paused(ACTIVE[-1] if ACTIVE else None):
@@ -534,12 +534,12 @@ def _shared_files(policy, environ, job: bool) -> None:
     """At every launch, compiled or cached: the sandbox's own package cache
     made (policy/caches.py: the tools' variables name it, the plan grants
     it), and files the sandbox can write that have a name outside reported
-    (linkcheck.py; not again in each job step on the nodes: the session
+    (services/linkcheck.py; not again in each job step on the nodes: the session
     that submitted it reported them)."""
     make_package_cache(policy)
     if not job:
-        from agent_sandbox.launch.linkcheck import report
-        from agent_sandbox.launch.plancache import is_job
+        from agent_sandbox.services.linkcheck import report
+        from agent_sandbox.plancache.plans import is_job
 
         if not is_job(environ):
             report(policy, say)
@@ -549,7 +549,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         dry_run: bool = False, environ=None, agent=None, keep_fds=(),
         job_shared: bool = False, on_prepared=None, job: bool = False) -> int:
     """`job_shared`: a job's launch, run in the job's sandbox on this node
-    (launch/jobjoin.py). `on_prepared(chaperon, policy)` is called once the
+    (jobs/join.py). `on_prepared(chaperon, policy)` is called once the
     plan is built (the job sandbox's holder). `job`: a batch job or step on a
     compute node (JOB_NETWORK_MODE applies). `agent`: an agent profile's
     launch (run_profile, agentlaunch.AgentLaunch); `command` is then the
@@ -563,8 +563,8 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     if job_shared and not dry_run:
         from functools import partial
 
-        from agent_sandbox.launch.jobcache import cached_resolve
-        from agent_sandbox.launch.jobjoin import run_shared
+        from agent_sandbox.plancache.jobs import cached_resolve
+        from agent_sandbox.jobs.join import run_shared
 
         # The holder's launch runs in a forked child, beyond the CLI's edge:
         # its errors are mapped there (errors.mapped), as the edge would.
@@ -577,13 +577,13 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
 
     sessions: list = []
     copies: list = []
-    reaping: list = []      # landlock: the launcher is the session's subreaper (reap.py)
+    reaping: list = []      # landlock: the launcher is the session's subreaper (process/reap.py)
     survivors: list = []
-    shm: list = []          # a landlock job's shared-memory directory (jobshm.py)
-    orphans: list = []      # bwrap's sandbox init, reaped last (reap.py)
+    shm: list = []          # a landlock job's shared-memory directory (jobs/shm.py)
+    orphans: list = []      # bwrap's sandbox init, reaped last (process/reap.py)
 
     def start_copy(policy):
-        from agent_sandbox.launch import agentcopy
+        from agent_sandbox.agents import copy as agentcopy
 
         profile = agent.profile
         spec = agentcopy.spec_for(profile, policy.home)
@@ -607,10 +607,10 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal, job,
                          agent.name if agent else None), environ, agent)
     recorder, is_slotted, egressed = None, False, []
-    from agent_sandbox.launch.plancache import Paused
+    from agent_sandbox.plancache.plans import Paused
 
     def start_chaperon(settings, policy):
-        from agent_sandbox.launch.chaperon import ChaperonSession, wanted
+        from agent_sandbox.services.chaperon import ChaperonSession, wanted
 
         if dry_run or not wanted(settings, policy):
             return None
@@ -619,12 +619,12 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         return sessions[-1]
 
     def start_shm(policy, plan):
-        """A landlock job launch's shared-memory directory (jobshm.py),
+        """A landlock job launch's shared-memory directory (jobs/shm.py),
         granted after the plan cache: the compiled and the cached plan
         alike, stored without it."""
         if dry_run or not job_shared or traits(plan.backend).joins_job_sandboxes:
             return policy, plan
-        from agent_sandbox.launch import jobshm
+        from agent_sandbox.jobs import shm as jobshm
 
         held = jobshm.start(command)
         if held is None:
@@ -633,7 +633,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         return jobshm.with_job_shm(policy, plan, held)
 
     def start_egress(settings, policy, profile):
-        from agent_sandbox.launch import egress
+        from agent_sandbox.services import egress
 
         if not egress.wanted(policy):
             return None
@@ -649,9 +649,9 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     if cache else None)
         if prepared is None:
             if cache is not None and not dry_run:
-                from agent_sandbox.launch.plancache import Recorder
+                from agent_sandbox.plancache.plans import Recorder
 
-                # (a job's cache may bring its own: jobcache.py)
+                # (a job's cache may bring its own: plancache/jobs.py)
                 recorder = getattr(cache, "Recorder", Recorder)(
                     cache.ignore(environ_home()))
             prepared = _compile(recorder, command, agent, project_dir=project_dir,
@@ -697,13 +697,13 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         # must see this one and leave them), removed whatever way it ends;
         # named by the session id the chaperon's audit log and ledger carry.
         # Both steps run under the project's lock, so that concurrent
-        # launches and ends of one project never race (placeholders.py).
-        from agent_sandbox.launch import gitcheck, placeholders, registry
+        # launches and ends of one project never race (services/placeholders.py).
+        from agent_sandbox.services import gitcheck, placeholders, registry
 
         created, record, snapshot, hold = [], None, None, None
         try:
             with placeholders.project_lock(policy.home, policy.project_dir):
-                # Held by the sandbox too, while it lives (registry.py).
+                # Held by the sandbox too, while it lives (services/registry.py).
                 hold = registry.hold(policy.home, policy.session_id, policy.project_dir)
                 record = registry.register(
                     policy.home, session=policy.session_id,
@@ -720,7 +720,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
                     placeholders.remember(policy.home, policy.project_dir, created)
             snapshot = gitcheck.start(policy)
             if traits(plan.backend).needs_subreaper:
-                from agent_sandbox.launch import reap
+                from agent_sandbox.process import reap
 
                 # Without a PID namespace (landlock) orphans come back to
                 # us (swept below); bwrap's init outlives bwrap by the
@@ -753,7 +753,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         for held in shm:           # after the sandbox: the last task out removes it
             held.release()
         if copies:     # after the placeholders: the guarded merge of the agent's settings
-            from agent_sandbox.launch import agentcopy
+            from agent_sandbox.agents import copy as agentcopy
 
             if survivors:   # a session process could still write: nothing is merged
                 agentcopy.discard(copies[0], f"session processes {survivors} are still "
@@ -761,6 +761,6 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
             else:
                 agentcopy.finish(copies[0])
         if orphans:    # last: its namespaces' teardown ran beside our cleanup
-            from agent_sandbox.launch.reap import reap_orphan
+            from agent_sandbox.process.reap import reap_orphan
 
             reap_orphan(orphans[0], wait=0.002)

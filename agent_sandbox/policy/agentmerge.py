@@ -1,6 +1,6 @@
 """The guard on an agent's settings: which of a session's changes go back.
 
-An agent works on a session copy of its settings files (launch/agentcopy.py);
+An agent works on a session copy of its settings files (agents/copy.py);
 at the end the launcher hands this module three trees per file — `base` (the
 copy as the session started), `ours` (the copy as the session left it) and
 `theirs` (the user's file as it is now, perhaps changed meanwhile by another

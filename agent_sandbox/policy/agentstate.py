@@ -1,7 +1,7 @@
 """Agent state scoped to the session's project, and the login rule (issue 27).
 
 Pure: the names an agent gives its per-project state, and what a session's
-login change may become. launch/agentcopy.py applies both.
+login change may become. agents/copy.py applies both.
 
 Per-project state. An agent keeps state keyed by project in its
 configuration directory — Claude Code's `projects/<path, dashed>/`

@@ -13,10 +13,10 @@ of submodules (`modules/…`) and linked worktrees (`worktrees/…`).
 file and directory: the backends keep each read-only (a missing one gets a
 read-only placeholder), and `pin_path` names the `.git` directory the bwrap
 and firejail views bind onto itself, so it cannot be renamed or replaced
-(a mount point answers EBUSY). Landlock cannot do either; there gitcheck.py
+(a mount point answers EBUSY). Landlock cannot do either; there services/gitcheck.py
 detects and reports at the end instead.
 
-The reading helpers are shared with gitcheck.py. Files are opened once,
+The reading helpers are shared with services/gitcheck.py. Files are opened once,
 without following a symlink, and only regular files of at most READ_LIMIT
 bytes are read; configuration is parsed by git itself (`git config --file -`
 on the bytes read), so what is found is what git would read.

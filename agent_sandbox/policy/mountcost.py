@@ -38,7 +38,7 @@ time: a mount that appears later exactly between the parent and the path
 is still made read-only at launch by the parent's recursive bind, and only
 an automount trigger created there afterwards would escape. So a cached
 plan keys on the rules' questions and their answers (mountinfo.MountPoints
-keeps them; launch/plancache.py asks them again at every hit): a changed
+keeps them; plancache/plans.py asks them again at every hit): a changed
 answer is a miss, while the rest of a login node's busy table is not.
 """
 from __future__ import annotations

@@ -67,7 +67,7 @@ class LaunchContext(NamedTuple):
     project_dir: str | None        # --project-dir, else cwd
     install_paths: tuple[str, ...] # the package and the interpreter prefix
     session_id: str
-    # Files of the install with more than one link (launch/linkcheck.py):
+    # Files of the install with more than one link (services/linkcheck.py):
     # (how many, a few of them).
     install_links: tuple = (0, ())
     # What the user's next launch runs before any sandbox: the entry point as
@@ -125,10 +125,10 @@ class Policy(NamedTuple):
     bound_file_report: object = None
     pinned: tuple[str, ...] = ()         # bound onto themselves: cannot be renamed (gitrepo.py)
     prompt: str = ""                     # SANDBOX_PROMPT: prompt prefix and title tag
-    # The launcher relays a pseudo-terminal (launch/terminal.py): the command
+    # The launcher relays a pseudo-terminal (process/terminal.py): the command
     # takes it as controlling terminal. A launch fact, set like keep_fds.
     terminal: bool = False
-    # Protected project files an agent edits on a session copy (agentcopy.py):
+    # Protected project files an agent edits on a session copy (agents/copy.py):
     # (copy, path) — bwrap binds the copy there writable instead of read-only.
     session_files: tuple = ()
     # The site's slurm.conf the chaperon uses (slurm_conf_path), None: Slurm's default.
@@ -142,7 +142,7 @@ class Policy(NamedTuple):
     egress_socket: str | None = None
     relay_port: int = 0
     landlock_partial: bool = False
-    # A landlock job's shared-memory directory on this node (launch/jobshm.py):
+    # A landlock job's shared-memory directory on this node (jobs/shm.py):
     # (host path, descriptor the launcher opened and checked). A launch fact,
     # set with the plan's grant (jobshm.with_job_shm), never compiled.
     job_shm: tuple = ()
@@ -525,7 +525,7 @@ def with_egress(policy: Policy, socket_path: str, port: int, env_changes: dict) 
     """The policy of a NETWORK_MODE=allowlist session whose egress proxy
     listens on `socket_path` (host path): the relay inside listens on
     127.0.0.1:`port`, the proxy variables point at it, and `env_changes`
-    (launch/egress.py: brokered keys replaced by placeholders, base URLs) apply."""
+    (services/egress.py: brokered keys replaced by placeholders, base URLs) apply."""
     from agent_sandbox.traits import TRAITS    # data only: no backend module
     from agent_sandbox.names import EGRESS_SOCKET
 

@@ -19,7 +19,7 @@ project (its sockets are the session's own: SPEC §8 allows them).
 The plan cache: a socket made after a compile must not be reachable on a
 cached launch. The walk keeps what it listed (`Listed`: each directory's
 times and the names of the sockets and directories in it); the compile
-records that as one derived fact (launch/plancache.py socket_walker) and a
+records that as one derived fact (plancache/plans.py socket_walker) and a
 hit `recheck`s it: one lstat per directory while its times are unchanged,
 a new listing where they changed, a whole walk of a directory that is new.
 A plan therefore survives the files an agent's session writes in its

@@ -475,7 +475,7 @@ class ViewBuilder:
                 continue   # read-only with the whole directory
             if os.path.islink(item.path):
                 continue   # reported as a warning by the policy checks
-            # An agent's session copy (launch/agentcopy.py) is bound writable
+            # An agent's session copy (agents/copy.py) is bound writable
             # in its place: what the agent saves there is merged back at exit.
             copy = next((c for c, dest in getattr(self.policy, "session_files", ())
                          if dest == item.path), None)

@@ -312,7 +312,7 @@ def slurm_item(settings, policy, environ) -> tuple[Item, bool]:
 def chaperon_pipes_item(home: str) -> Item:
     """The chaperon's session directory holds named pipes: make one there, as
     a launch would (a home filesystem without FIFO support refuses launches)."""
-    from agent_sandbox.launch.chaperon import session_parent
+    from agent_sandbox.services.chaperon import session_parent
 
     probe = None
     try:

@@ -357,7 +357,7 @@ def backend_items(backends, abi: int) -> list[Item]:
 
 def install_links_item(links: tuple, install: tuple) -> Item:
     """The install the launcher runs from, checked for files with more than
-    one link (launch/linkcheck.py): such a file is read-only inside by its
+    one link (services/linkcheck.py): such a file is read-only inside by its
     path only — a write through its other name changes the launcher."""
     count, sample = links or (0, ())
     where = " ".join(install) or "(unknown)"
@@ -377,11 +377,11 @@ def install_links_item(links: tuple, install: tuple) -> Item:
 
 def _logins(home: str, environ) -> Item:
     """Which login each agent uses (tools/logins.py); brokered keys from the
-    profiles' AGENT_BROKERS (launch/egress.BROKERS)."""
+    profiles' AGENT_BROKERS (services/egress.BROKERS)."""
     from agent_sandbox.config.profiles import available, load
     from agent_sandbox.config.load import known_keys
     from agent_sandbox.errors import SandboxError
-    from agent_sandbox.launch.egress import BROKERS
+    from agent_sandbox.services.egress import BROKERS
     from agent_sandbox.tools.logins import LOGINS, logins_item
 
     brokered, user = {}, os.path.basename(home)
@@ -398,7 +398,7 @@ def _logins(home: str, environ) -> Item:
 def gather(project_dir: str | None, environ) -> Report:
     from agent_sandbox.backends import BACKENDS, traits
     from agent_sandbox.launch.run import launch_context
-    from agent_sandbox.launch.select import (choose_backend, forget_probe, landlock_abi,
+    from agent_sandbox.process.select import (choose_backend, forget_probe, landlock_abi,
                                              probe_backend)
 
     environ = dict(environ)

@@ -1,6 +1,6 @@
 """`agent-sandbox status`: this user's running sandboxes on this host.
 
-The source is the session registry (registry.py), never a scan of the process
+The source is the session registry (services/registry.py), never a scan of the process
 table by name: a process name proves nothing, a record proves which project,
 backend and chaperon a launcher started. Each record is judged against the
 live process (psutil: the pid exists, is ours, is not a zombie, and started at
@@ -17,7 +17,7 @@ import os
 import time
 from typing import NamedTuple
 
-from agent_sandbox.launch import registry
+from agent_sandbox.services import registry
 
 
 class Session(NamedTuple):

@@ -109,9 +109,11 @@ def test_a_secret_in_the_agents_note_file_lands_in_no_cache_file(user, project, 
 # one's session id and the egress placeholder keys masked.
 AGENT_ORACLE = '''
 import json, os, pwd, re
-from agent_sandbox.launch import agentcopy, egress, run as launch
-from agent_sandbox.launch.agentlaunch import AgentLaunch, Stale, from_cache
-from agent_sandbox.launch.plancache import Cache, freeze, thaw
+from agent_sandbox.agents import copy as agentcopy
+from agent_sandbox.services import egress
+from agent_sandbox.launch import run as launch
+from agent_sandbox.agents.launch import AgentLaunch, Stale, from_cache
+from agent_sandbox.plancache.plans import Cache, freeze, thaw
 
 NEW = "c0ffeec0ffee"
 KEY = re.compile(r"agentsandbox[0-9a-f]{40}")

@@ -171,7 +171,7 @@ def test_the_settings_writer_does_not_follow_a_directory_swapped_for_a_link(tmp_
     # A concurrent session with a writable parent (HOME_WRITABLE+=(.config))
     # swaps the settings file's directory for a link between the merge's
     # check and its write: the write must not land where the link points.
-    from agent_sandbox.launch import agentcopy
+    from agent_sandbox.agents import copy as agentcopy
 
     settings = tmp_path / "home/.config/agent/settings.json"
     settings.parent.mkdir(parents=True)

@@ -1,11 +1,11 @@
 """A member of a job's sandbox cannot strip the seccomp filter from a task
-that joins it (launch/jobshare.py, helper/joinns.py). After its fork into
+that joins it (jobs/share.py, helper/joinns.py). After its fork into
 the sandbox's PID namespace the joining helper is a same-uid member, and
 until its filter is loaded a member could stop it (SIGSTOP), wait until it
 has dropped its capabilities, and rewrite the filter in its memory through
 /proc/PID/mem. The helper makes itself non-dumpable before setns, so that
 write is refused. Driven as the unprivileged user: a bwrap sandbox running
-the attacker, and the installed helper's real join (as launch/jobjoin.py
+the attacker, and the installed helper's real join (as jobs/join.py
 starts it) with a filter that denies mkdir."""
 from __future__ import annotations
 
@@ -79,7 +79,7 @@ sys.stdin.read()            # the sandbox lives until the joined task is done
 # Outside, as the user: the sandbox, then the join as jobjoin.join_plan makes it.
 DRIVER = r'''
 import json, os, subprocess, sys
-from agent_sandbox.launch import jobshare
+from agent_sandbox.jobs import share as jobshare
 site, work, backend, python = sys.argv[1:5]
 bpf = open(f"{work}/deny_mkdir.bpf", "rb").read()
 attacker = ["/usr/bin/python3", "-I", f"{work}/attacker.py", f"{work}/deny_mkdir.bpf"]

@@ -1,4 +1,4 @@
-"""The compute-side plan cache (launch/jobcache.py, issue 19) as an attacker
+"""The compute-side plan cache (plancache/jobs.py, issue 19) as an attacker
 sees it: a job's per-task variables are put into a cached plan at every hit,
 so a job must not get, through the cache, a value the configuration pins —
 an agent names its job (srun -J, sbatch -J) after the admin's value, lets

@@ -1,5 +1,5 @@
 """A task that tries to join another job's sandbox is refused (SPEC §9 "One
-sandbox per node per job"; launch/jobshare.py). A job's sandbox on a node is
+sandbox per node per job"; jobs/share.py). A job's sandbox on a node is
 handed over (a pidfd, by SCM_RIGHTS) through a Unix socket in the per-user
 run directory, which no sandbox can reach; the holder hands it only to a peer
 of the same uid whose nearest root-owned slurmstepd ancestor runs the same

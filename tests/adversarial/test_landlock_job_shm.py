@@ -1,4 +1,4 @@
-"""A landlock job's shared-memory directory (launch/jobshm.py) belongs to
+"""A landlock job's shared-memory directory (jobs/shm.py) belongs to
 that job alone. On landlock the tasks of a job are sandboxes of their own, so
 the job's ranks on a node share one directory in /dev/shm for Open MPI's
 segments; the attackers are other sandboxes of the same user (another job,
@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.launch import jobshm
+from agent_sandbox.jobs import shm as jobshm
 from tests.adversarial.test_job_sandbox_join import until
 from tests.conftest import INSTALLED
 

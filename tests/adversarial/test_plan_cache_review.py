@@ -167,7 +167,7 @@ def _installed(relative: str) -> Path:
 
 def test_an_update_of_the_installed_code_is_in_force_at_the_next_launch(user, project):
     """The plan is a function of the code that compiled it, but the install
-    stamp covers only __init__.py, plancache.py and resolve.py: an update of
+    stamp covers only __init__.py, plancache/plans.py and resolve.py: an update of
     any other module (backends, view, payloads, seccomp, envfilter…) left
     every cached plan in force, the old code's."""
     user.set_config(BASE)
@@ -295,7 +295,7 @@ def test_a_conf_d_file_applies_to_the_project_it_matches_not_to_the_same_spellin
 ORACLE = '''
 import json, os, sys
 from agent_sandbox.launch import run as launch
-from agent_sandbox.launch.plancache import Cache, freeze, thaw
+from agent_sandbox.plancache.plans import Cache, freeze, thaw
 
 NEW = "c0ffeec0ffee"
 

@@ -47,7 +47,7 @@ def test_making_a_directory_private_does_not_follow_a_symbolic_link(tmp_path, mo
     group's shared project made private, a data file made executable. The
     chmod must apply to the directory that was checked (its descriptor,
     opened with O_NOFOLLOW), or not at all."""
-    from agent_sandbox.launch import plancache
+    from agent_sandbox.plancache import plans as plancache
 
     state = tmp_path / "state"
     state.mkdir()
@@ -81,7 +81,7 @@ def test_a_plan_whose_environment_cannot_be_templated_is_not_stored(tmp_path):
     environment after the plan, would silently write every kept secret to
     disk. Such a plan must not be stored (compiled at every launch)."""
     from agent_sandbox.backends.base import Payload, Plan, env_payload
-    from agent_sandbox.launch import plancache
+    from agent_sandbox.plancache import plans as plancache
 
     secret = "sk-ant-api03-review2-0123456789"
     environ = {"ANTHROPIC_API_KEY": secret, "PATH": "/usr/bin:/bin"}
@@ -113,7 +113,7 @@ def test_a_swapped_state_directory_cannot_redirect_the_store_or_the_eviction(tmp
     the temporary file is opened, the moment a racing attacker aims for.)
     The store must work on the directory it checked (descriptors)."""
     from agent_sandbox.backends.base import Plan
-    from agent_sandbox.launch import plancache
+    from agent_sandbox.plancache import plans as plancache
     from agent_sandbox.paths import state_dir
 
     home = tmp_path / "home"

@@ -10,7 +10,8 @@ import json
 import os
 import sys
 
-from agent_sandbox.launch import jobcache, run
+from agent_sandbox.plancache import jobs as jobcache
+from agent_sandbox.launch import run
 
 
 def plain(value, session: str):

@@ -361,7 +361,7 @@ def test_placeholders_outlive_the_session_that_made_them_while_another_uses_them
     assert not (project / ".vscode").exists()
     # This project's list of placeholders is gone (other projects' lists, e.g.
     # those of an earlier test's killed launcher, are not this test's).
-    from agent_sandbox.launch.placeholders import _list_path
+    from agent_sandbox.services.placeholders import _list_path
 
     assert not os.path.exists(_list_path(str(user.home), os.path.realpath(project)))
 

@@ -27,7 +27,7 @@ SUBMITTED = {
     "CONDA_PREFIX": "/opt/conda/envs/x", "CONDA_DEFAULT_ENV": "x", "MY_SETTING": "42",
 }
 JOB_SPECIFIC = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_TASK_PID", "_"}
-# AGENT_SANDBOX_JOB_SESSION: which session submitted the job (launch/jobshare.py,
+# AGENT_SANDBOX_JOB_SESSION: which session submitted the job (jobs/share.py,
 # set by the chaperon's wrapper: a task joins only that session's sandbox).
 SANDBOX_OWN = {"AGENT_SANDBOX", "AGENT_SANDBOX_CHAPERON", "AGENT_SANDBOX_SESSION",
                "AGENT_SANDBOX_JOB_SESSION", "SANDBOX_BACKEND", "SANDBOX_PROJECT_DIR",
@@ -38,7 +38,7 @@ def sandbox_own(inside: dict) -> set:
     """The sandbox's own variables, the package caches' (policy/caches.py)
     and jobstart's MPI defaults (JOB_ENV; on landlock LANDLOCK_JOB_ENV, Open
     MPI's session directory and the job's shared-memory directory,
-    launch/jobshm.py)."""
+    jobs/shm.py)."""
     from agent_sandbox.paths import helper_module
     from agent_sandbox.policy.caches import inside_env
 

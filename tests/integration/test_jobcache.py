@@ -1,4 +1,4 @@
-"""The compiled plan cache on the compute side (launch/jobcache.py, issue 19
+"""The compiled plan cache on the compute side (plancache/jobs.py, issue 19
 item 3): a job's or step's launch on a node reuses the plan an earlier job
 compiled there — with this task's own Slurm values, equal to a fresh
 compile — and never the plan of another node.
@@ -175,6 +175,6 @@ def test_a_sessions_later_jobs_and_steps_compile_nothing(user, project, backend)
     written = [path.stat().st_mtime for path in plans(user).iterdir()]
     end = float((project / "end1").read_text())
     # The session's, and its jobs' and steps' (on landlock too: a step's
-    # shared-memory directory is granted after the cache, jobshm.py).
+    # shared-memory directory is granted after the cache, jobs/shm.py).
     assert len(written) >= 3, written
     assert max(written) <= end, (written, end)

@@ -7,7 +7,7 @@ ranks on one node crashed in the shared-memory transport (each task had its
 own user, PID and IPC namespaces). On landlock every task is a sandbox of its
 own by design, and the job runs with jobstart's Open MPI settings: shared
 memory without single-copy, its segments in the job's directory in /dev/shm
-(launch/jobshm.py) — forced there for the ranks on one node
+(jobs/shm.py) — forced there for the ranks on one node
 (OMPI_MCA_btl=self,vader), so a fall-back to TCP fails the test."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The compiled plan cache (launch/plancache.py, issue 19): a launch after
+"""The compiled plan cache (plancache/plans.py, issue 19): a launch after
 any input changed equals a fresh compile, a cached plan equals the one a
 fresh compile gives, and a cache file that is not the user's own (or that
 others can write) is never used."""

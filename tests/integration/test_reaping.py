@@ -4,7 +4,7 @@ orphaned, went to PID 1. Under an init that does not reap (a container
 without one, some CI hosts: this machine's) every launch left a zombie,
 counted against the user's process limit (RLIMIT_NPROC counts zombies):
 an agent making a launch per tool call would run out of processes. The
-launcher is a child subreaper and reaps it (launch/reap.py reap_orphan)."""
+launcher is a child subreaper and reaps it (process/reap.py reap_orphan)."""
 from __future__ import annotations
 
 from tests.procs import processes_of

@@ -50,7 +50,7 @@ def test_what_json_would_not_write_plainly_is_refused(value):
 def test_malformed_input_is_a_value_error_without_json_imported():
     # The launcher never imports json: the C scanner then has no
     # JSONDecodeError to raise (SystemError before the fix). A status line
-    # cut short while the sandbox runs is such input (launch/spawn.py).
+    # cut short while the sandbox runs is such input (process/spawn.py).
     import subprocess
     import sys
 

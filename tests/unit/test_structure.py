@@ -18,12 +18,18 @@ from tests.import_graph import ROOT, cycles as _cycles, graph, modules
 PACKAGES = ("agent_sandbox", "chaperon", "stubs", "egress")
 
 # The floors of agent_sandbox, lowest first (docs/design.md): a module may
-# import its own floor and the floors below it, never one above. The
-# vocabulary is modules (exact names), each later floor a package (the
+# import its own floor and the floors below it, never one above; packages on
+# one floor may import each other (no cycle: test_no_import_cycle_in_the_package).
+# The vocabulary is modules (exact names), each later floor packages (the
 # package and everything in it). The pipeline's order: text → Settings
-# (config) → Policy (policy) → Plan (backends) → a running process (launch);
-# the subcommands beside a launch (tools: doctor, explain, status, logs) use
-# all of that, and the CLI (cli, __main__) sits on top of everything.
+# (config) → Policy (policy) → Plan (backends) → a running process. The
+# launch's rooms (issue 28) sit between the backends and the run itself:
+# process primitives (process: spawn, terminal, reaping, nesting, the
+# backend's probe), the compiled plan cache (plancache), then what one run
+# opens around the sandbox (services), an agent's session (agents) and a
+# Slurm job's shared sandbox (jobs), and the run itself (launch) on top of
+# them; the subcommands beside a launch (tools: doctor, explain, status,
+# logs) use all of that, and the CLI (cli, __main__) sits on top of everything.
 VOCABULARY = ("agent_sandbox", "agent_sandbox.names", "agent_sandbox.paths",
               "agent_sandbox.errors", "agent_sandbox.mountinfo", "agent_sandbox.jsonlite",
               "agent_sandbox.logfiles", "agent_sandbox.traits")
@@ -32,14 +38,24 @@ FLOORS = (
     ("agent_sandbox.config",),
     ("agent_sandbox.policy",),
     ("agent_sandbox.backends",),
+    ("agent_sandbox.process",),
+    ("agent_sandbox.plancache",),
+    ("agent_sandbox.services", "agent_sandbox.agents", "agent_sandbox.jobs"),
     ("agent_sandbox.launch",),
     ("agent_sandbox.tools",),
     ("agent_sandbox.cli", "agent_sandbox.__main__"),
 )
-# Imports allowed upward, each (importer, imported) with its reason. None
-# today: launch/'s checks once imported tools/logs.py for the session logs'
-# vocabulary, now agent_sandbox/logfiles.py on the lowest floor.
-UPWARD_ALLOWED: dict[tuple[str, str], str] = {}
+# Imports allowed upward, each (importer, imported) with its reason. Both lazy,
+# inside one function each.
+UPWARD_ALLOWED: dict[tuple[str, str], str] = {
+    ("agent_sandbox.plancache.plans", "agent_sandbox.services.registry"):
+        "a plan is keyed on the boot it was compiled in (plans.context): "
+        "registry.boot_id is the one reader of the kernel's boot id, and the "
+        "session registry, a service around one run, keeps it",
+    ("agent_sandbox.jobs.join", "agent_sandbox.launch.payloads"):
+        "a task joining its job's sandbox gets the session's seccomp filter from "
+        "the one builder every launch uses (payloads.seccomp_payload, cached)",
+}
 
 
 def _graph() -> dict[str, set[str]]:
@@ -109,14 +125,26 @@ def test_a_module_imports_only_its_floor_or_lower():
 
 
 def test_the_floors_guard_sees_an_upward_import():
-    # The guard itself can fail: launch reaching up into tools, even lazily.
-    graph = {"agent_sandbox.launch.gitcheck": {"agent_sandbox.tools.logs",
-                                               "agent_sandbox.logfiles"},
-             "agent_sandbox.tools.logs": {"agent_sandbox.logfiles"}}
-    assert upward_imports(graph) == [("agent_sandbox.launch.gitcheck",
+    # The guard itself can fail: a service reaching up into tools, even
+    # lazily, and a process primitive reaching up into a service.
+    graph = {"agent_sandbox.services.gitcheck": {"agent_sandbox.tools.logs",
+                                                 "agent_sandbox.logfiles"},
+             "agent_sandbox.tools.logs": {"agent_sandbox.logfiles"},
+             "agent_sandbox.process.spawn": {"agent_sandbox.services.chaperon",
+                                             "agent_sandbox.backends.base"},
+             "agent_sandbox.agents.copy": {"agent_sandbox.services.registry"}}
+    assert upward_imports(graph) == [("agent_sandbox.process.spawn",
+                                      "agent_sandbox.services.chaperon"),
+                                     ("agent_sandbox.services.gitcheck",
                                       "agent_sandbox.tools.logs")]
     assert floor_of("agent_sandbox.config.load") < floor_of("agent_sandbox.policy.view")
-    assert floor_of("agent_sandbox.names") == 0 and floor_of("agent_sandbox.cli.app") == 6
+    assert (floor_of("agent_sandbox.backends.base") < floor_of("agent_sandbox.process.spawn")
+            < floor_of("agent_sandbox.plancache.plans") < floor_of("agent_sandbox.services.egress")
+            == floor_of("agent_sandbox.agents.copy") == floor_of("agent_sandbox.jobs.share")
+            < floor_of("agent_sandbox.launch.run") < floor_of("agent_sandbox.tools.doctor"))
+    assert floor_of("agent_sandbox.plancache.jobs") != floor_of("agent_sandbox.jobs.share")
+    assert floor_of("agent_sandbox.names") == 0
+    assert floor_of("agent_sandbox.cli.app") == len(FLOORS) - 1
 
 
 def test_egress_imports_only_the_vocabulary():

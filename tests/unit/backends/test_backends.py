@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_sandbox.launch.spawn import render_argv
+from agent_sandbox.process.spawn import render_argv
 from agent_sandbox.config import load as confload
 from agent_sandbox.launch import run as launcher, report
 from agent_sandbox.backends import BACKENDS as TABLE, Selection, Unavailable, bwrap, firejail, select
@@ -275,12 +275,13 @@ def test_landlock_plan_runs_the_helper_with_seccomp_session_and_lifeline(home):
 
 
 def test_a_landlock_jobs_shared_memory_directory_is_granted_by_descriptor(home):
-    """launch/jobshm.py: the directory the launcher checked reaches the helper
+    """jobs/shm.py: the directory the launcher checked reaches the helper
     as a descriptor (--landlock-dir), listed in the view, never in argv —
     granted to a compiled plan and to the plan cache's record of it alike."""
     from types import SimpleNamespace
 
-    from agent_sandbox.launch import jobshm, plancache
+    from agent_sandbox.jobs import shm as jobshm
+    from agent_sandbox.plancache import plans as plancache
 
     shm = "/dev/shm/agent-sandbox-job-42-" + "ab" * 16
     held = SimpleNamespace(path=shm, rule_fd=7)
@@ -604,7 +605,7 @@ def test_a_program_in_a_place_others_or_the_user_can_write_is_not_run_outside(tm
 @pytest.mark.parametrize("mode", ["tmpwrite", "write"])
 @pytest.mark.parametrize("name", BACKENDS)
 def test_an_agents_session_copy_in_the_hidden_run_directory_is_granted_alone(home, name, mode):
-    # launch/agentcopy.py: the copy root lies in the always-hidden run
+    # agents/copy.py: the copy root lies in the always-hidden run
     # directory; only it is granted (writable), nothing else of the run
     # directory nor of the job staging root — whatever the home grants.
     policy = policy_for(home, f"HOME_ACCESS={mode}\nHOME_WRITABLE+=(.local .cache)\n",

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.errors import PolicyError
-from agent_sandbox.launch.spawn import render_argv
+from agent_sandbox.process.spawn import render_argv
 from agent_sandbox.launch import report
 from agent_sandbox.backends import bwrap
 from agent_sandbox.backends.bwrap import PRIVATE_MOUNTS
@@ -660,7 +660,7 @@ def test_seeded_dotfile_that_is_a_symlink_can_be_handed_over(home):
     symlink. The launcher opens seeded files with O_NOFOLLOW, so such a
     payload must either be resolved by the plan or left out — never fail the
     launch with an uncaught ELOOP."""
-    from agent_sandbox.launch.spawn import _payload_fd
+    from agent_sandbox.process.spawn import _payload_fd
 
     dotfiles = home / "dotfiles"
     dotfiles.mkdir()

@@ -51,7 +51,7 @@ def test_the_backend_is_pinned_unless_weaker_ones_are_allowed():
 
 def test_the_launcher_is_told_the_submitting_session_whatever_the_environment(layout):
     """The job's sandbox on a node is joined only by launches of the session
-    that submitted the job (launch/jobshare.py shape): the session comes from
+    that submitted the job (jobs/share.py shape): the session comes from
     the wrapper the chaperon wrote, never from the job's environment."""
     project, stage = layout
     result = run_wrapper(layout, ["/bin/sh", "-c", 'echo "$AGENT_SANDBOX_JOB_SESSION" > "$0"',

@@ -118,7 +118,7 @@ for path in ({str(allowed / 'f')!r}, {str(outside / 'f')!r}, {str(link / 'g')!r}
 
 def test_the_helper_grants_a_directory_by_the_descriptor_it_was_given(tmp_path):
     """--landlock-dir FD (a landlock job's shared-memory directory,
-    launch/jobshm.py): the directory the launcher opened is the one granted,
+    jobs/shm.py): the directory the launcher opened is the one granted,
     even when its name now points elsewhere, and the command never gets FD."""
     shm, swapped = tmp_path / "shm", tmp_path / "swapped"
     shm.mkdir()

@@ -12,9 +12,9 @@ from types import SimpleNamespace
 import pytest
 
 from agent_sandbox.config.profiles import Profile
-from agent_sandbox.launch import agentcopy
-from agent_sandbox.launch import agentexe
-from agent_sandbox.launch.agentexe import install_root
+from agent_sandbox.agents import copy as agentcopy
+from agent_sandbox.agents import exe as agentexe
+from agent_sandbox.agents.exe import install_root
 from agent_sandbox.policy.resolve import Protected
 from agent_sandbox.errors import PolicyError
 

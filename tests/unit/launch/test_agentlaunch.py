@@ -1,4 +1,4 @@
-"""launch/agentlaunch.py: what the plan cache keeps of an agent's launch
+"""agents/launch.py: what the plan cache keeps of an agent's launch
 besides its plan — the session copy's inputs and outputs, the egress plan
 without its keys — and a hit that makes them again."""
 from __future__ import annotations
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from agent_sandbox.launch import agentcopy, agentlaunch
-from agent_sandbox.launch.egress import EgressPlan
+from agent_sandbox.agents import copy as agentcopy, launch as agentlaunch
+from agent_sandbox.services.egress import EgressPlan
 from agent_sandbox.names import RELAY_PORT
 from tests.unit.launch.test_agentcopy import fake_policy, profile
 

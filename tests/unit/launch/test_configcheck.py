@@ -1,4 +1,4 @@
-"""launch/configcheck.py: agents' project configuration made or changed by a
+"""services/configcheck.py: agents' project configuration made or changed by a
 session, at any depth (the real sessions: tests/adversarial/test_project_configs.py)."""
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import io
 import json
 import os
 
-from agent_sandbox.launch import configcheck
+from agent_sandbox.services import configcheck
 from agent_sandbox.names import PROJECT_CONFIGS, PROJECT_CONFIGS_REPORTED
 
 HOOK = json.dumps({"hooks": {"SessionStart": [{"hooks": [{"type": "command",

@@ -1,4 +1,4 @@
-"""The egress proxy's plan (launch/egress.py), the job's network mode and
+"""The egress proxy's plan (services/egress.py), the job's network mode and
 the helper's --relay: which keys are brokered and what the sandbox gets
 instead, never on landlock; the spec's rules carry their origins."""
 from __future__ import annotations
@@ -8,7 +8,7 @@ import socket
 
 import pytest
 
-from agent_sandbox.launch import egress
+from agent_sandbox.services import egress
 from agent_sandbox.names import RELAY_PORT
 from agent_sandbox.paths import helper_module
 from tests.unit.backends import test_backends
@@ -233,7 +233,7 @@ def test_a_chatgpt_login_without_a_key_gets_no_option(home):
 def test_the_proxys_ready_is_not_waited_for_once_the_sandbox_has_ended():
     """A short command (`claude --version`) must not pay for the rest of the
     proxy's start at its exit; a proxy that already failed is still heard."""
-    from agent_sandbox.launch.egress import _read_ready
+    from agent_sandbox.services.egress import _read_ready
 
     proxy_read, proxy_write = os.pipe()
     gone_read, gone_write = os.pipe()

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from agent_sandbox.launch import spawn as launcher
+from agent_sandbox.process import spawn as launcher
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.paths import helper_module
 sandbox_exec = helper_module("sandbox_exec")

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from agent_sandbox.launch import gitcheck, placeholders
+from agent_sandbox.services import gitcheck, placeholders
 from agent_sandbox.policy import gitrepo
 
 GIT = shutil.which("git")

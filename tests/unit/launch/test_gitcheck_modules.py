@@ -1,10 +1,10 @@
 """The end check finds every submodule gitdir git could take, at any depth
-(launch/gitcheck.py module_gitdirs; docs/shared-channels.md §7)."""
+(services/gitcheck.py module_gitdirs; docs/shared-channels.md §7)."""
 from __future__ import annotations
 
 import os
 
-from agent_sandbox.launch import gitcheck
+from agent_sandbox.services import gitcheck
 
 
 def test_module_gitdirs_are_found_at_any_depth_by_head_or_config(tmp_path):

@@ -1,4 +1,4 @@
-"""launch/jobcache.py without Slurm: which variables the key leaves out, when
+"""plancache/jobs.py without Slurm: which variables the key leaves out, when
 a compiled job launch may be stored, and what a hit puts back — the next
 task's values, and nothing of the task that compiled it."""
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 
 from agent_sandbox.backends.base import Payload
 from agent_sandbox.config.load import ENV_OVERRIDES
-from agent_sandbox.launch import jobcache
-from agent_sandbox.launch.jobcache import MARK, PER_TASK, JobCache
-from agent_sandbox.launch.plancache import Recorder
+from agent_sandbox.plancache import jobs as jobcache
+from agent_sandbox.plancache.jobs import MARK, PER_TASK, JobCache
+from agent_sandbox.plancache.plans import Recorder
 from agent_sandbox.paths import staging_root
 from agent_sandbox.policy.resolve import resolve_policy
 from tests.unit.backends.test_backends import plan_for

@@ -1,6 +1,6 @@
 """One sandbox per node per job, the parts that need no Slurm: the keys, the
 slurmstepd title and cgroup checks, and the holder's answer over a real Unix
-socket (launch/jobshare.py; the real thing: tests/integration/test_mpi.py and
+socket (jobs/share.py; the real thing: tests/integration/test_mpi.py and
 tests/adversarial/test_job_sandbox_join.py)."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import socket
 import pytest
 
 from agent_sandbox.errors import PolicyError
-from agent_sandbox.launch import jobshare
+from agent_sandbox.jobs import share as jobshare
 
 
 def test_the_batch_step_has_the_jobs_key_and_a_step_looks_there_first(monkeypatch):
@@ -200,7 +200,7 @@ def test_without_a_pinned_peer_the_holder_refuses(holder, monkeypatch):
     """Where SO_PEERPIDFD is missing (kernel < 6.5) and the peer cannot be
     pinned otherwise (no unix_diag), its pid could be reused between the
     check and the answer: fail closed (finding 7)."""
-    from agent_sandbox.launch import peer
+    from agent_sandbox.jobs import peer
 
     monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "3"))
     monkeypatch.setattr(peer, "SO_PEERPIDFD", 0x7fff)   # an option no kernel has
@@ -218,7 +218,7 @@ def test_without_so_peerpidfd_the_peer_is_pinned_by_its_socket(holder, monkeypat
     """Kernels 5.3-6.4 (RHEL 9): the SO_PEERCRED pid is opened as a pidfd and
     taken only if that process holds the connection's other end (by inode,
     from unix_diag) — a job's task is admitted there as on 6.5."""
-    from agent_sandbox.launch import peer
+    from agent_sandbox.jobs import peer
 
     monkeypatch.setattr(jobshare, "slurm_step", lambda pid=None: ("42", "3"))
     monkeypatch.setattr(peer, "SO_PEERPIDFD", 0x7fff)
@@ -252,7 +252,7 @@ def test_a_task_of_another_session_or_policy_does_not_join(tmp_path):
     nor a step from S2 with a different setting, nor one of S1 alone."""
     from types import SimpleNamespace
 
-    from agent_sandbox.launch.jobjoin import _run_joined
+    from agent_sandbox.jobs.join import _run_joined
     from tests.unit.homes import make_home
 
     home = make_home(tmp_path)
@@ -283,7 +283,7 @@ def test_firejail_execs_the_joining_helper_directly_with_the_execute_only_interp
     execs CMD, here an execute-only interpreter (non-dumpable from exec)."""
     from types import SimpleNamespace
 
-    from agent_sandbox.launch import jobjoin
+    from agent_sandbox.jobs import join as jobjoin
     from tests.unit.homes import make_home
 
     monkeypatch.setattr(jobjoin, "join_python", lambda: "/prefix/venv/libexec/python3-join")
@@ -299,7 +299,7 @@ def test_without_the_execute_only_interpreter_a_firejail_join_fails_closed(
         tmp_path, monkeypatch):
     import sys
 
-    from agent_sandbox.launch import jobjoin
+    from agent_sandbox.jobs import join as jobjoin
 
     monkeypatch.setattr(sys, "prefix", str(tmp_path))
     (tmp_path / "libexec").mkdir()

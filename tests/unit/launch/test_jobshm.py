@@ -1,5 +1,5 @@
 """A landlock job's shared-memory directory, the parts that need no Slurm
-(launch/jobshm.py): its secret name, the spec it is read from, the checks on
+(jobs/shm.py): its secret name, the spec it is read from, the checks on
 an existing entry and the last-out cleanup, on a directory standing in for
 /dev/shm. The real thing: tests/integration/test_mpi.py and
 tests/adversarial/test_landlock_job_shm.py."""
@@ -11,7 +11,7 @@ import os
 import pytest
 
 from agent_sandbox.errors import PolicyError
-from agent_sandbox.launch import jobshm
+from agent_sandbox.jobs import shm as jobshm
 from agent_sandbox.paths import helper_module, helper_path
 
 KEY = "0123456789abcdef" * 2

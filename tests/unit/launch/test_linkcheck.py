@@ -1,4 +1,4 @@
-"""launch/linkcheck.py: files with a second name outside the writable trees,
+"""services/linkcheck.py: files with a second name outside the writable trees,
 reported at launch; the install's in self.protected and doctor (issue 27 §1)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from agent_sandbox.backends.base import Guarantees, self_protection
-from agent_sandbox.launch import linkcheck
+from agent_sandbox.services import linkcheck
 from agent_sandbox.tools.doctor import install_links_item
 
 

@@ -1,5 +1,5 @@
 """Placeholders are made and removed by descriptor below their anchor, never
-through a symlink (launch/placeholders.py, docs/shared-channels.md §7): the
+through a symlink (services/placeholders.py, docs/shared-channels.md §7): the
 pure parts, and the walk on a temporary tree."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import os
 import pytest
 
 from agent_sandbox.errors import PolicyError
-from agent_sandbox.launch import placeholders
+from agent_sandbox.services import placeholders
 from agent_sandbox.policy.resolve import Protected
 
 

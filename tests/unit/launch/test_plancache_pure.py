@@ -1,4 +1,4 @@
-"""launch/plancache.py without a sandbox: plain-data round trip, fingerprints,
+"""plancache/plans.py without a sandbox: plain-data round trip, fingerprints,
 what the recorder notes and when it gives up, which cache files it trusts."""
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import os
 import subprocess
 
 from agent_sandbox.backends.base import FdRef, Payload, Plan
-from agent_sandbox.launch import plancache
-from agent_sandbox.launch.plancache import CONTENT, META, TYPE, Cache, Recorder, freeze, thaw
+from agent_sandbox.plancache import plans as plancache
+from agent_sandbox.plancache.plans import CONTENT, META, TYPE, Cache, Recorder, freeze, thaw
 
 SID, NEW = "0123456789ab", "ba9876543210"
 
@@ -155,6 +155,18 @@ def test_paused_and_ignored_paths_are_not_noted(tmp_path):
         os.path.exists(tmp_path / "skip" / "x")
         with recorder.pause():
             os.path.exists(tmp_path / "paused")
+    assert recorder.seen == {}
+
+
+def test_an_agents_session_copies_are_not_noted(tmp_path):
+    # The plan cache names no agents/ module (it sits below them): the copies
+    # directory is skipped because it lies in the run directory, which is.
+    from agent_sandbox.agents.copy import copy_root, copies_dir
+
+    home = str(tmp_path)
+    with Recorder(ignore=Cache(("opts",), {}, home).ignore(home)) as recorder:
+        os.path.exists(copies_dir(home))
+        os.path.exists(os.path.join(copy_root(home, "0" * 12), "settings.json"))
     assert recorder.seen == {}
 
 

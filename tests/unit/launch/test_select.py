@@ -1,4 +1,4 @@
-"""launch/select.py's probe cache: which verdicts are remembered."""
+"""process/select.py's probe cache: which verdicts are remembered."""
 from __future__ import annotations
 
 import types
@@ -6,7 +6,7 @@ import types
 import pytest
 
 from agent_sandbox import backends
-from agent_sandbox.launch import select
+from agent_sandbox.process import select
 
 
 def _probe_with(monkeypatch, script: str) -> None:

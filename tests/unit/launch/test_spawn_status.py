@@ -1,7 +1,7 @@
 """The status documents a backend writes (bwrap's --json-status-fd, the
 helper's --status) are read as JSON, one object a line, never matched as
 substrings (issue 28, item 4)."""
-from agent_sandbox.launch import spawn
+from agent_sandbox.process import spawn
 
 BWRAP = ('{ "child-pid": 4242, "cgroup-namespace": 4026531835, "ipc-namespace": 4026532 }\n'
          '{ "exit-code": 3 }\n')

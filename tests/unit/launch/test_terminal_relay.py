@@ -10,7 +10,7 @@ import termios
 
 import pytest
 
-from agent_sandbox.launch import terminal
+from agent_sandbox.process import terminal
 
 
 def test_session_env_tags_the_prompt_and_keeps_the_callers_variables():

@@ -88,7 +88,7 @@ def test_a_kept_value_never_makes_the_users_json_invalid():
 
     import pytest
 
-    from agent_sandbox.launch import agentcopy
+    from agent_sandbox.agents import copy as agentcopy
 
     for text in ('{"numStartups": NaN}', '{"numStartups": -Infinity}'):
         with pytest.raises(ValueError):

@@ -12,7 +12,7 @@ import pytest
 from agent_sandbox.backends import bwrap, firejail, landlock
 from agent_sandbox.config.load import check_user_tree
 from agent_sandbox.errors import ConfigError
-from agent_sandbox.launch import plancache
+from agent_sandbox.plancache import plans as plancache
 from agent_sandbox.policy import resolve
 from agent_sandbox.policy.resolve import resolve_policy
 from agent_sandbox.policy.sockets import find_sockets, unsearched

@@ -11,7 +11,7 @@ import time
 import pytest
 
 from agent_sandbox.tools import checks, doctor, logs, status
-from agent_sandbox.launch import registry
+from agent_sandbox.services import registry
 from agent_sandbox.mountinfo import parse_mountinfo
 from agent_sandbox.tools.checks import GAPS, GO, NOGO
 from agent_sandbox.tools.checks import Item

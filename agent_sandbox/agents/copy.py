@@ -22,7 +22,7 @@ profile with AGENT_CONFIG_DIR the launcher builds, before the sandbox starts,
   the logins (AGENT_LOGINS: a plain copy from the sandbox's own login store,
   never the real file; a change goes back to the store only), and
 - a record in the hidden state directory `agents/<session>.json` with the
-  launcher's identity (registry.py fields) and a copy of each guarded file
+  launcher's identity (services/registry.py fields) and a copy of each guarded file
   as it started (the base of the three-way merge).
 
 At exit, under one lock per user, `finish` merges each guarded file back
@@ -226,7 +226,7 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
            note_path: str):
     """Everything made below root_fd, by descriptor (the names are what the
     sandbox is given)."""
-    from agent_sandbox.launch import registry
+    from agent_sandbox.services import registry
 
     mirror = os.path.join(root, spec.mirror) if spec.mirror else root
     mirror_fd = _open_below(root_fd, spec.mirror, create=True)
@@ -1020,7 +1020,7 @@ def _protected(path: str, protected) -> bool:
 
 def _hidden(policy, path: str) -> bool:
     """Policy.is_hidden, on the fields alone: a cached launch's policy is a
-    record without the class's methods (plancache.py)."""
+    record without the class's methods (plancache/plans.py)."""
     from agent_sandbox.paths import is_within
 
     return any(is_within(path, h) for h in policy.hidden)
@@ -1284,7 +1284,7 @@ def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str)
 def recover(home: str) -> int:
     """Merge (under the guard) the copies of sessions whose launcher is gone;
     returns how many."""
-    from agent_sandbox.launch import registry
+    from agent_sandbox.services import registry
 
     directory = _record_dir(home)
     try:

@@ -11,7 +11,7 @@ a name at any depth ahead of time (Landlock has no deny rule; there the root
 entries stay writable too). Claude Code started in `sub/` obeys
 `sub/.claude/settings.json`, Codex every `.codex/` from the project's root
 to its working directory. So what a session made is found when it ends and
-reported, as nested git repositories are (gitcheck.py, which calls this
+reported, as nested git repositories are (services/gitcheck.py, which calls this
 module from its start, end and recovery, so that `agent-sandbox status` and
 the next launch after a killed launcher report it too):
 

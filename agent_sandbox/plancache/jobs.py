@@ -1,7 +1,7 @@
 """The compiled plan cache for batch jobs and job steps (issue 19 item 3):
 the compute-side launch — a job's batch script, and every task that starts
 or joins its node's sandbox — reuses the plan an equal earlier launch on
-the same node compiled (plancache.py; the host name, kernel and boot id are
+the same node compiled (plancache/plans.py; the host name, kernel and boot id are
 in its context).
 
 The difficulty: Slurm hands every job, step and task its own ids, ports,
@@ -9,7 +9,7 @@ pids and node lists in the environment, and the plan's environment is the
 launch's environment scrubbed. A key of the whole environment never hits
 across steps. So the key holds every variable's name, and every value but
 those of PER_TASK: variables the compile never reads (verified in
-policy/envfilter.py, policy/resolve.py, policy/gres.py, launch/spawn.py,
+policy/envfilter.py, policy/resolve.py, policy/gres.py, process/spawn.py,
 config/load.py: what a compile reads of the environment is PATH, TMPDIR,
 SLURM_CONF, SLURM_JOB_GPUS, SLURM_STEP_GPUS, SLURMD_NODENAME, PMI_FD, the
 ENV_OVERRIDES and the presence of SLURM_JOB_ID / SLURM_STEP_ID — all keyed
@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import os
 
-from agent_sandbox.launch.plancache import Cache, Recorder
+from agent_sandbox.plancache.plans import Cache, Recorder
 
 # Slurm's per-job, per-step and per-task variables (and PMI's and PMIx's)
 # that a compile passes through without reading them.
@@ -163,7 +163,7 @@ class JobCache(Cache):
         per-task values by the template, plancache.filled) with the
         submitting session in the chaperon's configuration, or None when
         its descriptors differ."""
-        from agent_sandbox.launch.spawn import slurm_task_fds
+        from agent_sandbox.process.spawn import slurm_task_fds
 
         policy, plan = launch["policy"], launch.get("plan")
         if plan is not None and policy.keep_fds != tuple(sorted(set(

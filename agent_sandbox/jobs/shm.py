@@ -2,7 +2,7 @@
 job's ranks on this node put Open MPI's shared-memory segments.
 
 On landlock every task of a job is a sandbox of its own (no namespaces to
-join, launch/jobshare.py), and cross-memory attach is denied by design, so
+join, jobs/share.py), and cross-memory attach is denied by design, so
 Open MPI's shared-memory transport (vader) works between two ranks only if
 both can write one directory for its backing files. Each landlock job launch
 (`run --job-shared`) therefore gets one more writable Landlock path: the
@@ -192,7 +192,7 @@ def _empty(dirfd: int) -> None:
 def start(command: list[str]) -> JobShm | None:
     """The job's directory for a landlock job launch in a Slurm step, or
     None when this launch is not one (or its spec has no key)."""
-    from agent_sandbox.launch.jobshare import slurm_step
+    from agent_sandbox.jobs.share import slurm_step
 
     key = spec_key(command)
     step = slurm_step() if key else None

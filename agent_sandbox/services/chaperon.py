@@ -48,7 +48,7 @@ def _sweep(base: str, home: str) -> None:
     the session registry. Costs a listdir when there are none."""
     import time
 
-    from agent_sandbox.launch import registry
+    from agent_sandbox.services import registry
 
     try:
         names = [n for n in os.listdir(base) if n.startswith("agent-sandbox-")]
@@ -188,7 +188,7 @@ class ChaperonSession:
                 if self._announce in ready and not self._stopping:
                     self._spawn()
                     if self.pid and self._record:
-                        from agent_sandbox.launch import registry
+                        from agent_sandbox.services import registry
 
                         registry.set_chaperon(self._record, self.pid)
                 # The chaperon holds its own copy now: once it is gone, a stub
@@ -206,7 +206,7 @@ class ChaperonSession:
         import json   # here, at the first Slurm call: not on a launch's path
 
         from agent_sandbox.errors import say
-        from agent_sandbox.launch.spawn import SPAWN_LOCK
+        from agent_sandbox.process.spawn import SPAWN_LOCK
 
         read_fd, write_fd = os.pipe()
         env = {k: v for k, v in os.environ.items()
@@ -243,7 +243,7 @@ class ChaperonSession:
         with self.lock:
             self._record = record
             if record and self.pid:
-                from agent_sandbox.launch import registry
+                from agent_sandbox.services import registry
 
                 registry.set_chaperon(record, self.pid)
 
@@ -349,7 +349,7 @@ def handler_config(settings, policy, staging: str) -> dict:
 
     return {
         "session_id": policy.session_id, "project_dir": policy.project_dir,
-        # The session a job's steps belong to (launch/jobshare.py shape): this
+        # The session a job's steps belong to (jobs/share.py shape): this
         # one, or — for the chaperon of a job's sandbox on a node — the session
         # that submitted the job, which its wrapper told the launcher.
         "job_session": os.environ.get("AGENT_SANDBOX_JOB_SESSION") or policy.session_id,

@@ -1,6 +1,6 @@
 """A job launch (`run --job-shared`) on a compute node: find or start the
 job's sandbox on this node and run the command inside it (the design and
-its threat analysis are in launch/jobshare.py and docs/design.md, "Jobs: one
+its threat analysis are in jobs/share.py and docs/design.md, "Jobs: one
 sandbox per node").
 
 The sequence: resolve the policy as any launch does; outside a Slurm step,
@@ -26,7 +26,7 @@ def run_shared(command: list[str], *, project_dir, backend, environ, keep_fds, r
     module)."""
     import fcntl
 
-    from agent_sandbox.launch import jobshare
+    from agent_sandbox.jobs import share as jobshare
 
     step = jobshare.slurm_step()
     if step is None:
@@ -78,8 +78,8 @@ def _find(jobshare, dirfd: int, keys: list[str]):
 
 
 def _run_joined(joined, command, selection, policy, environ, keep_fds, shaped) -> int:
-    from agent_sandbox.launch import jobshare
-    from agent_sandbox.launch.spawn import keep_fds_checked, run_plan, slurm_task_fds
+    from agent_sandbox.jobs import share as jobshare
+    from agent_sandbox.process.spawn import keep_fds_checked, run_plan, slurm_task_fds
     from agent_sandbox.policy.resolve import with_chaperon
 
     info = joined.info
@@ -143,7 +143,7 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
     from agent_sandbox.backends import BACKENDS
     from agent_sandbox.backends.base import Plan, argv_payload, env_payload, helper_argv
     from agent_sandbox.launch.payloads import seccomp_payload
-    from agent_sandbox.launch.select import helper_python
+    from agent_sandbox.process.select import helper_python
 
     by_setns = traits(selection.name).job_join == "setns"   # else the backend's --join
     python = helper_python() if by_setns else join_python()

@@ -159,11 +159,11 @@ def audit_path(home: str) -> str:
 def plan(settings, policy, profile=None) -> EgressPlan:
     from agent_sandbox.traits import traits
     from agent_sandbox.config.network import rules
-    from agent_sandbox.launch.chaperon import session_parent
+    from agent_sandbox.services.chaperon import session_parent
     from agent_sandbox.names import RELAY_PORT
 
     # Named by the session id alone (random, 48 bits; mkdir fails on a
-    # clash): a cached plan's directory is the new session's (plancache.py).
+    # clash): a cached plan's directory is the new session's (plancache/plans.py).
     directory = os.path.join(session_parent(policy.home), f"egress-{policy.session_id}")
     # A fixed port on the sandbox's own loopback, else a free one of the host's.
     port = RELAY_PORT if traits(policy.backend).network_namespace else free_port()
@@ -218,7 +218,7 @@ class EgressSession:
                 f"{getattr(exc, 'filename', None) or planned.directory}. Free space or fix "
                 "the permissions there, or set NETWORK_MODE=open or isolated; the command "
                 "was not run.") from None
-        from agent_sandbox.launch.spawn import SPAWN_LOCK
+        from agent_sandbox.process.spawn import SPAWN_LOCK
 
         in_read, in_write = os.pipe()
         out_read, out_write = os.pipe()
@@ -228,7 +228,7 @@ class EgressSession:
         argv = [sys.executable, "-I", "-m", "egress", f"/dev/fd/{spec_read}",
                 "--listen-fd", str(listener.fileno())]
         try:
-            with SPAWN_LOCK:     # inheritable only for this child (launch/spawn.py)
+            with SPAWN_LOCK:     # inheritable only for this child (process/spawn.py)
                 for fd in (spec_read, listener.fileno()):
                     os.set_inheritable(fd, True)
                 try:
@@ -264,7 +264,7 @@ class EgressSession:
 
     def ready(self, gone: int | None = None) -> None:
         """Wait for the proxy's `ready`: called once the sandbox was started
-        (launch/spawn.py after_spawn); a proxy that did not start ends the
+        (process/spawn.py after_spawn); a proxy that did not start ends the
         session with this message. `gone`: readable once the sandbox has
         exited — then a proxy still starting is not waited for (a short
         command, `claude --version`, would pay its whole start at the exit),
@@ -289,7 +289,7 @@ class EgressSession:
         """EOF on the proxy's stdin, then up to 2 s, then SIGKILL; the directory
         goes. A proxy the sandbox ended before it was ready has served no
         one: killed at once, not waited for through the rest of its start."""
-        from agent_sandbox.launch.chaperon import end_child
+        from agent_sandbox.services.chaperon import end_child
 
         for fd in (self._stdin, self._stdout):
             if fd is not None:

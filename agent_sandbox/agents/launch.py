@@ -1,7 +1,7 @@
 """An agent profile's launch (`agent-sandbox claude …`), compiled or cached.
 
 A profile launch is compiled like any other (run.prepare with the profile),
-and the compiled plan cache (plancache.py) serves it too. Three of its parts
+and the compiled plan cache (plancache/plans.py) serves it too. Three of its parts
 are made fresh for every session, so what the cache stores beside the plan
 is what makes them again:
 
@@ -9,14 +9,14 @@ is what makes them again:
   the profile, or a new file that would take its place, is a miss); a hit
   takes the stored one, for the steps before the launch (AGENT_STATE
   entries, copies a killed launcher left) and the command's words;
-- the agent's guarded configuration copy (agentcopy.py): the policy fields
+- the agent's guarded configuration copy (agents/copy.py): the policy fields
   agentcopy.start reads, and those it writes as they were before and after
   it. A hit builds the session's copy again from the fields before and
   compares what it gives with what the compile got; any difference (the
   configuration directory gained an entry, a settings file became a
   symlink…) is a miss: that copy is removed and the launch compiled.
   The copy's own files are the session's: made with the recorder paused;
-- the egress proxy's plan (egress.py) without the real API keys and the
+- the egress proxy's plan (services/egress.py) without the real API keys and the
   base URLs the user set: they are the launch environment's own values (its digest is in the key; a plan
   whose keys are not is not stored), put back at a hit; the audit log's
   name and the keys' placeholders (random per session, wherever the plan
@@ -77,7 +77,7 @@ class AgentLaunch:
             raise AgentMissing(f"{self.name}: {command[0]} is not installed (not found on "
                                f"your PATH) — {profile.install_hint or 'install it first'}.")
         if before:
-            from agent_sandbox.launch.plancache import Paused
+            from agent_sandbox.plancache.plans import Paused
 
             with Paused(recorder):
                 self.before(home)
@@ -93,7 +93,7 @@ class AgentLaunch:
         """The copies of killed launchers merged under the guard — first, as
         a compile would see their result, before a cached plan is checked."""
         if not self.dry_run:
-            from agent_sandbox.launch import agentcopy
+            from agent_sandbox.agents import copy as agentcopy
 
             agentcopy.recover(home)
 
@@ -154,7 +154,7 @@ def egress_template(planned, environ):
     value) nor the base URLs the user set (a gateway's URL can hold its
     credentials: the environment's too, as for any value the plan cache
     keeps from it), or None when it cannot be stored."""
-    from agent_sandbox.launch.egress import BROKERS
+    from agent_sandbox.services.egress import BROKERS
     from agent_sandbox.names import RELAY_PORT
 
     if planned.port != RELAY_PORT:
@@ -176,7 +176,7 @@ def renewed(planned) -> tuple:
     them (plancache.Cache.load) — a fresh compile would."""
     if planned is None:
         return ()
-    from agent_sandbox.launch.egress import BROKERS, PLACEHOLDER_MARK
+    from agent_sandbox.services.egress import BROKERS, PLACEHOLDER_MARK
 
     return tuple((broker["placeholder"], BROKERS[name].prefix + PLACEHOLDER_MARK)
                  for name, broker in planned.brokers.items())
@@ -184,7 +184,7 @@ def renewed(planned) -> tuple:
 
 def egress_filled(stored, environ, home: str):
     """The stored egress plan with this launch's keys and audit log."""
-    from agent_sandbox.launch.egress import BROKERS, audit_path
+    from agent_sandbox.services.egress import BROKERS, audit_path
 
     brokers = {}
     for name, broker in stored.brokers.items():
@@ -209,7 +209,7 @@ def from_cache(agent: AgentLaunch, launch: dict, copies: list) -> dict:
     copy = launch.get("copy")
     if copy is None or agent.dry_run:
         return launch
-    from agent_sandbox.launch import agentcopy
+    from agent_sandbox.agents import copy as agentcopy
 
     policy = launch["policy"]
     before = dict(copy["before"])

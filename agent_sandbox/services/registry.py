@@ -122,7 +122,7 @@ def register(home: str, *, session: str, backend: str, project: str,
 
 def set_chaperon(path: str, pid: int) -> None:
     """Name the chaperon's pid in this launcher's record once it was started
-    on demand (launch/chaperon.py); best effort, like `register`."""
+    on demand (services/chaperon.py); best effort, like `register`."""
     try:
         with open(path, "rb") as handle:
             record = jsonlite.loads(handle.read())

@@ -331,7 +331,7 @@ def start(policy) -> str | None:
     temp = os.path.join(directory, f".{policy.session_id}.tmp")
     files, repos = snapshot_repositories(policy.project_dir, home, git)
     files.update(snapshot_files(git_items))
-    from agent_sandbox.launch import configcheck   # agents' configuration, any depth
+    from agent_sandbox.services import configcheck   # agents' configuration, any depth
 
     agent_configs = configcheck.snapshot(policy.project_dir)
     try:
@@ -476,7 +476,7 @@ def _check(path: str, home: str, git, out) -> None:
         return
     findings, walk = evaluate(project, home, files, repos, git)
     _report(home, session, project, findings, walk, out)
-    from agent_sandbox.launch import configcheck
+    from agent_sandbox.services import configcheck
 
     configcheck.check(home, session, project, agent_configs, out)
 
@@ -489,7 +489,7 @@ def finish(policy, snapshot: str | None, out=None) -> None:
         # No snapshot: no repository is known, every code-running key is reported.
         findings, walk = evaluate(policy.project_dir, policy.home, {}, [], git)
         _report(policy.home, policy.session_id, policy.project_dir, findings, walk, out)
-        from agent_sandbox.launch import configcheck
+        from agent_sandbox.services import configcheck
 
         configcheck.check(policy.home, policy.session_id, policy.project_dir, None, out)
         return
@@ -510,7 +510,7 @@ def recover(home: str, *, environ=None, out=None) -> None:
         return
     if not names:
         return
-    from agent_sandbox.launch import registry
+    from agent_sandbox.services import registry
 
     host, boot = registry.host_name(), registry.boot_id()
     records, _ = registry.read(home, now=0.0)

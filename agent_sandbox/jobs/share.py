@@ -41,7 +41,7 @@ Strategy
   not ptrace each other, and process_vm_readv (CMA) is a ptrace access.
 * landlock has no namespaces to join: each task keeps its own sandbox; the
   job's ranks on a node share memory without single-copy through the job's
-  directory in /dev/shm (launch/jobshm.py), and jobstart points Open MPI there.
+  directory in /dev/shm (jobs/shm.py), and jobstart points Open MPI there.
 """
 from __future__ import annotations
 
@@ -214,7 +214,7 @@ class Holder:
                                                           struct.calcsize("3i")))
         if uid != os.getuid():
             return f"uid {uid} is not the job's owner"
-        from agent_sandbox.launch import peer
+        from agent_sandbox.jobs import peer
 
         pinned = peer.pidfd(conn, pid)
         if pinned is None:
@@ -450,7 +450,7 @@ def sandbox_member(root: int) -> int | None:
     ours and owned by us, the one with the lowest pid in there — bwrap's init
     (pid 1), or under firejail (whose pid 1 is root's) the waiter. It lives
     as long as the sandbox does."""
-    from agent_sandbox.launch.spawn import descendants
+    from agent_sandbox.process.spawn import descendants
 
     best = None
     for pid, fields in descendants(root):

@@ -34,7 +34,7 @@ placeholder keys). A plan is stored with the ones it was compiled with
 (random, 48 and 32 bits) and a hit substitutes new ones in every string
 (and in payload bytes). The chaperon itself is started from its stored
 configuration; an agent's session copy and egress proxy are made again from
-what launch/agentlaunch.py stores beside the plan.
+what agents/launch.py stores beside the plan.
 
 The environment is stored as a template: the value of every variable the
 plan keeps verbatim from the launch's environment (an API key a profile
@@ -588,7 +588,7 @@ def context(options: tuple, environ, home: str) -> tuple:
     """What decides a plan besides the files a compile observes."""
     import pwd
 
-    from agent_sandbox.launch.registry import boot_id
+    from agent_sandbox.services.registry import boot_id
 
     entry = pwd.getpwuid(os.getuid())
     return (FORMAT, _install_stamp(), os.getuid(), os.getgid(), tuple(os.getgroups()),
@@ -651,7 +651,7 @@ def _private_dir(path: str) -> bool:
 
 def is_job(environ) -> bool:
     """A launch in a Slurm job or step (what the chaperon starts on a node),
-    whose slot is a jobcache.JobCache. Here, not in jobcache.py: every
+    whose slot is a jobcache.JobCache. Here, not in plancache/jobs.py: every
     launch asks, and only jobs need that module."""
     return any(name in environ for name in ("SLURM_JOB_ID", "SLURM_STEP_ID", "PMI_FD"))
 
@@ -676,13 +676,12 @@ class Cache:
 
     def ignore(self, home: str) -> tuple:
         """Directories a compile's recorder skips: the derived caches (each
-        checks its own inputs) and the per-session directories (an agent's
-        session copies: a hit makes its own and compares, agentlaunch.py)."""
-        from agent_sandbox.launch.agentcopy import copy_root
+        checks its own inputs) and the per-session directories (the run
+        directory holds an agent's session copies too, agents/copy.py
+        copies_dir: a hit makes its own and compares, agents/launch.py)."""
         from agent_sandbox.paths import run_dir, staging_root
 
-        return (os.path.join(self.state, "cache"), run_dir(home), staging_root(home),
-                os.path.dirname(copy_root(home, "-")))
+        return (os.path.join(self.state, "cache"), run_dir(home), staging_root(home))
 
     def load(self, session_id: str, chaperon_suffix: str):
         """The stored launch with this session's ids, or None (a miss, its

@@ -110,7 +110,7 @@ def roots_of(policy) -> list[str]:
     session copy — are the session's and not walked)."""
     from agent_sandbox.paths import is_within
 
-    # (fields only: a cached launch's policy is a record, plancache.py)
+    # (fields only: a cached launch's policy is a record, plancache/plans.py)
     return outermost([policy.project_dir] + [p for p in policy.home_writable
                                              + policy.extra_writable
                                              if not any(is_within(p, h) for h in policy.hidden)])
@@ -185,7 +185,7 @@ def _load(home: str, roots) -> dict:
     """The directories remembered for exactly these roots, from a file of
     this user's in the hidden state tree that no one else can write (as
     every cache of the launcher, config/load.py load_cache); else nothing."""
-    from agent_sandbox.launch.plancache import _open_private
+    from agent_sandbox.plancache.plans import _open_private
     from agent_sandbox.paths import state_dir
 
     dir_fd = _open_private(state_dir(home), tuple(SUBDIR.split("/")))

@@ -4,7 +4,7 @@ scoping applied to the spawning thread where the kernel allows), signals are
 forwarded to the command's process group, and the outcome becomes an exit
 code (125 for a setup failure the backend or helper reported). An
 interactive session (`terminal`) gets a pseudo-terminal of its own, relayed
-by launch/terminal.py, imported only then.
+by process/terminal.py, imported only then.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import os
 import _signal as signal   # the C module: signal.py's enums import 1 ms a launch
 
 from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError, say
-from agent_sandbox.launch.select import forget_probe
+from agent_sandbox.process.select import forget_probe
 from agent_sandbox.paths import helper_module
 
 # The status key of a plan whose backend reports its init's pid (bwrap's
@@ -22,7 +22,7 @@ INIT_REPORTED = "exit-code"
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT,
                      signal.SIGUSR1, signal.SIGUSR2, signal.SIGWINCH, signal.SIGCONT)
 # Held while descriptors are briefly inheritable for one child: the backend
-# must never inherit the chaperon's, started from another thread (chaperon.py).
+# must never inherit the chaperon's, started from another thread (services/chaperon.py).
 SPAWN_LOCK = __import__("_thread").allocate_lock()
 RESET_SIGNALS = FORWARDED_SIGNALS + (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGTSTP,
                                      signal.SIGTTIN, signal.SIGTTOU)
@@ -116,12 +116,12 @@ def run_plan(plan, keep_fds=(), *, terminal: bool = False, title: str = "",
     kernel has none), so it need not wait for what no longer matters; a
     SandboxError from it kills the sandbox, waits for it, and is raised.
     `orphans`: gets the pid of bwrap's sandbox init, which outlives bwrap by
-    the namespace's teardown (the caller reaps it last, launch/reap.py).
+    the namespace's teardown (the caller reaps it last, process/reap.py).
     `hold`: the session's lock (registry.hold), given to a plan that names a
     `hold_fd` (its sandbox keeps it open while it lives); /dev/null without one."""
     pty = relay = None
     if terminal:
-        from agent_sandbox.launch import terminal as relay
+        from agent_sandbox.process import terminal as relay
 
         pty = relay.open_pty()
     try:

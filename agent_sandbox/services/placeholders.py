@@ -11,7 +11,7 @@ namespace detaches that mount). So the placeholders a project has are
 listed in `~/.local/state/agent-sandbox/placeholders/<project>.jsonl`
 (hidden inside every sandbox), and only the last session of the project that
 ends removes them — each still only if it is exactly what was written.
-"Last" is judged by the session registry (registry.py): a live record of this
+"Last" is judged by the session registry (services/registry.py): a live record of this
 host, any record of another host (it cannot be checked from here), or a
 session lock still held — by a launcher, or by a sandbox that outlived its
 SIGKILLed launcher (registry.hold) — keeps them. A session killed with
@@ -250,7 +250,7 @@ def remember(home: str, project: str, created: list) -> None:
 
 
 def _others_running(home: str, project: str, session: str) -> bool:
-    from agent_sandbox.launch import registry
+    from agent_sandbox.services import registry
 
     if registry.held_by_others(home, project, session):
         return True       # a sandbox (or launcher) of the project still runs

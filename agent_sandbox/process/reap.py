@@ -5,7 +5,7 @@ takes every process with it. Landlock has none, and the helper's watcher
 kills the command's process group (or session) only — a process that moved
 to a group of its own (setpgid) survived the launcher, kept its write grants
 and could write after the guarded merge of the agent's settings
-(launch/agentcopy.py). Strategy: before starting a landlock sandbox the
+(agents/copy.py). Strategy: before starting a landlock sandbox the
 launcher becomes a child subreaper (PR_SET_CHILD_SUBREAPER), so every
 orphan of the session is re-parented to it rather than to init; after the
 command has ended it walks its descendants and SIGKILLs the confined ones
