@@ -171,9 +171,17 @@ def test_ledger_reads_incrementally_and_tolerates_torn_lines(tmp_path):
     assert state.offset == os.path.getsize(mine.path)
 
 
-def test_ledger_reading_thousands_of_records_is_fast(tmp_path):
-    import time
+def test_ledger_reading_thousands_of_records_parses_each_once(tmp_path, monkeypatch):
+    """A squeue of the project scope reads the ledger at every call: what was
+    parsed is kept, and a later read parses only what was appended (counted,
+    not timed: a timing limit fails on a loaded machine; benchmarks/scope.py
+    measures the speed)."""
+    from chaperon import ledger
 
+    parsed = []
+    real_parse = ledger._parse
+    monkeypatch.setattr(ledger, "_parse", lambda data, state: (
+        parsed.append(data.count(b"\n")), real_parse(data, state))[1])
     writer = Ledger(str(tmp_path), "cccc", str(tmp_path / "p"))
     os.makedirs(writer.directory)
     with open(writer.path, "w") as handle:
@@ -181,14 +189,16 @@ def test_ledger_reading_thousands_of_records_is_fast(tmp_path):
             handle.write(json.dumps({"job": str(n), "session": "cccc",
                                      "project": writer.project}) + "\n")
     reader = Ledger(str(tmp_path), "dddd", str(tmp_path / "p"))
-    first = time.perf_counter()
     assert len(reader.jobs("project")) == 20000
-    cold = time.perf_counter() - first
-    start = time.perf_counter()
+    assert sum(parsed) == 20000, parsed
     for _ in range(10):
-        reader.jobs("project")
-    warm = (time.perf_counter() - start) / 10
-    assert warm < cold and warm < 0.05, (cold, warm)
+        assert len(reader.jobs("project")) == 20000
+    assert sum(parsed) == 20000, parsed
+    with open(writer.path, "a") as handle:
+        handle.write(json.dumps({"job": "20000", "session": "cccc",
+                                 "project": writer.project}) + "\n")
+    assert reader.jobs("project")[-1] == "20000"
+    assert sum(parsed) == 20001, parsed
 
 
 @pytest.mark.parametrize("comment", ["plain", "with space, comma:colon", "ünïcode",
