@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, kill_launcher_when_ready
+from tests.support.install import INSTALLED
+
+from tests.support.launcher import kill_launcher_when_ready
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 ROUTES = ("fsmonitor", "hook", "hookspath", "include", "filter", "commondir", "worktree",

@@ -24,8 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, PREFIX, SECRET_ENV
-from tests.procs import processes_of
+from tests.support.install import INSTALLED, PREFIX
+
+from tests.support.launcher import SECRET_ENV
+from tests.support.procs import processes_of
 
 HIT = "plan:      from the compiled plan cache"
 MISS = "plan:      compiled now"

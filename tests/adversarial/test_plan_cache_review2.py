@@ -10,7 +10,7 @@ import os
 import stat
 import subprocess
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 HIT = "plan:      from the compiled plan cache"
 

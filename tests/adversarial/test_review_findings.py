@@ -24,12 +24,13 @@ import platform
 import shutil
 import signal
 import subprocess
-import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
+from tests.support.waiting import until
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 PRCTL = {"x86_64": "157", "aarch64": "167"}     # the syscall number /proc/PID/syscall shows
@@ -90,14 +91,7 @@ def _bwrap_child_in_prctl(uid: int, project: Path) -> int | None:
     return None
 
 
-def _wait(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
+_wait = partial(until, timeout=20.0, interval=0.01)     # bwrap's setup passes quickly
 
 
 def test_a_sandbox_outliving_its_killed_launcher_keeps_its_placeholders(user, project):

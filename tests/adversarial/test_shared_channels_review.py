@@ -39,8 +39,8 @@ import uuid
 
 import pytest
 
-from tests.adversarial.test_shared_sockets import Server, _attack
-from tests.conftest import wrote
+from tests.support.sockets import Server, attack
+from tests.support.waiting import wrote
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOOK = ('{"hooks": {"SessionStart": [{"hooks": [{"type": "command", '
@@ -90,7 +90,7 @@ def test_a_socket_in_a_directory_the_walk_cannot_list_is_not_connectable(
     assert os.stat(directory).st_mode & 0o777 == 0o300
     server = Server(user, directory / "t")      # the user's server, outside, later
     try:
-        out = _attack(user, project, server.path, backend, HOME_ACCESS="read")
+        out = attack(user, project, server.path, backend, HOME_ACCESS="read")
         assert out.startswith("refused"), out
         assert "reached" not in out, out
     finally:

@@ -1,11 +1,22 @@
-"""A fake home for the pure policy and plan tests: credentials, config and a
-project, so hiding and mounting decisions can be checked on real paths."""
+"""Homes for tests, behind one `home` fixture.
+
+A pure policy or plan test gets a fake home under its tmp_path (`make_home`):
+credentials, config and a project, so hiding and mounting decisions can be
+checked on real paths; `settings_for` and `context` build the real Settings
+and LaunchContext for it. A test of the installed sandbox (one that asks for
+the `user` fixture) gets that user's real home instead, without the agent
+state its module names (HOME_STATE, by default AGENT_STATE) before and after.
+A module that needs more in the home layers its own `home` over this one."""
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
+
+import pytest
 
 from agent_sandbox.config import load as confload
 from agent_sandbox.policy.resolve import LaunchContext
+from tests.support.agents import AGENT_STATE
 
 USER = "alice"
 HOME_MODES = ("tmpwrite", "restricted", "read", "write")
@@ -35,14 +46,18 @@ HOME_FILES = {
 }
 
 
-def make_home(root: Path, *, symlinks: bool = False) -> Path:
-    """A fake home under `root` with credentials, config and a project;
-    `symlinks` adds links to hidden places (some harmless)."""
+def make_home(root: Path, *, symlinks: bool = False, files=None, links=None) -> Path:
+    """A fake home under `root` with credentials, config and a project
+    (`files`: relative path -> content, HOME_FILES by default); `symlinks`
+    adds links to hidden places (some harmless), `links` the links given
+    (name -> target) instead."""
     home = root / "home" / USER
-    for relative, content in HOME_FILES.items():
+    for relative, content in (HOME_FILES if files is None else files).items():
         path = home / relative
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(content)
+    for name, target in (links or {}).items():
+        (home / name).symlink_to(target)
     if not symlinks:
         return home
     (home / "notes-link").symlink_to(".config/other")          # harmless symlink
@@ -70,3 +85,36 @@ def context(home: Path, *, cwd=None, project_dir=None, environ=None, install_pat
         cwd=str(cwd if cwd is not None else home / "proj"),
         project_dir=None if project_dir is None else str(project_dir),
         install_paths=tuple(str(p) for p in install_paths), session_id="sess-0001")
+
+
+def clear_entries(home: Path, entries) -> None:
+    """Remove each of `entries` below `home`: a tree (never through a link)
+    or anything else, a link itself included."""
+    for entry in entries:
+        path = home / entry
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+
+
+def pytest_configure(config) -> None:
+    config.addinivalue_line("markers", "home(symlinks=False, files=None, links=None): the "
+                            "fake home's layout, make_home's arguments (tests/support/homes.py)")
+
+
+@pytest.fixture
+def home(request, tmp_path) -> Path:
+    """The home a test works in: the test user's real home, cleared of the
+    module's HOME_STATE (AGENT_STATE by default) before and after, when the
+    test runs the installed sandbox (asks for `user`); else a fake home under
+    tmp_path, laid out by @pytest.mark.home(**make_home's arguments)."""
+    if "user" in request.fixturenames:
+        user = request.getfixturevalue("user")
+        state = getattr(request.module, "HOME_STATE", AGENT_STATE)
+        clear_entries(user.home, state)
+        yield user.home
+        clear_entries(user.home, state)
+        return
+    marker = request.node.get_closest_marker("home")
+    yield make_home(tmp_path, **(marker.kwargs if marker else {}))
