@@ -26,7 +26,6 @@ import pytest
 
 from tests.support.install import INSTALLED, PREFIX
 
-
 BACKENDS = ["bwrap", "firejail", "landlock"]
 GRANTS = ["HOME_WRITABLE+=(.cache)", "HOME_WRITABLE+=(.local)", "HOME_ACCESS=write"]
 HOME_STATE = (".claude", ".claude.json", "tools", ".cache/agent-sandbox", ".vim",

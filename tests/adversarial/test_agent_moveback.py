@@ -20,7 +20,6 @@ import pytest
 
 from tests.support.install import INSTALLED
 
-
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOME_STATE = (".claude", ".claude.json", ".codex", ".gemini", "tools", ".cache/agent-sandbox",
            "dotfiles")

@@ -24,7 +24,6 @@ import pytest
 
 from tests.support.install import INSTALLED
 
-
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOME_STATE = (".claude", ".claude.json", ".gemini", "tools", ".cache/agent-sandbox",
            ".local/state/agent-sandbox/agents", ".local/state/agent-sandbox/logins")

@@ -12,7 +12,6 @@ import shlex
 import pytest
 
 from tests.support.install import INSTALLED
-
 from tests.support.launcher import SECRET_FILES
 
 BACKENDS = ["bwrap", "firejail", "landlock"]

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.install import INSTALLED
-
 from tests.support.launcher import kill_launcher_when_ready
 
 BACKENDS = ["bwrap", "firejail", "landlock"]

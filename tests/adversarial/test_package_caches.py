@@ -18,9 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.install import INSTALLED
-
 from tests.support.homes import clear_entries
-
 from tests.support.waiting import wrote
 
 BACKENDS = ["bwrap", "firejail", "landlock"]

@@ -25,7 +25,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.install import INSTALLED, PREFIX
-
 from tests.support.launcher import SECRET_ENV
 from tests.support.procs import processes_of
 

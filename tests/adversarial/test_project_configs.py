@@ -24,7 +24,6 @@ import subprocess
 import pytest
 
 from tests.support.install import INSTALLED
-
 from tests.support.homes import clear_entries
 from tests.support.launcher import kill_launcher_when_ready
 

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.install import INSTALLED
-
 from tests.support.launcher import SECRET_ENV
 
 pytestmark = pytest.mark.usefixtures("slurm_multinode")

@@ -35,7 +35,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.install import ADMIN_DIR, INSTALLED
-
 from tests.support.waiting import until, wrote
 from tests.support.egresskit import HOOK_NAME, PYTHON, make_ca, serve
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from tests.support.install import INSTALLED
-
 from tests.support.waiting import wrote
 
 HIT = "plan:      from the compiled plan cache"

@@ -46,12 +46,15 @@ HOME_FILES = {
 }
 
 
-def make_home(root: Path, *, symlinks: bool = False, files=None, links=None) -> Path:
-    """A fake home under `root` with credentials, config and a project
-    (`files`: relative path -> content, HOME_FILES by default); `symlinks`
-    adds links to hidden places (some harmless), `links` the links given
-    (name -> target) instead."""
-    home = root / "home" / USER
+def make_home(root: Path, *, symlinks: bool = False, files=None, links=None, dirs=(),
+              user: str = USER) -> Path:
+    """A fake home of `user` under `root` with credentials, config and a
+    project (`files`: relative path -> content, HOME_FILES by default; `dirs`:
+    empty directories besides); `symlinks` adds links to hidden places (some
+    harmless), `links` the links given (name -> target) instead."""
+    home = root / "home" / user
+    for relative in dirs:
+        (home / relative).mkdir(parents=True, exist_ok=True)
     for relative, content in (HOME_FILES if files is None else files).items():
         path = home / relative
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -99,7 +102,7 @@ def clear_entries(home: Path, entries) -> None:
 
 
 def pytest_configure(config) -> None:
-    config.addinivalue_line("markers", "home(symlinks=False, files=None, links=None): the "
+    config.addinivalue_line("markers", "home(symlinks, files, links, dirs, user): the "
                             "fake home's layout, make_home's arguments (tests/support/homes.py)")
 
 
