@@ -1,5 +1,6 @@
-"""An attack review of issue 27's mechanisms (docs/shared-channels.md), as the
-unprivileged user on the real backends:
+"""The channels a session shares with the user outside (issue 27,
+docs/shared-channels.md), attacked as the unprivileged user on the real
+backends:
 
 - configcheck's fingerprint of a large project configuration (over its read
   limit: size and mtime, no digest) could be forged: a session rewrote a

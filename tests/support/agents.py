@@ -1,7 +1,8 @@
 """The real agent CLIs (pinned in tests/integration/agent-versions.txt,
 installed from npm by scripts/test.sh under AGENT_SANDBOX_TEST_AGENTS) and
 stand-in agents (scripts under the user's tools/bin), launched through the
-installed agent-sandbox as the test user. The agent state a test leaves in the
+installed agent-sandbox as the test user; `profile` builds an agent Profile
+(Claude Code's name and command) with the keys a pure test gives. The agent state a test leaves in the
 user's home (AGENT_STATE) is cleared by the `home` fixture (tests/support/homes.py)."""
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from agent_sandbox.config.profiles import Profile
 from tests.support.install import INSTALLED
 
 AGENTS = Path(os.environ.get("AGENT_SANDBOX_TEST_AGENTS", "/opt/agent-sandbox-agents"))
@@ -44,3 +46,7 @@ def standin_env(user, **extra):
 
 def run_agent(user, project, argv, env, *, input=None, timeout=120):
     return user.run([INSTALLED, *argv], cwd=project, env=env, input=input, timeout=timeout)
+
+
+def profile(**keys) -> Profile:
+    return Profile("claude", "/p", "", ("claude",), "", "", (), **keys)
