@@ -83,6 +83,10 @@ def kill_launcher_when_ready(user, project: Path, argv: list, ready: Path, env) 
 
 @dataclass
 class SandboxUser:
+    """The unprivileged test user: `run` runs ARGV as them (after the plan
+    cache's racy window, tests/support/waiting.py), `sandbox` runs
+    `agent-sandbox run OPTIONS -- COMMAND`, `write` puts a file they own in
+    their home."""
     name: str
     uid: int
     gid: int
