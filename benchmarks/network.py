@@ -129,7 +129,7 @@ def main() -> int:
     args = parser.parse_args()
     os.environ["AGENT_SANDBOX_TEST_PREFIX"] = args.prefix
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.egresskit import free_port, start_proxy, start_relay, stop_proxy, write_spec
+    from tests.support.egresskit import free_port, start_proxy, start_relay, stop_proxy, write_spec
 
     server = subprocess.Popen([sys.executable, "-I", "-c", SERVER], stdout=subprocess.PIPE)
     directory = Path(tempfile.mkdtemp(prefix="egress-bench-"))

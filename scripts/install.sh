@@ -41,7 +41,7 @@ install_missing bubblewrap firejail libseccomp2 util-linux passwd python3 python
 # loads it when it starts: start the clusters after this); and the clients the
 # network tests drive through the egress proxy (curl, git) and make their test CA
 # with (openssl); strace, which holds bwrap's setup for the killed-launcher test
-# (tests/adversarial/test_review_findings.py). Never in a production install.
+# (tests/adversarial/test_placeholders.py). Never in a production install.
 case ",$extras," in
     *,test,*) install_missing --no-install-recommends -- openmpi-bin python3-mpi4py libpmix-dev \
                   curl git openssl ca-certificates strace ;;

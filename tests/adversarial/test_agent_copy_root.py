@@ -24,23 +24,21 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, PREFIX, remove_entries
+from tests.support.install import INSTALLED, PREFIX
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 GRANTS = ["HOME_WRITABLE+=(.cache)", "HOME_WRITABLE+=(.local)", "HOME_ACCESS=write"]
-ENTRIES = (".claude", ".claude.json", "tools", ".cache/agent-sandbox", ".vim",
+HOME_STATE = (".claude", ".claude.json", "tools", ".cache/agent-sandbox", ".vim",
            ".local/state/agent-sandbox-run/agents")
 
 
 @pytest.fixture
-def home(user):
-    def clean():
-        remove_entries(user.home, ENTRIES)
-    clean()
+def home(home, user):
+    """The shared home (tests/support/homes.py: HOME_STATE cleared) with Claude
+    Code's settings and a vim pack in it; the user's test tools go afterwards."""
     user.write(".claude/settings.json", "{}\n", 0o600)
     user.write(".vim/pack/.keep", "")
-    yield user.home
-    clean()
+    yield home
     shutil.rmtree(Path(PREFIX) / "test-tools" / user.name, ignore_errors=True)
 
 

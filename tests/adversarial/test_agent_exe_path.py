@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 PLANTED = "#!/bin/sh\ntouch \"$HOME/planted-ran\"\necho planted-ran\n"
 

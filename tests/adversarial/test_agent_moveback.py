@@ -18,20 +18,11 @@ import os
 
 import pytest
 
-from tests.conftest import INSTALLED, remove_entries
+from tests.support.install import INSTALLED
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
-ENTRIES = (".claude", ".claude.json", ".codex", ".gemini", "tools", ".cache/agent-sandbox",
+HOME_STATE = (".claude", ".claude.json", ".codex", ".gemini", "tools", ".cache/agent-sandbox",
            "dotfiles")
-
-
-@pytest.fixture
-def home(user):
-    def clean():
-        remove_entries(user.home, ENTRIES)
-    clean()
-    yield user.home
-    clean()
 
 
 def launch(user, project, home, agent, backend, script):

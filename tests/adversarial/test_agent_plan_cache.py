@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_DIR, INSTALLED, PREFIX
-from tests.integration import test_agents
-
-home = test_agents.home      # the fixture: the home without agent state, before and after
+from tests.support.install import ADMIN_DIR, INSTALLED, PREFIX
 
 HIT = "plan:      from the compiled plan cache"
 

@@ -16,9 +16,8 @@ import os
 
 import pytest
 
-from tests.integration import test_agents
+from tests.support.agents import run_agent, standin_env
 
-home = test_agents.home      # the fixture: the user's home without agent state, before and after
 
 PLANTER = """#!/bin/sh
 for entry in shell-snapshots/snapshot-bash.sh session-env/env.sh statsig/statsig.cached; do
@@ -35,8 +34,8 @@ def test_a_session_never_reaches_the_real_scratch_entries(user, project, home, b
     for entry in ENTRIES:
         user.write(f".claude/{entry}", "# the user's\n")
     user.write("tools/bin/claude", PLANTER, 0o755)
-    result = test_agents.run_agent(user, project, ["claude"],
-                                   test_agents.standin_env(user, SANDBOX_BACKEND=backend))
+    result = run_agent(user, project, ["claude"],
+                       standin_env(user, SANDBOX_BACKEND=backend))
     assert result.returncode == 0, result.stderr
     assert "ran" in result.stdout
     for entry in ENTRIES:

@@ -14,7 +14,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 PLANTER = """#!/bin/sh

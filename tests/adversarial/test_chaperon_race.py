@@ -14,7 +14,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import PREFIX
+from tests.support.install import PREFIX
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 AT_ONCE, ROUNDS = 8, 5

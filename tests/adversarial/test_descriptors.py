@@ -11,7 +11,8 @@ import shlex
 
 import pytest
 
-from tests.conftest import INSTALLED, SECRET_FILES
+from tests.support.install import INSTALLED
+from tests.support.launcher import SECRET_FILES
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 KEY = SECRET_FILES[".ssh/id_rsa"]

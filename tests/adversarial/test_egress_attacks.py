@@ -25,7 +25,7 @@ import asyncio
 import os
 import socket
 import threading
-import time
+from functools import partial
 from http.server import ThreadingHTTPServer
 
 import pytest
@@ -33,7 +33,8 @@ import pytest
 from egress.hosts import parse_entry
 from egress.server import Proxy
 from egress.spec import Hook, Spec
-from tests.egresskit import Recorder, serve
+from tests.support.egresskit import Recorder, serve
+from tests.support.waiting import until
 
 
 class Resolver:
@@ -212,12 +213,7 @@ def test_connections_beyond_the_cap_are_refused_not_served(proxy, monkeypatch):
         good.server_close()
 
 
-def _wait(condition, what: str, timeout: float = 10) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting until {what}")
-        time.sleep(0.005)
+_wait = partial(until, timeout=10, interval=0.005)     # in-process servers: quick
 
 
 def test_a_name_is_resolved_as_an_absolute_name(proxy):

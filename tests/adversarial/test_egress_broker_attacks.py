@@ -32,8 +32,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_DIR
-from tests.egresskit import (HOOK_NAME, PYTHON, make_ca, start_proxy, stop_proxy,
+from tests.support.install import ADMIN_DIR
+from tests.support.egresskit import (HOOK_NAME, PYTHON, make_ca, start_proxy, stop_proxy,
                              write_spec)
 
 REAL_KEY = "sk-ant-api03-REAL-secret-key-value"

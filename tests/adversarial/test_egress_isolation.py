@@ -17,7 +17,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 BACKENDS = ("bwrap", "firejail")
 MARKER = "REALKEYMARKER" + uuid.uuid4().hex[:8]

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, kill_launcher_when_ready
+from tests.support.install import INSTALLED
+from tests.support.launcher import kill_launcher_when_ready
+from tests.support.waiting import until
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 ROUTES = ("fsmonitor", "hook", "hookspath", "include", "filter", "commondir", "worktree",
@@ -214,3 +216,56 @@ def test_a_repository_staged_in_one_session_and_activated_in_the_next_is_reporte
     git(user, project / "sub", "status", check=False)
     git(user, project / "sub", "commit", "-q", "--allow-empty", "-m", "x", check=False)
     assert sorted(p.name for p in marks.iterdir()) == []
+
+
+# ---------------------------------------------------------------- the project's .git (docs/shared-channels.md §7)
+MAKE_REPOSITORY = ("mkdir .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD "
+                   "&& echo became-one")
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_project_that_is_no_repository_cannot_become_one(user, project, backend):
+    """Its `.git` holds only the placeholders: read-only as a whole (firejail
+    bound it writable, with read-only files in it)."""
+    result = user.sandbox("/bin/sh", "-c", MAKE_REPOSITORY, options=("--backend", backend),
+                          cwd=project)
+    assert "became-one" not in result.stdout, result.stderr
+    assert not (project / ".git" / "HEAD").exists()
+    # Also while another session of the project runs: its placeholders make
+    # the `.git` exist when this one starts (both backends bound it writable).
+    first = subprocess.Popen([INSTALLED, "run", "--backend", backend, "--", "sleep", "60"],
+                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
+                             cwd=str(project), stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: (project / ".git" / "hooks").is_dir(), "the first session's placeholders",
+              20.0, interval=0.01)
+        result = user.sandbox("/bin/sh", "-c", MAKE_REPOSITORY, options=("--backend", backend),
+                              cwd=project)
+        assert "became-one" not in result.stdout, result.stderr
+        assert not (project / ".git" / "HEAD").exists()
+    finally:
+        first.terminate()
+        first.wait(30)
+
+
+DEEP_MODULE = ".git/modules/a/b/c/d/e/f"
+PLANT_MODULE = (f"mkdir -p {DEEP_MODULE}/objects {DEEP_MODULE}/refs "
+                f"&& echo 'ref: refs/heads/main' > {DEEP_MODULE}/HEAD "
+                f"&& printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > {DEEP_MODULE}/config "
+                "&& echo planted")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_new_submodule_gitdir_at_any_depth_is_reported(user, project, backend):
+    """A submodule's name may hold any number of slashes: its gitdir
+    `.git/modules/a/b/c/d/e/f/config` with core.fsmonitor runs for the user's
+    `git submodule update` / `git status` later. The end check found module
+    gitdirs only five levels deep."""
+    init = user.run(["git", "init", "-q", str(project)], cwd=project)
+    assert init.returncode == 0, init.stderr
+    result = user.sandbox("/bin/sh", "-c", PLANT_MODULE, options=("--backend", backend),
+                          cwd=project)
+    assert "planted" in result.stdout, result.stderr
+    assert f"{project}/{DEEP_MODULE}/config gained core.fsmonitor = touch /tmp/pwned" \
+        in result.stderr

@@ -15,7 +15,7 @@ import struct
 
 import pytest
 
-from tests.conftest import PREFIX
+from tests.support.install import PREFIX
 
 # Inside the sandbox: stop the next process of the PID namespace (pids are
 # handed out in order) if it is the joining helper, single-step it until its

@@ -8,11 +8,11 @@ user, outside any sandbox, in another job (or in none)."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
 
@@ -35,13 +35,6 @@ def submit(cluster, user, project, *args) -> str:
     job = result.stdout.strip()
     assert result.returncode == 0 and job.isdigit(), result.stdout + result.stderr
     return job
-
-
-def until(condition, what: str, seconds: float = 60):
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, f"{what} within {seconds}s"
-        time.sleep(0.2)
 
 
 def try_join(cluster, user, project, socket_path, *srun: str) -> dict:

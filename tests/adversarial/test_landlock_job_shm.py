@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.jobs import shm as jobshm
-from tests.adversarial.test_job_sandbox_join import until
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 HOOK = "import pathlib; pathlib.Path({marker!r}).write_text('ran')\n"
 

@@ -16,7 +16,7 @@ import os
 
 import pytest
 
-from tests.integration.test_bwrap_jail import WRITE_SCRIPT
+from tests.support.scripts import WRITE_SCRIPT
 
 # The placeholders make every parent (.git/hooks/, .vscode/) before the
 # launch: a write below one is refused by its mount, or lands.

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 # Inside: say "ready", wait for the test's go (bounded), then write below the
 # path the host mounted meanwhile.

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.integration.test_scope import as_other, outside
+from tests.support.clusters import as_other, outside
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 

@@ -17,7 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, remove_entries, wrote
+from tests.support.install import INSTALLED
+from tests.support.homes import clear_entries
+from tests.support.waiting import wrote
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 ARCHIVE = ".cache/uv/archive-v0/Q2rTz8wXk1/pkg/cli.py"
@@ -29,7 +31,7 @@ APPEND = f"printf '\\nimport os; os.system(\"touch ~/pwned\")\\n' >> ~/{ARCHIVE}
 @pytest.fixture
 def uv_home(user):
     """The user's home with uv's cache and a tool uv installed from it."""
-    remove_entries(user.home, (".cache/uv", ".cache/pip", ".local/share/uv", "pwned",
+    clear_entries(user.home, (".cache/uv", ".cache/pip", ".local/share/uv", "pwned",
                                ".local/state/agent-sandbox-caches"))
     cache = user.write(ARCHIVE, ORIGINAL)
     user.write(".cache/pip/selfcheck.json", "{}")
@@ -39,7 +41,7 @@ def uv_home(user):
     os.link(cache, tool)
     wrote()
     yield user
-    remove_entries(user.home, (".cache/uv", ".cache/pip", ".local/share/uv", "pwned"))
+    clear_entries(user.home, (".cache/uv", ".cache/pip", ".local/share/uv", "pwned"))
 
 
 # HOME_WRITABLE+=(.cache/uv): a user's (or an old default's) grant is dropped;
@@ -119,7 +121,7 @@ def test_an_install_file_with_a_second_name_makes_self_protected_partial(user, p
     """The install the launcher runs from (its venv, its package in it, both
     walked once) with a file that has another name: the read-only view keeps
     the path, not the inode. (A link in the prefix: the same file system.)"""
-    from tests.conftest import PREFIX
+    from tests.support.install import PREFIX
 
     package = next(Path(PREFIX, "venv", "lib").glob("python3*/site-packages/agent_sandbox"))
     twin = Path(PREFIX, "twin-names.py")

@@ -10,7 +10,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 HIT = "plan:      from the compiled plan cache"
 

@@ -23,8 +23,9 @@ import subprocess
 
 import pytest
 
-from tests.conftest import INSTALLED, kill_launcher_when_ready, remove_entries
-from tests.integration.test_agents import clis  # noqa: F401  (fixture: the pinned CLIs)
+from tests.support.install import INSTALLED
+from tests.support.homes import clear_entries
+from tests.support.launcher import kill_launcher_when_ready
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOOK = ('{"hooks": {"SessionStart": [{"hooks": [{"type": "command", '
@@ -113,10 +114,10 @@ printf '%s' '""" + HOOK.replace("$M", "/tmp") + """' > sub/.claude/settings.json
 @pytest.fixture
 def fake_claude(user):
     entries = (".claude", ".claude.json", "tools", ".cache/agent-sandbox")
-    remove_entries(user.home, entries)
+    clear_entries(user.home, entries)
     user.write("tools/bin/claude", CLAUDE, 0o755)
     yield user.home / "tools/bin"
-    remove_entries(user.home, entries)
+    clear_entries(user.home, entries)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -183,11 +184,11 @@ printf ok > "$HOME/.local/share/opencode/state" && echo state=written
 def fake_opencode(user):
     entries = (".config/opencode", ".local/share/opencode", "tools",
                ".config/agent-sandbox/sandbox.conf")
-    remove_entries(user.home, entries)
+    clear_entries(user.home, entries)
     user.set_config("ENABLED_AGENTS+=(opencode)\n")
     user.write("tools/bin/opencode", OPENCODE, 0o755)
     yield user.home / "tools/bin"
-    remove_entries(user.home, entries)
+    clear_entries(user.home, entries)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -205,7 +206,7 @@ def test_opencode_plugins_in_its_writable_state_are_read_only(user, project, fak
 # ---------------------------------------------------------------- the real Claude Code outside
 def claude_outside(user, clis, directory) -> subprocess.CompletedProcess:
     """The user's own, unsandboxed Claude Code (the pinned CLI), against the mock API."""
-    from tests.integration.agentmock import FINAL, MockAPI
+    from tests.support.agentmock import FINAL, MockAPI
 
     with MockAPI() as api:
         result = user.run(["claude", "-p", "hi"], cwd=directory, timeout=120,
@@ -218,9 +219,9 @@ def claude_outside(user, clis, directory) -> subprocess.CompletedProcess:
 @pytest.fixture
 def claude_home(user):
     entries = (".claude", ".claude.json", ".cache/agent-sandbox")
-    remove_entries(user.home, entries)
+    clear_entries(user.home, entries)
     yield
-    remove_entries(user.home, entries)
+    clear_entries(user.home, entries)
 
 
 def test_the_real_claude_code_obeys_a_project_hook_it_finds(user, project, clis, claude_home):

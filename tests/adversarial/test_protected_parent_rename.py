@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration import test_agents
+from tests.support.agents import run_agent, standin_env
 
-home = test_agents.home      # the fixture: the user's home without agent state, before and after
 
 PLANTER = """#!/bin/sh
 mv .claude .claude-moved 2>/dev/null && echo moved
@@ -29,8 +28,8 @@ echo ran
 @pytest.mark.parametrize("backend", ["bwrap", "firejail"])
 def test_the_parent_of_a_protected_path_cannot_be_renamed_away(user, project, home, backend):
     user.write("tools/bin/claude", PLANTER, 0o755)
-    result = test_agents.run_agent(user, project, ["claude"],
-                                   test_agents.standin_env(user, SANDBOX_BACKEND=backend))
+    result = run_agent(user, project, ["claude"],
+                       standin_env(user, SANDBOX_BACKEND=backend))
     assert result.returncode == 0, result.stderr
     assert "ran" in result.stdout
     assert "moved" not in result.stdout and "planted" not in result.stdout, result.stdout

@@ -15,8 +15,8 @@ import uuid
 import pytest
 
 from chaperon.untag import untag_fields
-from tests.conftest import SLURM_SCRIPT
-from tests.integration.test_scope import outside
+from tests.support.clusters import SLURM_SCRIPT
+from tests.support.clusters import outside
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import PREFIX
-from tests.integration.test_scope import as_other, outside, state
+from tests.support.install import PREFIX
+from tests.support.clusters import as_other, outside, state
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
@@ -98,7 +98,7 @@ def test_a_scope_too_long_for_one_argument_lists_what_one_call_would(user, proje
     assert all(i.isdigit() for i in ids + [array])
     kit = project / "kit"
     kit.mkdir()
-    shutil.copy(Path(__file__).parent.parent / "handlerkit.py", kit / "handlerkit.py")
+    shutil.copy(Path(__file__).parent.parent / "support" / "handlerkit.py", kit / "handlerkit.py")
     subprocess.run(["chown", "-R", f"{user.uid}:{user.gid}", str(kit)], check=True)
     forgotten = [str(n) for n in range(1, 150)]       # ids Slurm no longer knows
     spec = {"state": str(kit / "state"), "project": str(project),

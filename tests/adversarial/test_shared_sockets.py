@@ -22,60 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, wrote
+from tests.support.install import INSTALLED
+from tests.support.sockets import ATTACK, Server, attack
+from tests.support.waiting import wrote
 
 MOUNT_VIEW = ("bwrap", "firejail")
-# Inside: connect to the socket, send a command, print what came back.
-ATTACK = textwrap.dedent("""\
-    import socket, sys
-    s = socket.socket(socket.AF_UNIX)
-    try:
-        s.connect(sys.argv[1]); s.sendall(b'new-window -d evil')
-        print('reached', s.recv(100))
-    except OSError as exc:
-        print('refused', type(exc).__name__)
-    """)
-
-
-class Server:
-    """A unix socket server the user runs outside the sandbox; it answers
-    every connection (what tmux would do with the command it got)."""
-
-    def __init__(self, user, path):
-        self.path = path
-        code = textwrap.dedent("""\
-            import os, socket, sys
-            s = socket.socket(socket.AF_UNIX)
-            s.bind(sys.argv[1]); s.listen(8); print('up', flush=True)
-            while True:
-                c, _ = s.accept()
-                try:
-                    c.recv(100); c.sendall(b'RAN-OUTSIDE')
-                except OSError:
-                    pass
-                c.close()
-            """)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        os.chown(path.parent, user.uid, user.gid)
-        self.process = subprocess.Popen([sys.executable, "-c", code, str(path)],
-                                        user=user.uid, group=user.gid, extra_groups=[],
-                                        stdout=subprocess.PIPE, text=True)
-        assert self.process.stdout.readline().strip() == "up"
-        wrote()
-
-    def close(self):
-        self.process.kill()
-        self.process.wait(10)
-        self.path.unlink(missing_ok=True)
-
-
-def _attack(user, project, path, backend, **env):
-    result = user.sandbox("/usr/bin/python3", "-c", ATTACK, str(path),
-                          options=("--backend", backend), cwd=project, env=user.env(**env))
-    assert result.returncode == 0, result.stderr
-    return result.stdout
-
-
 @pytest.mark.parametrize("access", ["read", "write"])
 @pytest.mark.parametrize("backend", MOUNT_VIEW)
 def test_a_socket_under_the_shown_home_is_not_connectable(user, project, backend, access):
@@ -86,7 +37,7 @@ def test_a_socket_under_the_shown_home_is_not_connectable(user, project, backend
         # The stand-in works outside: the socket is live.
         with socket.socket(socket.AF_UNIX) as probe:
             probe.connect(str(path))
-        out = _attack(user, project, path, backend, HOME_ACCESS=access)
+        out = attack(user, project, path, backend, HOME_ACCESS=access)
         assert out.startswith("refused FileNotFoundError"), out
         look = user.sandbox("/bin/cat", str(user.home / ".cache/sock/neighbour"),
                             options=("--backend", backend), cwd=project,
@@ -113,7 +64,7 @@ def test_a_socket_made_after_the_plan_was_cached_is_not_connectable(user, projec
     assert "from the compiled plan cache" in dry.stdout, dry.stdout
     server = Server(user, user.home / ".cache" / "late" / f"t{uuid.uuid4().hex[:6]}")
     try:
-        out = _attack(user, project, server.path, backend, HOME_ACCESS="read")
+        out = attack(user, project, server.path, backend, HOME_ACCESS="read")
         assert out.startswith("refused FileNotFoundError"), out
     finally:
         server.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_FILE, INSTALLED
+from tests.support.install import ADMIN_FILE, INSTALLED
 
 
 def show(user, project, env=None, extra=()):

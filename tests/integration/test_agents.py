@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -25,56 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
-from tests.integration.agentmock import FINAL, MockAPI
-
-AGENTS = Path(os.environ.get("AGENT_SANDBOX_TEST_AGENTS", "/opt/agent-sandbox-agents"))
-AGENT_BIN = AGENTS / "node_modules" / ".bin"
-STATE = (".claude", ".claude.json", ".codex", ".gemini", ".cache/agent-sandbox",
-         ".local/state/agent-sandbox/agents", ".local/state/agent-sandbox/logins", "planted",
-         "tools", "rt", ".npmrc", "npm-global")
-
-
-@pytest.fixture(scope="module")
-def clis():
-    wanted = (Path(__file__).with_name("agent-versions.txt")).read_text().split()
-    for spec in wanted:
-        name, _, version = spec.rpartition("@")
-        package = AGENTS / "node_modules" / name / "package.json"
-        if not package.exists() or json.loads(package.read_text())["version"] != version:
-            pytest.fail(f"{spec} is not installed in {AGENTS} — run scripts/test.sh as root "
-                        "(it installs the pinned agent CLIs)")
-    return AGENT_BIN
-
-
-@pytest.fixture
-def home(user):
-    """The user's home without any agent state, before and after."""
-    def clean():
-        for entry in STATE:
-            path = user.home / entry
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path)
-            elif path.exists() or path.is_symlink():
-                path.unlink()
-    clean()
-    yield user.home
-    clean()
-
-
-def agent_env(user, clis, **extra):
-    return user.env(PATH=f"{clis}:/usr/local/bin:/usr/bin:/bin", NETWORK_MODE="open",
-                    SANDBOX_QUIET="1", **extra)
-
-
-def standin_env(user, **extra):
-    return user.env(PATH=f"{user.home}/tools/bin:/usr/local/bin:/usr/bin:/bin",
-                    NETWORK_MODE="open", SANDBOX_QUIET="1", **extra)
-
-
-def run_agent(user, project, argv, env, *, input=None, timeout=120):
-    return user.run([INSTALLED, *argv], cwd=project, env=env, input=input, timeout=timeout)
-
+from tests.support.install import INSTALLED
+from tests.support.agentmock import FINAL, MockAPI
+from tests.support.agents import agent_env, run_agent, standin_env
 
 # ---------------------------------------------------------------- real CLIs, mock API
 @pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])

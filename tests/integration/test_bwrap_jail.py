@@ -22,7 +22,9 @@ import psutil
 import pytest
 
 from agent_sandbox.backends.base import HELPER_BOOT
-from tests.conftest import HIDDEN, INSTALLED, PREFIX, SECRET_ENV
+from tests.support.install import INSTALLED, PREFIX
+from tests.support.launcher import HIDDEN, SECRET_ENV
+from tests.support.scripts import WRITE_SCRIPT
 from agent_sandbox.paths import helper_module
 ll = helper_module("landlock")
 
@@ -53,19 +55,6 @@ for path in sys.argv[1:]:
         else:
             open(path, "rb").read()
         out[path] = "readable"
-    except OSError as exc:
-        out[path] = errno.errorcode[exc.errno]
-print(json.dumps(out))
-"""
-
-WRITE_SCRIPT = """
-import errno, json, sys
-out = {}
-for path in sys.argv[1:]:
-    try:
-        with open(path, "w") as handle:
-            handle.write("planted")
-        out[path] = "written"
     except OSError as exc:
         out[path] = errno.errorcode[exc.errno]
 print(json.dumps(out))

@@ -21,8 +21,8 @@ import os
 
 from agent_sandbox.paths import is_within
 from agent_sandbox.policy.agentstate import encode
-from tests.conftest import PREFIX
-from tests.integration import test_agents
+from tests.support.install import PREFIX
+from tests.support.agents import run_agent, standin_env
 
 FLAGS_SCRIPT = """
 import json, os, sys
@@ -150,7 +150,6 @@ def test_a_project_without_a_repository_gets_one_read_only_git(user, project):
     assert not os.path.lexists(dotgit), os.listdir(project)
 
 
-home = test_agents.home      # the fixture: the user's home without agent state, before and after
 
 AGENT_PROBE = """#!/usr/bin/python3
 import errno, json, os
@@ -196,8 +195,8 @@ def test_an_agent_sees_only_the_config_entries_its_session_copy_links(user, proj
     user.write(".claude/notify.sh", "#!/bin/sh\n", 0o755)
     user.write(".claude/hooks/pre.sh", "#!/bin/sh\n", 0o755)
     user.write("tools/bin/claude", AGENT_PROBE, 0o755)
-    result = test_agents.run_agent(user, project, ["claude"],
-                                   test_agents.standin_env(user, SANDBOX_BACKEND="bwrap"))
+    result = run_agent(user, project, ["claude"],
+                       standin_env(user, SANDBOX_BACKEND="bwrap"))
     assert result.returncode == 0, result.stderr
     seen = json.loads(result.stdout)
     assert seen["exists"] == {"settings.json": True, "statsig": False, "shell-snapshots": False,

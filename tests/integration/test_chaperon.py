@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import INSTALLED, PREFIX
+from tests.support.install import INSTALLED, PREFIX
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 

@@ -16,7 +16,7 @@ import subprocess
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 VERSION = "agent-sandbox 0.1.0"
 

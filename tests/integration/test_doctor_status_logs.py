@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_FILE, INSTALLED
+from tests.support.install import ADMIN_FILE, INSTALLED
 
 
 def doctor(user, project, *extra, env=None):

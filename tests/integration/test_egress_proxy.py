@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_DIR
-from tests.egresskit import (HOOK_NAME, PYTHON, audit_records, free_port, make_ca, serve,
+from tests.support.install import ADMIN_DIR
+from tests.support.egresskit import (HOOK_NAME, PYTHON, audit_records, free_port, make_ca, serve,
                              start_proxy, start_relay, stop_proxy, write_spec)
 
 REAL_KEY = "sk-ant-api03-REAL-secret-key-value"

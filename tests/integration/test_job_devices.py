@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
 

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, SECRET_ENV
+from tests.support.install import INSTALLED
+from tests.support.launcher import SECRET_ENV
 
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
 

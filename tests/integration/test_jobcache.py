@@ -20,7 +20,7 @@ import pytest
 
 from agent_sandbox.paths import staging_root
 from chaperon.paths import project_hash
-from tests.conftest import INSTALLED, PREFIX
+from tests.support.install import INSTALLED, PREFIX
 
 PROBE = Path(__file__).with_name("jobcache_probe.py")
 PYTHON = f"{PREFIX}/venv/bin/python"

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_multinode import read_output, sandboxed_sbatch
+from tests.support.clusters import read_output, sandboxed_sbatch
 
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
 

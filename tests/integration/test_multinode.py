@@ -5,25 +5,13 @@ so in the job's own output file (SPEC §9, "The compute side gives at least
 what the login side gave")."""
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.clusters import read_output, sandboxed_sbatch
+from tests.support.install import INSTALLED
 
 pytestmark = pytest.mark.usefixtures("slurm_multinode")
-
-
-def sandboxed_sbatch(cluster, user, project: Path, *args: str, env=None, options=()):
-    """`sbatch --wait ARGS` from inside a sandbox (`run OPTIONS`) on the cluster's
-    login side: its exit code is the job's."""
-    return cluster.run_as(user, [INSTALLED, "run", *options, "--", "sbatch", "--wait", *args],
-                          cwd=project, env=env)
-
-
-def read_output(path: Path) -> str:
-    assert path.exists(), f"{path} was not created"
-    return path.read_text()
 
 
 def test_a_two_node_job_runs_sandboxed_on_both_nodes(slurm_multinode, user, project):

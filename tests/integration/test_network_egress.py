@@ -26,7 +26,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 import uuid
 import zipfile
 from functools import partial
@@ -35,8 +34,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ADMIN_DIR, INSTALLED, wrote
-from tests.egresskit import HOOK_NAME, PYTHON, make_ca, serve
+from tests.support.install import ADMIN_DIR, INSTALLED
+from tests.support.waiting import until, wrote
+from tests.support.egresskit import HOOK_NAME, PYTHON, make_ca, serve
 
 BACKENDS = ("bwrap", "firejail")
 REAL_KEY = "sk-ant-api03-REALKEYMARKER-" + uuid.uuid4().hex
@@ -179,14 +179,7 @@ def leftovers(user) -> list[str]:
     return [line for lines in running(user).values() for line in lines]
 
 
-def wait_for(predicate, timeout=15.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"{what} did not happen within {timeout} s")
+wait_for = partial(until, timeout=15.0)
 
 
 def network_records(user, session_prefix="") -> list[dict]:

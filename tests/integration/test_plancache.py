@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, wrote
+from tests.support.install import INSTALLED
+from tests.support.waiting import wrote
 
 HIT = "plan:      from the compiled plan cache"
 MISS = "plan:      compiled now"

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 STANDIN = """#!/bin/sh
 D="$CLAUDE_CONFIG_DIR"

@@ -7,7 +7,7 @@ an agent making a launch per tool call would run out of processes. The
 launcher is a child subreaper and reaps it (process/reap.py reap_orphan)."""
 from __future__ import annotations
 
-from tests.procs import processes_of
+from tests.support.procs import processes_of
 
 
 def _zombies(uid: int, name: str = "bwrap") -> int:

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.conftest import INSTALLED, PREFIX
+from tests.support.install import INSTALLED, PREFIX
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 SITE = f"{PREFIX}/venv/lib/python3.11/site-packages"

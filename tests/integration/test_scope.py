@@ -3,127 +3,27 @@ in real bwrap jails, the real Slurm cluster behind the chaperon, jobs from
 outside, from a sandbox of another project, of another user, and of two
 sandboxes of one project at the same time.
 
-A `Session` is one long-running sandbox (`agent-sandbox run -- python3 DRIVER`)
-that runs the commands a test hands it through files in the project, so two
-sandboxes can be alive at once and many commands cost one launch.
+Each sandbox is a `Session` (tests/support/clusters.py): one long-running
+sandbox that runs the commands a test hands it, so two sandboxes can be alive
+at once and many commands cost one launch.
 """
 from __future__ import annotations
 
 import json
 import os
 import re
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
+from tests.support.clusters import Result, as_other, outside, state
 
 pytestmark = pytest.mark.usefixtures("slurm_cluster")
 
 NOWHERE = "67000000"     # a job id no job has: the real commands' "does not exist"
-DRIVER = r'''
-import json, os, subprocess, sys, time
-box = sys.argv[1]
-open(os.path.join(box, "ready"), "w").close()
-while True:
-    for name in sorted(os.listdir(box)):
-        if not name.endswith(".cmd"):
-            continue
-        path = os.path.join(box, name)
-        with open(path) as handle:
-            spec = json.load(handle)
-        os.unlink(path)
-        if spec is None:
-            sys.exit(0)
-        r = subprocess.run(spec["argv"], capture_output=True, input=spec["input"].encode())
-        result = {"rc": r.returncode, "out": r.stdout.decode("utf-8", "replace"),
-                  "err": r.stderr.decode("utf-8", "replace")}
-        tmp = os.path.join(box, name[:-4] + ".tmp")
-        with open(tmp, "w") as handle:
-            json.dump(result, handle)
-        os.rename(tmp, os.path.join(box, name[:-4] + ".res"))
-    time.sleep(0.02)
-'''
-
-
-class Result:
-    def __init__(self, rc, out, err):
-        self.returncode, self.stdout, self.stderr = rc, out, err
-
-    def __repr__(self):
-        return f"Result(rc={self.returncode}, out={self.stdout!r}, err={self.stderr!r})"
-
-
-class Session:
-    """One sandbox kept alive; `run(*argv)` executes inside it."""
-
-    def __init__(self, user, project: Path, **env):
-        self.user = user
-        self.box = project / f".box-{uuid.uuid4().hex[:8]}"
-        self.box.mkdir()
-        os.chown(self.box, user.uid, user.gid)
-        self.count = 0
-        self.proc = subprocess.Popen(
-            [INSTALLED, "run", "--", "/usr/bin/python3", "-c", DRIVER, str(self.box)],
-            user=user.uid, group=user.gid, extra_groups=[], env=user.env(**env),
-            cwd=str(project), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        deadline = time.monotonic() + 30
-        while not (self.box / "ready").exists():
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"the sandbox did not start: {self.proc.stderr.read()}")
-            time.sleep(0.05)
-
-    def run(self, *argv, input: str = "", timeout: float = 90) -> Result:
-        self.count += 1
-        name = f"{self.count:05d}"
-        tmp = self.box / f"{name}.tmp-cmd"
-        tmp.write_text(json.dumps({"argv": [str(a) for a in argv], "input": input}))
-        tmp.chmod(0o644)
-        tmp.rename(self.box / f"{name}.cmd")
-        result = self.box / f"{name}.res"
-        deadline = time.monotonic() + timeout
-        while not result.exists():
-            if self.proc.poll() is not None:
-                raise AssertionError(f"the sandbox ended: {self.proc.stderr.read()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{argv} did not finish within {timeout}s")
-            time.sleep(0.02)
-        data = json.loads(result.read_text())
-        result.unlink()
-        return Result(data["rc"], data["out"], data["err"])
-
-    def submit(self, *options: str) -> str:
-        result = self.run("sbatch", "--parsable", "--hold", *options, "--wrap", "true")
-        assert result.returncode == 0, result
-        return result.stdout.strip()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                path = self.box / "zzzzz.cmd"
-                path.write_text("null")
-                path.chmod(0o644)
-                self.proc.wait(timeout=20)
-            except (OSError, subprocess.TimeoutExpired):
-                self.proc.kill()
-                self.proc.wait()
-
-
-def outside(user, *argv, input=None) -> subprocess.CompletedProcess:
-    """A real Slurm command as the test user, outside any sandbox."""
-    return subprocess.run([str(a) for a in argv], user=user.uid, group=user.gid,
-                          extra_groups=[], env=user.env(), capture_output=True, text=True,
-                          cwd=str(user.home), input=input, timeout=120)
-
-
-def as_other(other_user, *argv) -> subprocess.CompletedProcess:
-    env = {"PATH": "/usr/bin:/bin", "HOME": other_user.pw_dir, "USER": other_user.pw_name}
-    return subprocess.run([str(a) for a in argv], user=other_user.pw_uid,
-                          group=other_user.pw_gid, extra_groups=[], env=env,
-                          capture_output=True, text=True, cwd="/tmp", timeout=120)
 
 
 def nonexistent(user, *argv) -> Result:
@@ -140,39 +40,11 @@ def same_as_missing(result: Result, missing: Result, job: str) -> bool:
         missing.returncode, missing.stdout, missing.stderr)
 
 
-def state(job: str) -> str:
-    return subprocess.run(["squeue", "-h", "-t", "all", "-o", "%T|%r|%l|%j", "-j", job],
-                          capture_output=True, text=True).stdout.strip()
-
-
 def new_project(user) -> Path:
     path = user.project / f"p{uuid.uuid4().hex[:8]}"
     path.mkdir()
     os.chown(path, user.uid, user.gid)
     return path
-
-
-@pytest.fixture
-def sessions(user):
-    opened: list[Session] = []
-
-    def start(project: Path, **env) -> Session:
-        session = Session(user, project, **env)
-        opened.append(session)
-        return session
-
-    yield start
-    for session in opened:
-        session.close()
-
-
-@pytest.fixture
-def jobs(user, other_user):
-    """Held jobs to clean up: ids appended by the test."""
-    ids: list[str] = []
-    yield ids
-    if ids:
-        subprocess.run(["scancel", *ids], capture_output=True)
 
 
 # ------------------------------------------------------------------------- visibility

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 SITE_TREE = Path("/apps")   # one of the shipped READONLY_MOUNTS site trees
 

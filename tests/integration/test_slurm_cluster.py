@@ -10,7 +10,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.conftest import OTHER_USER
+from tests.support.launcher import OTHER_USER
 
 SLURM_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 

@@ -21,7 +21,7 @@ import uuid
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 CTRL_C, CTRL_Z = b"\x03", b"\x1a"

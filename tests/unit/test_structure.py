@@ -13,7 +13,7 @@ import os
 import subprocess
 
 from agent_sandbox.paths import HELPER_DIR
-from tests.import_graph import ROOT, cycles as _cycles, graph, modules
+from tests.support.import_graph import ROOT, cycles as _cycles, graph, modules
 
 PACKAGES = ("agent_sandbox", "chaperon", "stubs", "egress")
 

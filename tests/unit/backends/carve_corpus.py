@@ -7,7 +7,7 @@ profile and argv, and Landlock rules. Re-record only for an intended change:
 
     python -m tests.unit.backends.carve_corpus --write
 
-Each case is a home mode × a layout. The trees are real (tests/unit/homes.py:
+Each case is a home mode × a layout. The trees are real (tests/support/homes.py:
 credentials, config, symlinks into hidden paths), built in a temporary
 directory whose name is replaced by <ROOT> in the record. PRIVATE_TMP stays
 on: a shared /tmp holds the corpus's own hidden paths, so Landlock would
@@ -27,7 +27,7 @@ import agent_sandbox
 from agent_sandbox.backends.base import Payload
 from agent_sandbox.launch import report
 from agent_sandbox.policy.resolve import resolve_policy
-from tests.unit.homes import HOME_MODES, context, make_home, settings_for
+from tests.support.homes import HOME_MODES, context, make_home, settings_for
 
 FIXTURE = Path(__file__).with_name("carve_corpus.json")
 # Where the package lives (the helper's folder is in argv): not part of the record.

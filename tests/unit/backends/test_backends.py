@@ -12,74 +12,17 @@ from pathlib import Path
 import pytest
 
 from agent_sandbox.process.spawn import render_argv
-from agent_sandbox.config import load as confload
 from agent_sandbox.launch import run as launcher, report
 from agent_sandbox.backends import BACKENDS as TABLE, Selection, Unavailable, bwrap, firejail, select
 from agent_sandbox.backends import landlock as landlock_backend
 from agent_sandbox.backends.base import GUARANTEE_TEXT, FdRef, HELPER_BOOT, Payload, PlanContext
 from agent_sandbox.errors import PolicyError
-from agent_sandbox.policy.resolve import LaunchContext, _is_within, resolve_policy
+from agent_sandbox.policy.resolve import _is_within
 from agent_sandbox.paths import helper_module
+from tests.support.plans import BACKENDS, PLAN_HOME, SECCOMP, plan_for, policy_for, rows
 ll = helper_module("landlock")
 
-USER = "alice"
-FILES = {
-    ".ssh/id_rsa": "KEY", ".aws/credentials": "x", ".netrc": "machine x",
-    ".config/gh/hosts.yml": "token", ".config/other/settings.txt": "visible",
-    ".config/agent-sandbox/sandbox.conf": "", ".bashrc": "# rc", ".profile": "# profile",
-    ".gitconfig": "[user]", ".cache/uv/w": "w", ".cache/tool/w": "w", "notes.txt": "n",
-    "proj/src/main.py": "print()", "proj/.git/config": "[core]",
-}
-BACKENDS = ("bwrap", "firejail", "landlock")
-SECCOMP = Payload(data=b"\x06\x00\x00\x00\x00\x00\xff\x7f")
-
-
-@pytest.fixture
-def home(tmp_path) -> Path:
-    home = tmp_path / "home" / USER
-    for relative, content in FILES.items():
-        path = home / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(content)
-    (home / "keys").symlink_to(".ssh")
-    return home
-
-
-def policy_for(home: Path, conf: str = "", *, backend="bwrap", install=()):
-    # A HOME_WRITABLE entry that is no package store (the shipped list is empty).
-    (home / ".config/agent-sandbox/sandbox.conf").write_text("HOME_WRITABLE=(.cache/tool)\n" + conf)
-    settings = confload.load_settings(home=str(home), user=USER, environ={},
-                                      admin_path=str(home.parent / "none.conf"), cache=False)
-    settings = settings.replace(READONLY_MOUNTS=("/usr", "/etc"))
-    ctx = LaunchContext(uid=1000, gid=1000, user=USER, home=str(home),
-                        environ={"PATH": "/usr/bin:/bin", "GH_TOKEN": "secret-value",
-                                 "LD_LIBRARY_PATH": "/opt/lib"},
-                        cwd=str(home / "proj"), project_dir=None,
-                        install_paths=tuple(install), session_id="sess01")
-    return resolve_policy(settings, ctx, backend=backend)
-
-
-def plan_for(name: str, policy, abi: int = 7, command=("claude",)):
-    payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")}
-    if name == "bwrap":
-        for item in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
-            payloads[item] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
-        return bwrap.plan(policy, list(command), payloads,
-                          context=PlanContext("/usr/bin/bwrap", landlock_abi=abi))
-    if name == "firejail":
-        return firejail.plan(policy, list(command), payloads,
-                             context=PlanContext("/usr/bin/firejail", landlock_abi=abi,
-                                                 root_entries=("usr", "etc", "home", "tmp",
-                                                               "proc", "srv", "data", "bin")))
-    return landlock_backend.plan(policy, list(command), payloads,
-                                 context=PlanContext("/usr/bin/python3", landlock_abi=abi))
-
-
-def rows(plan) -> dict[str, str]:
-    table = {g: "yes" for g in plan.provides}
-    table.update({g: "partial" for g, _ in plan.partial})
-    table.update({g: "no" for g, _ in plan.cannot})
-    return table
+pytestmark = pytest.mark.home(**PLAN_HOME)     # the `home` fixture's layout
 
 
 # ---------------------------------------------------------------- the table

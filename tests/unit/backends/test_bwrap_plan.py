@@ -24,7 +24,9 @@ from agent_sandbox.backends.bwrap import PRIVATE_MOUNTS
 from agent_sandbox.backends.base import FdRef, Payload, Plan, PlanContext
 from agent_sandbox.policy.view import mount_ops, placeholders
 from agent_sandbox.policy.resolve import _is_within, resolve_policy
-from tests.unit.homes import HOME_MODES, USER, context, make_home, settings_for
+from tests.support.homes import HOME_MODES, USER, context, settings_for
+
+pytestmark = pytest.mark.home(symlinks=True)     # the `home` fixture: links to hidden places too
 
 SECRET = "sk-ant-api03-DISTINCTIVE-SECRET-VALUE-8c1f"
 OTHER_SECRET = "ghp_ANOTHER_DISTINCTIVE_TOKEN_77"
@@ -34,11 +36,6 @@ MOUNT_KINDS = {"ro-bind", "bind", "dev-bind", "tmpfs", "symlink", "proc", "dev",
 
 
 # ---------------------------------------------------------------- building
-@pytest.fixture
-def home(tmp_path) -> Path:
-    return make_home(tmp_path, symlinks=True)
-
-
 def build(home: Path, conf: str = "", *, environ=None, cwd=None, project_dir=None,
           install_paths=(), readonly_mounts=("/usr", "/etc"), command=("claude", "--resume")):
     # A HOME_WRITABLE entry that is no package store (the shipped list is empty).

@@ -13,10 +13,9 @@ from agent_sandbox.errors import PolicyError
 from agent_sandbox.names import EGRESS_SOCKET, RELAY_PORT
 from agent_sandbox.paths import helper_module
 from agent_sandbox.policy.resolve import with_egress
-from tests.unit.backends import test_backends
-from tests.unit.backends.test_backends import plan_for, policy_for, rows
+from tests.support.plans import PLAN_HOME, plan_for, policy_for, rows
 
-home = test_backends.home   # the fixture: a fake $HOME with credentials and a project
+pytestmark = pytest.mark.home(**PLAN_HOME)     # the `home` fixture's layout
 
 ll = helper_module("landlock")
 SOCKET = "/h/.local/state/agent-sandbox-run/egress-s-1/proxy.sock"

@@ -7,12 +7,7 @@ import pytest
 
 from agent_sandbox.backends.base import Guarantees, self_protection
 from agent_sandbox.policy.resolve import resolve_policy
-from tests.unit.homes import context, make_home, settings_for
-
-
-@pytest.fixture
-def home(tmp_path):
-    return make_home(tmp_path)
+from tests.support.homes import context, settings_for
 
 
 def _row(home, mode, launcher, install=()):

@@ -11,7 +11,7 @@ from chaperon.slurm.directives import parse_script
 from chaperon.refusal import Refusal
 from chaperon.slurm.sbatch_options import SBATCH
 
-from test_options import MESSAGE, SBATCH_FOREIGN, spellings
+from tests.support.slurmopts import MESSAGE, SBATCH_FOREIGN, spellings
 
 
 def script(*lines: str) -> str:

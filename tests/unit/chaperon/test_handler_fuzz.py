@@ -12,7 +12,7 @@ import stat
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from tests.handlerkit import SLURM_COMMANDS, call, context
+from tests.support.handlerkit import SLURM_COMMANDS, call, context
 
 WORDS = ["", "-", "--", ",", "-j", "--jobs", "--jobs=", "-j,", "--steps", "-s", "123",
          "123_4", "123.0", "123.batch", "999999999999", "0x1", "-u", "--user=root", "--me",

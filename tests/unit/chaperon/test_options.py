@@ -20,9 +20,9 @@ from chaperon.slurm.options import NONE, OPT, REQ, merge, parse
 from chaperon.refusal import Refusal
 from chaperon.slurm.sbatch_options import SBATCH
 from chaperon.slurm.srun_options import SRUN_ALLOCATION, SRUN_STEP
+from tests.support.slurmopts import MESSAGE, SBATCH_FOREIGN, spellings
 
 SPECS = {"sbatch": SBATCH, "srun-allocation": SRUN_ALLOCATION, "srun-step": SRUN_STEP}
-MESSAGE = re.compile(r"^agent-sandbox: (sbatch|srun): .+ is refused — .+\. .+$", re.S)
 
 # The brief's denied lists, checked by name so that flipping a table row to
 # "allowed" fails here, not only in the generated cases.
@@ -35,7 +35,6 @@ MUST_DENY = {
 }
 MUST_DENY["srun-step"] = MUST_DENY["srun-allocation"] + ["partition", "account", "qos",
                                                          "begin", "dependency"]
-SBATCH_FOREIGN = ["prolog", "epilog", "task-prolog", "task-epilog", "bcast"]
 
 
 def refused(spec, argv, **kw) -> Refusal:
@@ -43,41 +42,6 @@ def refused(spec, argv, **kw) -> Refusal:
         parse(spec, argv, **kw)
     assert MESSAGE.match(info.value.message), info.value.message
     return info.value
-
-
-def shortest_prefix(spec, option):
-    """The shortest abbreviation that resolves to `option` (not its full name)."""
-    for size in range(1, len(option.name)):
-        if spec.resolve(option.name[:size]) is option:
-            return option.name[:size]
-    return None
-
-
-def spellings(spec, option, value="v"):
-    """Every way to write `option` with `value` that getopt_long accepts."""
-    name, short = option.name, option.short
-    out = {}
-    if option.arg is NONE:
-        out["long"] = [f"--{name}"]
-        if short:
-            out["short"] = [f"-{short}"]
-            out["short-cluster"] = [f"-v{short}"] if spec.by_short.get("v") else [f"-{short}"]
-    else:
-        out["long="] = [f"--{name}={value}"]
-        if option.arg is REQ:
-            out["long"] = [f"--{name}", value]
-        if short:
-            out["short-attached"] = [f"-{short}{value}"]
-            if option.arg is REQ:
-                out["short"] = [f"-{short}", value]
-    prefix = shortest_prefix(spec, option)
-    if prefix:
-        out["prefix"] = [f"--{prefix}"] if option.arg is NONE else [f"--{prefix}={value}"]
-        if option.arg is REQ:
-            out["prefix-separate"] = [f"--{prefix}", value]
-    for alias in option.aliases:
-        out[f"alias {alias}"] = [f"--{alias}"] if option.arg is NONE else [f"--{alias}={value}"]
-    return out
 
 
 def denied_cases():

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.import_graph import ROOT, cycles as _cycles, graph, imports, modules
+from tests.support.import_graph import ROOT, cycles as _cycles, graph, imports, modules
 
 PACKAGE = ROOT / "chaperon"
 MODULES = modules("chaperon")

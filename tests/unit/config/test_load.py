@@ -15,14 +15,9 @@ from agent_sandbox.config.syntax import parse_config
 from agent_sandbox.errors import ConfigError
 
 USER = "alice"
+# The `home` fixture (tests/support/homes.py): an empty home but for the config directory.
+pytestmark = pytest.mark.home(files={}, dirs=(".config/agent-sandbox",), user=USER)
 DEFAULTS = Path(confload.defaults_path())
-
-
-@pytest.fixture
-def home(tmp_path) -> Path:
-    home = tmp_path / "home" / USER
-    (home / ".config" / "agent-sandbox").mkdir(parents=True)
-    return home
 
 
 @pytest.fixture

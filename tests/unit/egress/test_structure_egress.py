@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from tests.import_graph import cycles, graph, imports, modules
+from tests.support.import_graph import cycles, graph, imports, modules
 
 MODULES = modules("egress")
 

@@ -7,16 +7,15 @@ from __future__ import annotations
 
 import json
 import os
-from types import SimpleNamespace
 
 import pytest
 
-from agent_sandbox.config.profiles import Profile
 from agent_sandbox.agents import copy as agentcopy
 from agent_sandbox.agents import exe as agentexe
 from agent_sandbox.agents.exe import install_root
-from agent_sandbox.policy.resolve import Protected
 from agent_sandbox.errors import PolicyError
+from tests.support.agents import profile
+from tests.support.policies import claude_session_policy, policy_of
 
 
 @pytest.mark.parametrize("real, root", [
@@ -48,9 +47,7 @@ def test_install_root_is_a_prefix_only_when_it_is_one(tmp_path):
 
 
 def path_policy(home: str, **keys):
-    return SimpleNamespace(**{**dict(home=home, project_dir=f"{home}/proj", home_access="tmpfs",
-                                     home_writable=(f"{home}/.claude",), extra_writable=()),
-                              **keys})
+    return policy_of(home, **{"home_writable": (f"{home}/.claude",), **keys})
 
 
 def test_an_agent_from_a_relative_or_writable_path_entry_is_refused(tmp_path):
@@ -86,10 +83,6 @@ def test_an_agent_from_a_relative_or_writable_path_entry_is_refused(tmp_path):
                        "claude", "the")
 
 
-def profile(**keys) -> Profile:
-    return Profile("claude", "/p", "", ("claude",), "", "", (), **keys)
-
-
 def claude_copy(home: str, keep: str = "model"):
     """(spec, policy, record, copy root) of a Claude session copy whose
     settings.json keeps `keep`."""
@@ -97,7 +90,7 @@ def claude_copy(home: str, keep: str = "model"):
         config_dir=("CLAUDE_CONFIG_DIR", ".claude"),
         settings=("settings.json=.claude/settings.json",),
         settings_keep=(f"settings.json:{keep}",)), home)
-    policy, record = agentcopy.start(spec, fake_policy(home))
+    policy, record = agentcopy.start(spec, claude_session_policy(home))
     return spec, policy, record, policy.env["CLAUDE_CONFIG_DIR"]
 
 
@@ -115,17 +108,6 @@ def test_spec_pairs_each_file_with_its_patterns():
     assert agentcopy.spec_for(profile(), "/h/u") is None
 
 
-def fake_policy(home: str, backend: str = "bwrap"):
-    project = f"{home}/proj"
-    return SimpleNamespace(
-        env={}, home=home, session_id="s1", extra_writable=(), backend=backend,
-        project_dir=project, workdir=project, hidden=(f"{home}/.ssh",),
-        home_writable=(f"{home}/.claude", f"{home}/.cache/claude"), home_readonly=(),
-        protected=(Protected(f"{home}/.claude/hooks", True, False),
-                   Protected(f"{project}/.claude/settings.local.json", False, False)),
-        _replace=lambda **kw: SimpleNamespace(**{**fake_policy(home, backend).__dict__, **kw}))
-
-
 def test_a_session_copy_round_trip(tmp_path, capsys):
     home = str(tmp_path)
     os.makedirs(f"{home}/.claude/projects")
@@ -140,7 +122,7 @@ def test_a_session_copy_round_trip(tmp_path, capsys):
         settings_keep=("settings.json:model",),
         config_keep=("projects/", "history.jsonl"),
         config_scratch=("shell-snapshots/",)), home)
-    policy, record = agentcopy.start(spec, fake_policy(home))
+    policy, record = agentcopy.start(spec, claude_session_policy(home))
     root = policy.env["CLAUDE_CONFIG_DIR"]
     assert policy.extra_writable == (root,)
     # The real directory is writable entry by entry — only the entries the
@@ -191,7 +173,7 @@ def test_a_variable_set_to_another_directory_is_refused(tmp_path):
 
     home = str(tmp_path)
     spec = agentcopy.spec_for(profile(config_dir=("CODEX_HOME", ".codex")), home)
-    policy = fake_policy(home)
+    policy = claude_session_policy(home)
     policy.env["CODEX_HOME"] = "/elsewhere"
     with pytest.raises(PolicyError, match="CODEX_HOME=/elsewhere"):
         agentcopy.start(spec, policy)
@@ -229,7 +211,7 @@ def test_a_project_settings_file_is_edited_on_a_copy_bound_in_its_place(tmp_path
     os.makedirs(f"{home}/.claude")
     os.makedirs(f"{home}/proj/.claude")
     real = f"{home}/proj/.claude/settings.local.json"
-    policy, record = agentcopy.start(project_spec(home), fake_policy(home))
+    policy, record = agentcopy.start(project_spec(home), claude_session_policy(home))
     ((copy, dest),) = policy.session_files
     assert dest == real and copy.startswith(f"{home}/.local/state/agent-sandbox-run/agents/")
     with open(copy, "w") as handle:   # "allow … in this project", and a hook
@@ -252,7 +234,7 @@ def test_a_project_settings_symlink_is_neither_copied_nor_bound(tmp_path):
     with open(f"{home}/.ssh/id_rsa", "w") as handle:
         handle.write("SECRET")
     os.symlink(f"{home}/.ssh/id_rsa", f"{home}/proj/.claude/settings.local.json")
-    policy, record = agentcopy.start(project_spec(home), fake_policy(home))
+    policy, record = agentcopy.start(project_spec(home), claude_session_policy(home))
     assert policy.session_files == ()
     for directory, _, names in os.walk(f"{home}/.cache"):
         for name in names:
@@ -266,7 +248,7 @@ def test_a_project_settings_symlink_is_neither_copied_nor_bound(tmp_path):
 def test_project_settings_copies_are_for_bwrap_only(tmp_path):
     home = str(tmp_path)
     os.makedirs(f"{home}/proj/.claude")
-    policy, record = agentcopy.start(project_spec(home), fake_policy(home, "landlock"))
+    policy, record = agentcopy.start(project_spec(home), claude_session_policy(home, "landlock"))
     assert policy.session_files == ()
     agentcopy.finish(record)
 
@@ -285,7 +267,7 @@ def test_only_allow_listed_new_entries_go_back_and_both_are_reported(tmp_path, c
     # servers), Codex loads $CODEX_HOME/.env: names off the list never go back.
     home = str(tmp_path)
     os.makedirs(f"{home}/.claude")
-    policy, record = agentcopy.start(claude_spec(home), fake_policy(home))
+    policy, record = agentcopy.start(claude_spec(home), claude_session_policy(home))
     root = policy.env["CLAUDE_CONFIG_DIR"]
     for name in (".config.json", ".env", "history.jsonl"):
         with open(f"{root}/{name}", "w") as handle:
@@ -313,7 +295,7 @@ def test_a_symlink_or_unlisted_file_of_the_user_is_never_replaced(tmp_path):
     os.symlink(f"{home}/dotfiles/statusline.sh", f"{home}/.claude/history.jsonl")
     with open(f"{home}/.claude/notify.py", "w") as handle:
         handle.write("mine\n")
-    policy, record = agentcopy.start(claude_spec(home), fake_policy(home))
+    policy, record = agentcopy.start(claude_spec(home), claude_session_policy(home))
     root = policy.env["CLAUDE_CONFIG_DIR"]
     assert {f"{home}/.claude/statusline.sh", f"{home}/.claude/history.jsonl",
             f"{home}/.claude/notify.py"} <= set(policy.home_readonly)
@@ -357,5 +339,5 @@ def test_a_copy_whose_directory_became_a_link_is_neither_merged_nor_removed(tmp_
     assert "NOT merged back" in capsys.readouterr().err
     # and the next launch refuses to make its copy through it
     with pytest.raises(PolicyError, match=r"agent-sandbox-run/agents is a symlink"):
-        agentcopy.start(spec, fake_policy(home)._replace(session_id="s2"))
+        agentcopy.start(spec, claude_session_policy(home)._replace(session_id="s2"))
 

@@ -12,7 +12,8 @@ import pytest
 from agent_sandbox.agents import copy as agentcopy, launch as agentlaunch
 from agent_sandbox.services.egress import EgressPlan
 from agent_sandbox.names import RELAY_PORT
-from tests.unit.launch.test_agentcopy import fake_policy, profile
+from tests.support.agents import profile
+from tests.support.policies import claude_session_policy
 
 
 class Record(SimpleNamespace):
@@ -31,8 +32,7 @@ def compiled(home: str):
                             settings=("settings.json=.claude/settings.json",),
                             config_keep=("projects/",))
     spec = agentcopy.spec_for(agent_profile, home)
-    before = Record(**{k: v for k, v in fake_policy(home).__dict__.items() if k != "_replace"},
-                    session_files=())
+    before = Record(**claude_session_policy(home)._asdict())
     agent = agentlaunch.AgentLaunch("claude", [], dry_run=False)
     agent.profile = agent_profile
     after, record = agentcopy.start(spec, before)

@@ -11,10 +11,9 @@ import pytest
 from agent_sandbox.services import egress
 from agent_sandbox.names import RELAY_PORT
 from agent_sandbox.paths import helper_module
-from tests.unit.backends import test_backends
-from tests.unit.backends.test_backends import policy_for
+from tests.support.plans import PLAN_HOME, policy_for
 
-home = test_backends.home   # the fixture: a fake $HOME with credentials and a project
+pytestmark = pytest.mark.home(**PLAN_HOME)     # the `home` fixture's layout
 
 REAL = "sk-ant-api03-REALKEYREALKEYREALKEY"
 

@@ -14,8 +14,8 @@ from agent_sandbox.plancache.jobs import MARK, PER_TASK, JobCache
 from agent_sandbox.plancache.plans import Recorder
 from agent_sandbox.paths import staging_root
 from agent_sandbox.policy.resolve import resolve_policy
-from tests.unit.backends.test_backends import plan_for
-from tests.unit.homes import context, make_home, settings_for
+from tests.support.plans import plan_for
+from tests.support.homes import context, settings_for
 
 STEP_A = {"PATH": "/usr/bin:/bin", "SLURM_JOB_ID": "4242", "SLURM_JOBID": "4242",
           "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_TASK_PID": "31337",
@@ -27,8 +27,8 @@ STEP_B = dict(STEP_A, SLURM_JOB_ID="5151", SLURM_JOBID="5151", SLURM_STEP_ID="3"
 
 
 @pytest.fixture
-def home(tmp_path, monkeypatch):
-    home = make_home(tmp_path)
+def home(home, monkeypatch):
+    """The shared fake home, its project the working directory."""
     monkeypatch.chdir(home / "proj")
     return home
 

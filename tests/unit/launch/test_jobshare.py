@@ -235,7 +235,7 @@ def test_without_so_peerpidfd_the_peer_is_pinned_by_its_socket(holder, monkeypat
 # ---------------------------------------------------------------- shape (finding 2)
 def _policy(home, **changes):
     from agent_sandbox.policy.resolve import resolve_policy
-    from tests.unit.homes import context, settings_for
+    from tests.support.homes import context, settings_for
 
     return resolve_policy(settings_for(home, **changes), context(home), backend="bwrap")
 
@@ -253,7 +253,7 @@ def test_a_task_of_another_session_or_policy_does_not_join(tmp_path):
     from types import SimpleNamespace
 
     from agent_sandbox.jobs.join import _run_joined
-    from tests.unit.homes import make_home
+    from tests.support.homes import make_home
 
     home = make_home(tmp_path)
     open_policy = _policy(home)
@@ -284,7 +284,7 @@ def test_firejail_execs_the_joining_helper_directly_with_the_execute_only_interp
     from types import SimpleNamespace
 
     from agent_sandbox.jobs import join as jobjoin
-    from tests.unit.homes import make_home
+    from tests.support.homes import make_home
 
     monkeypatch.setattr(jobjoin, "join_python", lambda: "/prefix/venv/libexec/python3-join")
     policy = _policy(make_home(tmp_path))

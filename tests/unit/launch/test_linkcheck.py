@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
 from agent_sandbox.backends.base import Guarantees, self_protection
 from agent_sandbox.services import linkcheck
 from agent_sandbox.tools.doctor import install_links_item
+from tests.support.policies import policy_of
 
 
 @pytest.fixture
@@ -63,17 +63,17 @@ def test_the_walk_stops_at_its_limit_and_says_so(tree):
 
 
 def test_roots_are_the_writable_trees_outermost_without_the_hidden_ones(tmp_path):
-    policy = SimpleNamespace(project_dir="/h/proj", home_writable=("/h/.claude", "/h/proj/sub"),
-                             extra_writable=("/h/.local/state/agent-sandbox-caches/p-1",),
-                             hidden=("/h/.local/state/agent-sandbox-caches",))
+    policy = policy_of("/h", project_dir="/h/proj", home_writable=("/h/.claude", "/h/proj/sub"),
+                       extra_writable=("/h/.local/state/agent-sandbox-caches/p-1",),
+                       hidden=("/h/.local/state/agent-sandbox-caches",))
     assert linkcheck.roots_of(policy) == ["/h/proj", "/h/.claude"]
 
 
 def test_report_says_it_at_every_launch_and_remembers_the_directories(tree, tmp_path):
     home = tmp_path / "home"
     home.mkdir()
-    policy = SimpleNamespace(project_dir=str(tree), home_writable=(), extra_writable=(),
-                             hidden=(), home=str(home))
+    policy = policy_of(str(home), project_dir=str(tree), home_writable=(), extra_writable=(),
+                       hidden=())
     said = []
     for _ in range(2):
         found = linkcheck.report(policy, said.append)
@@ -91,10 +91,10 @@ def test_the_install_check_feeds_self_protected_and_doctor(tree):
     links = linkcheck.install_links([str(tree / ".venv"), str(tree)])   # nested: walked once
     assert links == (1, (str(tree / ".venv/lib/mod.py"),))
     g = Guarantees()
-    self_protection(g, SimpleNamespace(install_links=links))
+    self_protection(g, policy_of("/h", install_links=links))
     assert g.rows["self.protected"][0] == "partial"
     assert "UV_LINK_MODE=copy" in g.rows["self.protected"][1]
-    self_protection(g, SimpleNamespace(install_links=(0, ())))
+    self_protection(g, policy_of("/h", install_links=(0, ())))
     assert g.rows["self.protected"] == ("yes", "")
     item = install_links_item(links, (str(tree),))
     assert item.status == "GAPS" and "UV_LINK_MODE=copy" in item.fix

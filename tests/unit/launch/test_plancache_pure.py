@@ -263,7 +263,7 @@ def test_an_env_payload_that_is_not_the_policys_environment_keeps_everything():
     """A payload whose bytes are not exactly the policy's environment cannot
     be made again from it: nothing is taken out (and the plan is exact),
     and names is None when a value came from the environment (not stored:
-    tests/adversarial/test_plan_cache_review2.py)."""
+    tests/adversarial/test_plan_cache_store.py)."""
     environ = {"KEY": "value-1234"}
     launch = _launch(dict(environ), True)
     launch["plan"] = launch["plan"]._replace(payloads={"env": Payload(data=b"KEY=other")})

@@ -10,12 +10,7 @@ import pytest
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy import caches
 from agent_sandbox.policy.resolve import resolve_policy
-from tests.unit.homes import context, make_home, settings_for
-
-
-@pytest.fixture
-def home(tmp_path) -> Path:
-    return make_home(tmp_path)
+from tests.support.homes import context, settings_for
 
 
 def policy_for(home: Path, conf: str = "", environ=None, **ctx):

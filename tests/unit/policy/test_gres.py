@@ -5,7 +5,7 @@ import pytest
 
 from agent_sandbox.policy import gres
 from agent_sandbox.policy.resolve import _devices
-from tests.unit.homes import make_home, settings_for
+from tests.support.homes import make_home, settings_for
 
 
 @pytest.mark.parametrize("expression,expected", [

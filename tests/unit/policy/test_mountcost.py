@@ -22,7 +22,7 @@ from agent_sandbox.policy.mountcost import (defer_heavy, drop_covered, drop_redu
 from agent_sandbox.policy.resolve import resolve_policy
 from agent_sandbox.policy.view import (Bind, Data, Proc, RemountRo, RoBind, Symlink, Tmpfs,
                                        mount_ops)
-from tests.unit.homes import HOME_MODES, context, make_home, settings_for
+from tests.support.homes import HOME_MODES, context, make_home, settings_for
 
 SYS = frozenset({"/", "/sys", "/sys/fs/cgroup", "/sys/fs/cgroup/memory"})
 

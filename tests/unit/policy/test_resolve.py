@@ -11,12 +11,7 @@ import pytest
 
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import CREDENTIAL_DIRS, resolve_policy
-from tests.unit.homes import HOME_MODES, USER, context, make_home, settings_for
-
-@pytest.fixture
-def home(tmp_path) -> Path:
-    return make_home(tmp_path)
-
+from tests.support.homes import HOME_MODES, USER, context, settings_for
 
 def policy_for(home: Path, settings=None, **ctx_kwargs):
     settings = settings if settings is not None else settings_for(home)

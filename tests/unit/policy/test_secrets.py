@@ -181,15 +181,11 @@ def test_a_blanked_text_never_holds_a_table_match(text):
 
 
 # ---------------------------------------------------------------- boundfiles
-@pytest.fixture
-def home(tmp_path):
-    home = tmp_path / "u"
-    (home / "proj").mkdir(parents=True)
-    (home / ".config/agent-sandbox").mkdir(parents=True)
-    (home / ".bashrc").write_text(f"# rc\nexport GH_TOKEN={GHP}\nalias ll='ls -l'\n")
-    (home / ".profile").write_text("export PATH=$PATH:/x\n")
-    (home / ".gitconfig").write_text("[user]\n\tname = U\n[github]\n\ttoken = " + GHP + "\n")
-    return home
+# The `home` fixture (tests/support/homes.py): dotfiles that hold a token.
+pytestmark = pytest.mark.home(user="u", dirs=("proj", ".config/agent-sandbox"), files={
+    ".bashrc": f"# rc\nexport GH_TOKEN={GHP}\nalias ll='ls -l'\n",
+    ".profile": "export PATH=$PATH:/x\n",
+    ".gitconfig": "[user]\n\tname = U\n[github]\n\ttoken = " + GHP + "\n"})
 
 
 def policy_for(home, conf: str = "", backend: str = "bwrap"):

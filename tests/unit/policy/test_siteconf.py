@@ -12,12 +12,7 @@ from agent_sandbox.errors import SETUP_FAILED, PolicyError
 from agent_sandbox.policy import siteconf
 from agent_sandbox.policy.resolve import resolve_policy
 from agent_sandbox.policy.view import Tmpfs, mount_ops
-from tests.unit.homes import context, make_home, settings_for
-
-
-@pytest.fixture
-def home(tmp_path):
-    return make_home(tmp_path)
+from tests.support.homes import context, settings_for
 
 
 @pytest.fixture

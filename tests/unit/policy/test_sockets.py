@@ -17,7 +17,9 @@ from agent_sandbox.policy import resolve
 from agent_sandbox.policy.resolve import resolve_policy
 from agent_sandbox.policy.sockets import find_sockets, unsearched
 from agent_sandbox.policy.view import mount_ops
-from tests.unit.homes import context, make_home, settings_for
+from tests.support.homes import context, settings_for
+
+pytestmark = pytest.mark.home(symlinks=True)
 
 
 def listen(path: Path) -> socket.socket:
@@ -28,8 +30,8 @@ def listen(path: Path) -> socket.socket:
 
 
 @pytest.fixture
-def home(tmp_path):
-    home = make_home(tmp_path, symlinks=True)
+def home(home):
+    """The shared fake home (links to hidden places too) with listening sockets."""
     servers = [listen(home / ".cache" / "sock" / "t"), listen(home / "top.sock"),
                listen(home / "proj" / "own.sock"), listen(home / ".ssh" / "agent.sock")]
     (home / "to-sock").symlink_to(home / ".cache" / "sock" / "t")

@@ -13,26 +13,17 @@ from __future__ import annotations
 import os
 import shutil
 
-from agent_sandbox.paths import is_within
 from agent_sandbox.policy.resolve import resolve_policy
 from agent_sandbox.policy.view import Bind, RoBind, mount_ops, placeholders
-from tests.unit.homes import context, make_home, settings_for
-
-
-def plan(home):
-    policy = resolve_policy(settings_for(home), context(home), backend="bwrap")
-    return policy, mount_ops(policy)
-
-
-def under(ops, path: str) -> list:
-    return [op for op in ops if is_within(op.dest, path)]
+from tests.support.homes import context, make_home, settings_for
+from tests.support.plans import under, view_of
 
 
 def test_a_project_without_a_repository_gets_one_read_only_git(tmp_path):
     home = make_home(tmp_path)
     shutil.rmtree(home / "proj" / ".git")
     dotgit = str(home / "proj" / ".git")
-    policy, ops = plan(home)
+    policy, ops = view_of(home)
     assert under(ops, dotgit) == [RoBind(dotgit, dotgit)]
     # The placeholders still make what it shows, before the sandbox starts.
     made = {p.path for p in placeholders(policy)}
@@ -48,7 +39,7 @@ def test_an_existing_git_of_placeholders_only_keeps_the_pin(tmp_path):
     home = make_home(tmp_path)
     dotgit = str(home / "proj" / ".git")
     os.unlink(f"{dotgit}/hooks/pre-commit")
-    _, ops = plan(home)
+    _, ops = view_of(home)
     assert under(ops, dotgit)[0] == Bind(dotgit, dotgit)
 
 
@@ -56,7 +47,7 @@ def test_a_repository_keeps_its_writable_pin_and_read_only_control_files(tmp_pat
     home = make_home(tmp_path)
     dotgit = str(home / "proj" / ".git")
     (home / "proj" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    _, ops = plan(home)
+    _, ops = view_of(home)
     mounts = under(ops, dotgit)
     assert mounts[0] == Bind(dotgit, dotgit)
     assert RoBind(f"{dotgit}/hooks", f"{dotgit}/hooks") in mounts

@@ -8,13 +8,13 @@ from __future__ import annotations
 import shutil
 
 from agent_sandbox.policy.view import Bind, RoBind, placeholders
-from tests.unit.policy.test_view import plan, under
-from tests.unit.homes import make_home
+from tests.support.homes import make_home
+from tests.support.plans import under, view_of
 
 
 def _placeholders_of_a_running_session(home):
     shutil.rmtree(home / "proj" / ".git")
-    policy, _ = plan(home)
+    policy, _ = view_of(home)
     for item in placeholders(policy):
         path = home / "proj" / item.path[len(str(home / "proj")) + 1:]
         if ".git" not in path.parts:
@@ -30,7 +30,7 @@ def _placeholders_of_a_running_session(home):
 def test_another_sessions_placeholders_only_keep_the_git_read_only(tmp_path):
     home = make_home(tmp_path)
     dotgit = _placeholders_of_a_running_session(home)
-    _, ops = plan(home)
+    _, ops = view_of(home)
     assert under(ops, dotgit) == [RoBind(dotgit, dotgit)]
 
 
@@ -43,5 +43,5 @@ def test_anything_else_in_it_keeps_the_writable_pin(tmp_path):
             target.mkdir()
         else:
             target.write_text("ref: refs/heads/main\n" if extra == "HEAD" else "[core]\n")
-        _, ops = plan(home)
+        _, ops = view_of(home)
         assert under(ops, dotgit)[0] == Bind(dotgit, dotgit), extra

@@ -2,11 +2,10 @@
 the trees a sandbox shows read-only, and what PRIVATE_MOUNTS makes of them."""
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from agent_sandbox.mountinfo import parse_mountinfo
 from agent_sandbox.tools.checks import GAPS, GO
 from agent_sandbox.tools.visibility import automount_item
+from tests.support.policies import policy_of
 
 TABLE = parse_mountinfo(
     "22 1 8:1 / / rw - ext4 /dev/sda1 rw\n"
@@ -16,8 +15,8 @@ TABLE = parse_mountinfo(
 
 
 def policy(private_mounts=True, readonly=("/usr", "/etc", "/cvmfs"), backend="bwrap"):
-    return SimpleNamespace(system_readonly=readonly, private_mounts=private_mounts,
-                           backend=backend)
+    return policy_of("/h", system_readonly=readonly, private_mounts=private_mounts,
+                     backend=backend)
 
 
 def test_autofs_below_a_read_only_tree_is_named_with_what_private_mounts_costs():

@@ -1,6 +1,9 @@
-"""Attack review of the compiled plan cache (issue 19, "a cached plan must
-never be weaker than a fresh one"). Each test is one attack on an input
-that decides the plan; it fails on the code the attack worked against.
+"""The inputs that decide a compiled plan (issue 19, "a cached plan must
+never be weaker than a fresh one"): the derived caches, the installed code,
+the backend probes, conf.d, every input changed in turn, edits within the
+file system's timestamp granularity. Each test is one attack on an input
+that decides the plan; it fails on the code the attack worked against. (The
+programs run from PATH are test_path_lookup.py's.)
 
 The derived caches (cache/config-*.marshal, seccomp.marshal,
 boundfiles.marshal, probe-*.marshal) decide a compile as much as a plan
@@ -24,8 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED, PREFIX, SECRET_ENV
-from tests.procs import processes_of
+from tests.support.install import INSTALLED, PREFIX
+from tests.support.launcher import SECRET_ENV
+from tests.support.procs import processes_of
 
 HIT = "plan:      from the compiled plan cache"
 MISS = "plan:      compiled now"
@@ -506,70 +510,3 @@ def test_a_bound_file_verdict_is_not_kept_for_a_same_size_edit_in_its_second(use
             (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) for st in stats}) == 1)
         result = user.sandbox("cat", str(rc), cwd=project)
         assert token not in result.stdout, "the kept 'clean' verdict let the token in"
-
-
-# ---------------------------------------------------------------- the PATH lookup
-@pytest.mark.parametrize("program", ["bwrap", "git"])
-def test_a_program_the_launcher_runs_from_path_cannot_be_planted_by_the_sandbox(
-        user, project, program):
-    """The launcher runs bwrap (and git, to read a configuration that has
-    include or hooksPath) found on PATH, outside any sandbox. With
-    HOME_ACCESS=write, ~/.local/bin — first on PATH wherever it exists
-    (Debian's ~/.profile) — is writable inside: the agent puts its own
-    `bwrap` or `git` there, and the user's next launch runs it unsandboxed."""
-    local_bin = user.home / ".local/bin"
-    marker = user.home / f"escaped-{program}"
-    shutil.rmtree(local_bin, ignore_errors=True)
-    marker.unlink(missing_ok=True)
-    local_bin.mkdir(parents=True)
-    os.chown(local_bin, user.uid, user.gid)
-    env = user.env(PATH=f"{local_bin}:/usr/local/bin:/usr/bin:/bin")
-    user.set_config(BASE + "HOME_ACCESS=write\n")
-    gitconfig = user.home / ".gitconfig"
-    original = gitconfig.read_bytes()
-    real = shutil.which(program, path="/usr/bin:/bin")
-    trojan = f"#!/bin/sh\necho escaped > {marker}\nexec {real} \"$@\"\n"
-    # The agent's session: plants the program (and, for git, an include in
-    # ~/.gitconfig so that the next launch has git read the configuration).
-    script = (f"printf '%s' '{trojan}' > {local_bin}/{program} && chmod +x {local_bin}/{program}"
-              f" && printf '[include]\\n\\tpath = ~/.gitconfig.local\\n' >> {gitconfig}")
-    try:
-        planted = user.sandbox("/bin/sh", "-c", script, cwd=project, env=env,
-                               options=("--backend", "bwrap"))
-        assert planted.returncode == 0, planted.stderr
-        assert (local_bin / program).exists()
-        user.sandbox("true", cwd=project, env=env, options=("--backend", "bwrap"))
-        assert not marker.exists(), f"the next launch ran the sandbox's {program} outside it"
-    finally:
-        gitconfig.write_bytes(original)
-        shutil.rmtree(local_bin, ignore_errors=True)
-        marker.unlink(missing_ok=True)
-
-
-def test_a_slurm_command_the_sandbox_plants_on_path_is_not_run_by_the_chaperon(
-        user, project, slurm_cluster):
-    """The chaperon runs the real Slurm commands outside the sandbox, taken
-    from the system directories and PATH (the first by sorted real path).
-    A PATH directory the sandbox may write — EXTRA_WRITABLE_PATHS+=(/opt/…),
-    a scratch bin/ — lets the agent put its own `sinfo` there: the next
-    session's chaperon runs it unsandboxed (it even sorts before /usr/bin)."""
-    bin_dir = Path("/opt") / f"asreview-bin-{project.name}"
-    marker = user.home / "escaped-sinfo"
-    marker.unlink(missing_ok=True)
-    bin_dir.mkdir()
-    os.chown(bin_dir, user.uid, user.gid)
-    env = user.env(PATH=f"{bin_dir}:/usr/local/bin:/usr/bin:/bin")
-    user.set_config(f"EXTRA_WRITABLE_PATHS+=({bin_dir})\n")
-    real = shutil.which("sinfo")
-    trojan = f"#!/bin/sh\necho escaped > {marker}\nexec {real} \"$@\"\n"
-    try:
-        planted = user.sandbox("/bin/sh", "-c", f"printf '%s' '{trojan}' > {bin_dir}/sinfo && "
-                               f"chmod +x {bin_dir}/sinfo", cwd=project, env=env)
-        assert planted.returncode == 0, planted.stderr
-        assert (bin_dir / "sinfo").exists()
-        result = user.sandbox("sinfo", "-h", cwd=project, env=env)
-        assert result.returncode == 0, result.stderr
-        assert not marker.exists(), "the chaperon ran the sandbox's sinfo outside it"
-    finally:
-        shutil.rmtree(bin_dir, ignore_errors=True)
-        marker.unlink(missing_ok=True)

@@ -1,5 +1,6 @@
-"""An attack review of issue 27's mechanisms (docs/shared-channels.md), as the
-unprivileged user on the real backends:
+"""The channels a session shares with the user outside (issue 27,
+docs/shared-channels.md), attacked as the unprivileged user on the real
+backends:
 
 - configcheck's fingerprint of a large project configuration (over its read
   limit: size and mtime, no digest) could be forged: a session rewrote a
@@ -39,8 +40,8 @@ import uuid
 
 import pytest
 
-from tests.adversarial.test_shared_sockets import Server, _attack
-from tests.conftest import wrote
+from tests.support.sockets import Server, attack
+from tests.support.waiting import wrote
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOOK = ('{"hooks": {"SessionStart": [{"hooks": [{"type": "command", '
@@ -90,7 +91,7 @@ def test_a_socket_in_a_directory_the_walk_cannot_list_is_not_connectable(
     assert os.stat(directory).st_mode & 0o777 == 0o300
     server = Server(user, directory / "t")      # the user's server, outside, later
     try:
-        out = _attack(user, project, server.path, backend, HOME_ACCESS="read")
+        out = attack(user, project, server.path, backend, HOME_ACCESS="read")
         assert out.startswith("refused"), out
         assert "reached" not in out, out
     finally:

@@ -1,6 +1,6 @@
-"""Issue 27 item 7, the review's findings (docs/shared-channels.md §7), as an
-attacker inside — or a user whose launcher died — would meet them. Real
-backends, the unprivileged test user.
+"""The placeholders the launcher makes for protected paths that do not exist
+(docs/shared-channels.md §7), as an attacker inside — or a user whose
+launcher died — would meet them. Real backends, the unprivileged test user.
 
 - A placeholder made through a symlinked parent: `ln -s ~/tgt .claude` in the
   project, and the launcher made `.claude/settings.json` in `~/tgt`
@@ -10,12 +10,9 @@ backends, the unprivileged test user.
   the project to end removed the placeholders mounted in it, detaching its
   read-only binds. strace holds bwrap's setup at its first prctl so the kill
   lands in that window every time.
-- firejail: a project that is no repository became one (its `.git` of
-  placeholders was writable) — on bwrap too while another session of the
-  project ran; a submodule gitdir deeper than five levels
-  (`.git/modules/a/b/c/d/e/f/config`, core.fsmonitor) went unreported.
-- HOME_ACCESS=write: the entry point in ~/.local/bin is writable inside, and
-  the report said self.protected: yes.
+
+The project's `.git` of placeholders is test_git_integrity.py's, the
+self.protected report test_user_install_protection.py's.
 """
 from __future__ import annotations
 
@@ -24,12 +21,13 @@ import platform
 import shutil
 import signal
 import subprocess
-import time
+from functools import partial
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import INSTALLED
+from tests.support.install import INSTALLED
+from tests.support.waiting import until
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 PRCTL = {"x86_64": "157", "aarch64": "167"}     # the syscall number /proc/PID/syscall shows
@@ -90,14 +88,7 @@ def _bwrap_child_in_prctl(uid: int, project: Path) -> int | None:
     return None
 
 
-def _wait(predicate, what: str, timeout: float = 20.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        found = predicate()
-        if found:
-            return found
-        time.sleep(0.01)
-    pytest.fail(f"timed out waiting for {what}")
+_wait = partial(until, timeout=20.0, interval=0.01)     # bwrap's setup passes quickly
 
 
 def test_a_sandbox_outliving_its_killed_launcher_keeps_its_placeholders(user, project):
@@ -144,86 +135,3 @@ def test_a_sandbox_outliving_its_killed_launcher_keeps_its_placeholders(user, pr
     result = user.sandbox("true", options=("--backend", "bwrap"), cwd=project)
     assert result.returncode == 0, result.stderr
     assert not envrc.exists() and not hooks.exists()
-
-
-# ---------------------------------------------------------------- git
-MAKE_REPOSITORY = ("mkdir .git/objects .git/refs && echo 'ref: refs/heads/main' > .git/HEAD "
-                   "&& echo became-one")
-
-
-@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
-def test_a_project_that_is_no_repository_cannot_become_one(user, project, backend):
-    """Its `.git` holds only the placeholders: read-only as a whole (firejail
-    bound it writable, with read-only files in it)."""
-    result = user.sandbox("/bin/sh", "-c", MAKE_REPOSITORY, options=("--backend", backend),
-                          cwd=project)
-    assert "became-one" not in result.stdout, result.stderr
-    assert not (project / ".git" / "HEAD").exists()
-    # Also while another session of the project runs: its placeholders make
-    # the `.git` exist when this one starts (both backends bound it writable).
-    first = subprocess.Popen([INSTALLED, "run", "--backend", backend, "--", "sleep", "60"],
-                             user=user.uid, group=user.gid, extra_groups=[], env=user.env(),
-                             cwd=str(project), stdin=subprocess.DEVNULL,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        _wait(lambda: (project / ".git" / "hooks").is_dir(), "the first session's placeholders")
-        result = user.sandbox("/bin/sh", "-c", MAKE_REPOSITORY, options=("--backend", backend),
-                              cwd=project)
-        assert "became-one" not in result.stdout, result.stderr
-        assert not (project / ".git" / "HEAD").exists()
-    finally:
-        first.terminate()
-        first.wait(30)
-
-
-DEEP_MODULE = ".git/modules/a/b/c/d/e/f"
-PLANT_MODULE = (f"mkdir -p {DEEP_MODULE}/objects {DEEP_MODULE}/refs "
-                f"&& echo 'ref: refs/heads/main' > {DEEP_MODULE}/HEAD "
-                f"&& printf '[core]\\n\\tfsmonitor = touch /tmp/pwned\\n' > {DEEP_MODULE}/config "
-                "&& echo planted")
-
-
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_new_submodule_gitdir_at_any_depth_is_reported(user, project, backend):
-    """A submodule's name may hold any number of slashes: its gitdir
-    `.git/modules/a/b/c/d/e/f/config` with core.fsmonitor runs for the user's
-    `git submodule update` / `git status` later. The end check found module
-    gitdirs only five levels deep."""
-    init = user.run(["git", "init", "-q", str(project)], cwd=project)
-    assert init.returncode == 0, init.stderr
-    result = user.sandbox("/bin/sh", "-c", PLANT_MODULE, options=("--backend", backend),
-                          cwd=project)
-    assert "planted" in result.stdout, result.stderr
-    assert f"{project}/{DEEP_MODULE}/config gained core.fsmonitor = touch /tmp/pwned" \
-        in result.stderr
-
-
-# ---------------------------------------------------------------- self.protected
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_a_user_install_in_the_writable_home_is_reported(user, project, backend):
-    """HOME_ACCESS=write: the entry point a pipx / uv tool install leaves in
-    ~/.local/bin is writable inside — a session can replace what the user's
-    next `agent-sandbox` runs. The report said self.protected: yes."""
-    entry = user.home / ".local" / "bin" / "agent-sandbox"
-    entry.parent.mkdir(parents=True, exist_ok=True)
-    _own(entry.parent, user)
-    if entry.is_symlink() or entry.exists():
-        entry.unlink()
-    entry.symlink_to(INSTALLED)
-    _own(entry, user)
-    try:
-        env = user.env(HOME_ACCESS="write", PATH=f"{entry.parent}:/usr/local/bin:/usr/bin:/bin")
-        report = user.run([entry, "run", "--dry-run", "--backend", backend, "--", "true"],
-                          env=env, cwd=project)
-        assert report.returncode == 0, report.stderr
-        row = next(line for line in report.stdout.splitlines() if "self.protected" in line)
-        assert row.split()[0] == "partial", row
-        assert f"{entry} (what your next `agent-sandbox` runs first) is writable" in row
-        # … and it is: the session can put its own file in its place.
-        swap = user.run([entry, "run", "--backend", backend, "--", "/bin/sh", "-c",
-                         f"ln -sf /bin/true {entry}.new && mv -f {entry}.new {entry} "
-                         "&& echo swapped"], env=env, cwd=project)
-        assert "swapped" in swap.stdout, swap.stderr
-    finally:
-        if entry.is_symlink() or entry.exists():
-            entry.unlink()
