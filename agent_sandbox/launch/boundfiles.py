@@ -27,7 +27,9 @@ The report (banner, --dry-run) names the file, the lines and what was found
 from __future__ import annotations
 
 import os
-from typing import Callable, NamedTuple
+from typing import Callable
+
+from agent_sandbox.policy.model import BoundFileFinding, BoundFileReport
 
 
 MAX_BYTES = 1 << 20
@@ -39,19 +41,6 @@ SHELL_STARTUP_FILES = (
     ".cshrc", ".tcshrc", ".login", ".config/fish/config.fish",
 )
 TOO_LARGE = "too large"                    # what the reader returns for a file over MAX_BYTES
-
-
-class BoundFileFinding(NamedTuple):
-    path: str              # as bound inside the sandbox
-    lines: str             # "line 3", "lines 5-9", or "" for the whole file
-    what: str
-    action: str            # "blanked" | "not bound"
-
-
-class BoundFileReport(NamedTuple):
-    mode: str
-    checked: int
-    findings: tuple[BoundFileFinding, ...] = ()
 
 
 def bound_files(policy) -> tuple[tuple[str, str], ...]:

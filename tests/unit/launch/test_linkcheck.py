@@ -91,10 +91,10 @@ def test_the_install_check_feeds_self_protected_and_doctor(tree):
     links = linkcheck.install_links([str(tree / ".venv"), str(tree)])   # nested: walked once
     assert links == (1, (str(tree / ".venv/lib/mod.py"),))
     g = Guarantees()
-    self_protection(g, SimpleNamespace(install_links=links))
+    self_protection(g, SimpleNamespace(install_links=links, launcher_paths=()))
     assert g.rows["self.protected"][0] == "partial"
     assert "UV_LINK_MODE=copy" in g.rows["self.protected"][1]
-    self_protection(g, SimpleNamespace(install_links=(0, ())))
+    self_protection(g, SimpleNamespace(install_links=(0, ()), launcher_paths=()))
     assert g.rows["self.protected"] == ("yes", "")
     item = install_links_item(links, (str(tree),))
     assert item.status == "GAPS" and "UV_LINK_MODE=copy" in item.fix
