@@ -263,7 +263,7 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
         # agent cannot change it, the path is read-only inside — but never
         # into a hidden path (its content would become readable in the copy).
         real = os.path.realpath(item.real)
-        resolved[item.name] = None if _hidden(policy, real) else real
+        resolved[item.name] = None if policy.is_hidden(real) else real
         data = None if resolved[item.name] is None else _read(real)
         base[item.name] = None if data is None else data.decode("utf-8", "surrogateescape")
         if data is not None:
@@ -1016,14 +1016,6 @@ def _protected(path: str, protected) -> bool:
     from agent_sandbox.paths import is_within
 
     return any(is_within(path, p) or is_within(p, path) for p in protected)
-
-
-def _hidden(policy, path: str) -> bool:
-    """Policy.is_hidden, on the fields alone: a cached launch's policy is a
-    record without the class's methods (plancache.py)."""
-    from agent_sandbox.paths import is_within
-
-    return any(is_within(path, h) for h in policy.hidden)
 
 
 def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: list,

@@ -219,12 +219,12 @@ def shown_trees(policy) -> tuple[str, ...]:
     return roots + ((policy.home,) if policy.home_access in ("read", "write") else ())
 
 
-def is_shown(policy, path: str) -> bool:
+def is_shown(policy, path: str, *, realpath=os.path.realpath) -> bool:
     """Does `path` (a real path) show the host's file inside? Each tree is
-    taken as named and as resolved."""
+    taken as named and as resolved (`realpath`: the read that resolves)."""
     if is_hidden(path, policy.hidden):
         return False
-    return any(is_within(path, os.path.realpath(r)) or is_within(path, r)
+    return any(is_within(path, realpath(r)) or is_within(path, r)
                for r in shown_trees(policy))
 
 
@@ -235,8 +235,14 @@ def writable_trees(policy) -> tuple[str, ...]:
     return trees + ((policy.home,) if policy.home_access == "write" else ())
 
 
-def is_writable(policy, path: str) -> bool:
-    """`path` lies in a tree the sandbox can write, the tree taken as named
-    and as resolved (`path` as given: callers pass both its forms)."""
-    return any(tree and (is_within(path, tree) or is_within(path, os.path.realpath(tree)))
-               for tree in writable_trees(policy))
+def writable_tree_of(policy, *paths: str, realpath=os.path.realpath) -> str | None:
+    """The first tree the sandbox can write that holds one of `paths`, the
+    tree taken as named and as resolved (the paths as given: callers pass
+    each form of a path they mean); None when there is none."""
+    return next((tree for tree in writable_trees(policy) if tree and any(
+        is_within(path, tree) or is_within(path, realpath(tree)) for path in paths)), None)
+
+
+def is_writable(policy, path: str, *, realpath=os.path.realpath) -> bool:
+    """`path` lies in a tree the sandbox can write (writable_tree_of)."""
+    return writable_tree_of(policy, path, realpath=realpath) is not None

@@ -15,6 +15,7 @@ from agent_sandbox.config.profiles import Profile
 from agent_sandbox.launch import agentcopy
 from agent_sandbox.launch import agentexe
 from agent_sandbox.launch.agentexe import install_root
+from agent_sandbox.policy.model import is_hidden
 from agent_sandbox.policy.resolve import Protected
 from agent_sandbox.errors import PolicyError
 
@@ -123,6 +124,7 @@ def fake_policy(home: str, backend: str = "bwrap"):
         home_writable=(f"{home}/.claude", f"{home}/.cache/claude"), home_readonly=(),
         protected=(Protected(f"{home}/.claude/hooks", True, False),
                    Protected(f"{project}/.claude/settings.local.json", False, False)),
+        is_hidden=lambda path: is_hidden(path, (f"{home}/.ssh",)),
         _replace=lambda **kw: SimpleNamespace(**{**fake_policy(home, backend).__dict__, **kw}))
 
 

@@ -12,13 +12,17 @@ import pytest
 from agent_sandbox.launch import agentcopy, agentlaunch
 from agent_sandbox.launch.egress import EgressPlan
 from agent_sandbox.names import RELAY_PORT
+from agent_sandbox.policy.model import is_hidden
 from tests.unit.launch.test_agentcopy import fake_policy, profile
 
 
 class Record(SimpleNamespace):
-    """A cached policy: fields and _replace, no methods of the class."""
+    """A policy with the fields the copy reads, _replace and is_hidden."""
     def _replace(self, **changes):
         return Record(**{**self.__dict__, **changes})
+
+    def is_hidden(self, path: str) -> bool:
+        return is_hidden(path, self.hidden)
 
 
 def compiled(home: str):
