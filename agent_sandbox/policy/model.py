@@ -150,7 +150,8 @@ _POLICY = (
     ("network_mode", "open"),
     # PRIVATE_MOUNTS: no mount the host makes after the start propagates in (bwrap).
     ("private_mounts", True),
-    ("egress_socket", None), ("relay_port", 0), ("landlock_partial", False),
+    ("egress_socket", None),
+    ("relay_port", 0), ("landlock_partial", False),
     # A landlock job's shared-memory directory on this node (launch/jobshm.py):
     # (host path, descriptor the launcher opened and checked). A launch fact,
     # set with the plan's grant (jobshm.with_job_shm), never compiled.
