@@ -98,10 +98,10 @@ def spec_for(profile, home: str) -> Spec | None:
                     if not os.path.isabs(r) and not os.path.normpath(r).startswith(".."))
     return Spec(profile.name, variable, os.path.join(home, directory),
                 "" if mirror == "." else mirror, tuple(files), project,
-                tuple(getattr(profile, "config_keep", ())),
-                tuple(getattr(profile, "config_scratch", ())),
-                tuple(getattr(profile, "config_per_project", ())),
-                tuple(getattr(profile, "logins", ())))
+                tuple(profile.config_keep),
+                tuple(profile.config_scratch),
+                tuple(profile.config_per_project),
+                tuple(profile.logins))
 
 
 def _named(name: str, patterns, is_dir: bool) -> bool:
@@ -263,7 +263,7 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
         # agent cannot change it, the path is read-only inside — but never
         # into a hidden path (its content would become readable in the copy).
         real = os.path.realpath(item.real)
-        resolved[item.name] = None if _hidden(policy, real) else real
+        resolved[item.name] = None if policy.is_hidden(real) else real
         data = None if resolved[item.name] is None else _read(real)
         base[item.name] = None if data is None else data.decode("utf-8", "surrogateescape")
         if data is not None:
@@ -281,8 +281,8 @@ def _build(spec: Spec, policy, root: str, root_fd: int, copies: int, records: st
               "uid": os.getuid(), "spec": spec._replace(files=spec.files + project_files),
               "root": root, "base": base, "home": policy.home, "resolved": resolved,
               "project": policy.project_dir, "per_project": per_project, "logins": logins,
-              "workdir": getattr(policy, "workdir", "") or policy.project_dir,
-              "registry_slug": _registry_slug(spec, getattr(policy, "workdir", "")
+              "workdir": policy.workdir or policy.project_dir,
+              "registry_slug": _registry_slug(spec, policy.workdir
                                               or policy.project_dir, register=False),
               # read-only inside, so never moved back: protected paths and the note
               "protected": [p.path for p in policy.protected] + [p for p in (note_path,) if p]}
@@ -368,7 +368,7 @@ def _per_project(spec: Spec, policy, *, register: bool = False) -> dict:
         return {}
     from agent_sandbox.policy.agentstate import per_project_names
 
-    workdir = getattr(policy, "workdir", "") or policy.project_dir
+    workdir = policy.workdir or policy.project_dir
     return per_project_names(spec.per_project, policy.project_dir, workdir,
                              _registry_slug(spec, workdir, register=register))
 
@@ -1016,14 +1016,6 @@ def _protected(path: str, protected) -> bool:
     from agent_sandbox.paths import is_within
 
     return any(is_within(path, p) or is_within(p, path) for p in protected)
-
-
-def _hidden(policy, path: str) -> bool:
-    """Policy.is_hidden, on the fields alone: a cached launch's policy is a
-    record without the class's methods (plancache/plans.py)."""
-    from agent_sandbox.paths import is_within
-
-    return any(is_within(path, h) for h in policy.hidden)
 
 
 def _move_back(src_fd: int, dst_fd: int, real_dir: str, protected, skip, moved: list,

@@ -160,14 +160,14 @@ def self_protection(g: Guarantees, policy) -> None:
     from agent_sandbox.policy.view import ViewBuilder
 
     gaps = []
-    count, sample = getattr(policy, "install_links", None) or (0, ())
+    count, sample = policy.install_links or (0, ())
     if count:
         gaps.append(f"{count} file(s) of the install have another name (hard links, e.g. "
                     f"{sample[0] if sample else '?'}): read-only inside by their path, not "
                     "their inode — a write through a name the sandbox can reach elsewhere "
                     "changes the launcher. Reinstall it as copies (UV_LINK_MODE=copy; "
                     "docs/install.md)")
-    launcher = getattr(policy, "launcher_paths", ())
+    launcher = policy.launcher_paths
     roots = ViewBuilder(policy).writable_roots() if launcher else ()
     exposed = [p for p in launcher
                if any(is_within(p, r) for r in roots)
@@ -189,7 +189,7 @@ def fd_hygiene(g: Guarantees, policy) -> None:
     """fd.clean: the launcher marks every descriptor it did not open close-on-exec
     and the helper closes the rest before exec; `--keep-fd N` is the only way
     in, so the report names what was kept."""
-    kept = getattr(policy, "keep_fds", ())
+    kept = policy.keep_fds
     if kept:
         g.partial("fd.clean", "kept by --keep-fd: " + " ".join(map(str, kept)))
     else:
@@ -236,13 +236,13 @@ def socket_guarantee(g: Guarantees, policy, *, extra: tuple[str, ...] = ()) -> N
 def own_network(policy) -> bool:
     """bwrap and firejail give the sandbox a network namespace of its own
     (only loopback) unless NETWORK_MODE=open."""
-    return getattr(policy, "network_mode", "open") != "open" or policy.network_isolated
+    return policy.network_mode != "open" or policy.network_isolated
 
 
 def egress_guarantee(g: Guarantees, policy) -> None:
     """net.egress_filtered on a backend with a network namespace: isolated has
     no network, allowlist only the relay to the egress proxy."""
-    mode = getattr(policy, "network_mode", "open")
+    mode = policy.network_mode
     if mode == "open" and not policy.network_isolated:
         g.no("net.egress_filtered", "NETWORK_MODE=open: every host is reachable (set "
              "NETWORK_MODE=allowlist)")
@@ -253,7 +253,7 @@ def egress_guarantee(g: Guarantees, policy) -> None:
 def relay_args(policy) -> tuple:
     """The helper's --relay PORT SOCKET for the relay inside (allowlist mode),
     with the socket as the sandbox sees it."""
-    if getattr(policy, "egress_socket", None) is None:
+    if policy.egress_socket is None:
         return ()
     from agent_sandbox.names import EGRESS_SOCKET
 

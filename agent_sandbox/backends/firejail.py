@@ -179,8 +179,8 @@ class View:
         policy = self.policy
         home = policy.home
         writable = list(policy.home_writable) + list(policy.extra_writable)
-        chaperon = getattr(policy, "chaperon_dir", None)
-        staging = getattr(policy, "staging_dir", None)
+        chaperon = policy.chaperon_dir
+        staging = policy.staging_dir
         writable.append(policy.project_dir)
         overlays = list(policy.readonly_overlays) + ([staging] if staging else [])
         needed = (list(policy.system_readonly) + writable + overlays + list(policy.devices)
@@ -204,7 +204,7 @@ class View:
         if staging:
             # The same for the project's staging directory (read-only: late_readonly).
             self.whitelist.append(staging)
-        egress = getattr(policy, "egress_socket", None)
+        egress = policy.egress_socket
         if egress:
             # The egress proxy's directory (same reason; it holds the socket only).
             self.whitelist.append(os.path.dirname(egress))

@@ -101,7 +101,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
 def egress(g: Guarantees, policy: Policy) -> None:
     """net.egress_filtered: a Landlock TCP rule names a port, not an address,
     and UDP is not restricted at all, so at most partial."""
-    mode = getattr(policy, "network_mode", "open")
+    mode = policy.network_mode
     if mode == "allowlist":
         g.partial("net.egress_filtered", "Landlock lets TCP connect only to the relay's port, "
                   "but to that port on any host; UDP (DNS included) and other protocols are "
@@ -159,7 +159,7 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
     """The filesystem rules, in the order they are listed in --dry-run."""
     config_tree = user_config_dir(policy.home)
     readonly = tuple(policy.readonly_overlays) + (config_tree,) + _guarded_state(policy)
-    staging = getattr(policy, "staging_dir", None)
+    staging = policy.staging_dir
     if staging:
         readonly += (staging,)
     r = Rules(policy.hidden, readonly)
@@ -192,12 +192,12 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
             r.rules.append((RW, path))   # an agent's session copy (policy/view.py writable)
         else:
             r.grant(path, RW)
-    chaperon = getattr(policy, "chaperon_dir", None)
+    chaperon = policy.chaperon_dir
     if chaperon:
         # Inside an always-hidden directory on purpose, so no other session's
         # is reachable: granted as an exact rule, past the hidden-path carving.
         r.rules.append((RW, chaperon))
-    egress_socket = getattr(policy, "egress_socket", None)
+    egress_socket = policy.egress_socket
     if egress_socket:
         r.rules.append((ll.READ, os.path.dirname(egress_socket)))   # the same, read-only
     r.grant(policy.project_dir, RW)
@@ -213,10 +213,10 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
 def ruleset(policy: Policy, *, landlock_abi: int, tmpdir: str | None) -> dict:
     fs = ll.fs_rights(landlock_abi)
     net, ports = 0, ()
-    if (policy.network_isolated or getattr(policy, "network_mode", "open") == "allowlist") \
+    if (policy.network_isolated or policy.network_mode == "allowlist") \
             and landlock_abi >= 4:
         net = ll.NET_BIND_TCP | ll.NET_CONNECT_TCP     # handled, no port granted
-        if getattr(policy, "relay_port", 0) and not policy.network_isolated:
+        if policy.relay_port and not policy.network_isolated:
             # allowlist: only the relay's port (it binds it, clients connect to it)
             ports = ((net, policy.relay_port),)
     scoped = (ll.SCOPE_ABSTRACT_UNIX | ll.SCOPE_SIGNAL) if landlock_abi >= 6 else 0
@@ -240,7 +240,7 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     if policy.private_tmp:
         out.append("PRIVATE_TMP: /tmp is the host's and not accessible; $TMPDIR is a fresh "
                    "per-session directory, removed at exit")
-    if getattr(policy, "network_mode", "open") == "allowlist" and not policy.network_isolated:
+    if policy.network_mode == "allowlist" and not policy.network_isolated:
         out.append("NETWORK_MODE=allowlist: partial — TCP only to the relay's port (on any "
                    "host); UDP, DNS and other protocols are not restricted; no API key "
                    "brokering (the relay listens on the host's loopback)")
@@ -251,8 +251,8 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
 
 
 def network_refusal(policy: Policy, *, landlock_abi: int) -> str | None:
-    mode = "isolated" if policy.network_isolated else getattr(policy, "network_mode", "open")
-    if mode == "allowlist" and not getattr(policy, "landlock_partial", False):
+    mode = "isolated" if policy.network_isolated else policy.network_mode
+    if mode == "allowlist" and not policy.landlock_partial:
         return ("NETWORK_MODE=allowlist cannot be enforced on the landlock backend: a "
                 "Landlock TCP rule names a port, not an address, so any host on the proxy's "
                 "port stays reachable, and UDP and DNS stay open (the site admin may accept "

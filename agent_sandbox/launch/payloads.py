@@ -165,25 +165,25 @@ def _read_bound_file(path: str):
 
 
 def _with_note(policy, profile, payloads: dict, *, slurm: bool):
-    """The profile's note, after whatever the user keeps at that path — as
-    check_bound_files left it: a file it blanked (a token in the user's
-    CLAUDE.md) gives its blanked text, and the note takes the blanked copy's
-    place (one file at that path: the payload and the plan cache's copy of
-    it hold no token); a file it skipped is hidden."""
+    """(policy, the note's payload): the profile's note after whatever the
+    user keeps at that path, as check_bound_files left it (policy/note.py
+    decides; a blanked copy it consumes leaves `payloads`)."""
     from agent_sandbox.backends.base import Payload
-    from agent_sandbox.config.profiles import note_text
+    from agent_sandbox.policy.note import with_note
 
-    existing = b""
-    blanked = [g for g in policy.generated_files if g[0] == profile.note_path]
-    if blanked:
-        existing = payloads.pop(blanked[0][1]).data.rstrip(b"\n") + b"\n\n"
-        policy = policy._replace(generated_files=tuple(
-            g for g in policy.generated_files if g[0] != profile.note_path))
-    elif not policy.is_hidden(os.path.realpath(profile.note_path)):
-        try:
-            with open(profile.note_path, "rb") as handle:
-                existing = handle.read(1 << 20).rstrip(b"\n") + b"\n\n"
-        except OSError:
-            pass
-    note = existing + note_text(policy, slurm=slurm).encode()
-    return policy._replace(notes=((profile.note_path, "note-0"),)), Payload(data=note)
+    policy, note, used = with_note(policy, profile.note_path, slurm=slurm,
+                                   blanked=lambda name: payloads[name].data,
+                                   realpath=os.path.realpath, read=_read_note)
+    if used is not None:
+        del payloads[used]
+    return policy, Payload(data=note)
+
+
+def _read_note(path: str) -> bytes | None:
+    from agent_sandbox.policy.note import MAX_BYTES
+
+    try:
+        with open(path, "rb") as handle:
+            return handle.read(MAX_BYTES)
+    except OSError:
+        return None

@@ -69,7 +69,7 @@ def _action(finding, report, backend: str) -> str:
 
 def bound_file_lines(policy, backend: str) -> list[str]:
     """Secrets found in files bound from the home: file, line, what — never the secret."""
-    report = getattr(policy, "bound_file_report", None)
+    report = policy.bound_file_report
     if report is None:
         return []
     if report.mode == "off":
@@ -83,7 +83,7 @@ def bound_file_lines(policy, backend: str) -> list[str]:
 
 def bound_file_banner(policy, backend: str) -> str:
     """One line per file that held a secret."""
-    report = getattr(policy, "bound_file_report", None)
+    report = policy.bound_file_report
     if report is None or not report.findings:
         return ""
     by_file: dict[str, list] = {}
@@ -109,7 +109,7 @@ def network_line(policy) -> str:
     """NETWORK_MODE, and in allowlist mode where the relay and the proxy are."""
     if policy.network_isolated:
         return "isolated"
-    mode = getattr(policy, "network_mode", "open")
+    mode = policy.network_mode
     if mode != "allowlist":
         return mode
     if not policy.egress_socket:
@@ -125,7 +125,7 @@ def socket_lines(policy, plan) -> list[str]:
     """The unix sockets found in shown trees (policy/sockets.py): left out of
     a mount view; where the backend cannot confine sockets (landlock), still
     there and connectable."""
-    sockets = getattr(policy, "sockets", ())
+    sockets = policy.sockets
     if not sockets:
         return []
     cannot = dict(plan.cannot).get("unix_sockets.confined")
@@ -189,7 +189,7 @@ def banner(policy, plan) -> str:
     chosen = f" ({plan.chosen_because})" if plan.chosen_because else ""
     text = (f"agent-sandbox: {plan.backend} sandbox{chosen} — project {policy.project_dir}, "
             f"home {policy.home_access}, {len(policy.env_removed)} variables removed")
-    mode = "isolated" if policy.network_isolated else getattr(policy, "network_mode", "open")
+    mode = "isolated" if policy.network_isolated else policy.network_mode
     if mode != "open":
         text += f", network {mode}"
     if partial:

@@ -439,7 +439,7 @@ def _store(cache, recorder, prepared: Prepared, agent, egressed: list) -> None:
     directory is granted after the store, jobshm.with_job_shm.) An agent's
     launch and an egress proxy's plan are stored with what a hit needs to
     make them again (agents/launch.py), or not at all."""
-    if any(getattr(p, "fd", None) is not None for p in prepared.plan.payloads.values()):
+    if any(p.fd is not None for p in prepared.plan.payloads.values()):
         return
     from agent_sandbox.agents.launch import stored
 
@@ -514,7 +514,7 @@ def make_package_cache(policy) -> None:
     made by descriptor from the home (0700), unrecorded: by the compile
     before the plan looks at the path it grants (so that the launch does not
     change what the compile saw), and again by every launch."""
-    cache = getattr(policy, "package_cache", None)
+    cache = policy.package_cache
     if not cache:
         return
     from agent_sandbox.plancache.plans import ACTIVE, Paused

@@ -45,12 +45,15 @@ those are the same values; a cache file holds no value the plan took from
 the environment into one of those places.
 
 Stored with marshal (no code runs on load). A NamedTuple is stored with its
-class name and field names and comes back as a *record*: a tuple of the same
-items with the same field names as attributes (and `_replace`), so that a
-hit imports none of the modules that define the classes (the policy, the
-backends, the configuration: no pydantic, no typer, no policy code). Code
-that runs a plan therefore reads fields and never calls a method of the
-plan's classes (spawn.render_argv, report.py dispatches on `kind`). A
+class name and field names. The classes of a model module (MODELS: the
+Policy's, policy/model.py, stdlib only) come back as themselves, with their
+methods, so a cached policy is the compiled one's type. Any other class
+comes back as a *record*: a tuple of the same items with the same field
+names as attributes (and `_replace`), so that a hit imports none of the
+modules that define them (the backends, the configuration: no pydantic, no
+typer, no resolve code). Code that runs a plan therefore reads the plan's
+fields and never calls a method of its classes (spawn.render_argv,
+report.py dispatches on `kind`). A
 cache file is used only if it is a regular file owned by this user and
 writable by no one else, in a directory with the same properties, inside the
 hidden state directory; anything else — foreign, corrupt, stale — is a miss,
@@ -478,11 +481,32 @@ def thaw(value, swap_str, swap_bytes, classes: dict):
         return frozenset(items)
     if tag == 2:
         key = (value[1], value[2])
-        cls = classes.get(key) or classes.setdefault(key, _record(*key))
+        cls = classes.get(key) or classes.setdefault(key, _class(*key))
         if len(items) != len(cls._fields):
             raise ValueError(value[1])
-        return cls(items)
+        return cls._make(items)
     raise ValueError(tag)
+
+
+# The modules whose classes a hit rebuilds as themselves (the same type and
+# methods as a compile's): each imports only the standard library and the
+# vocabulary, so a hit may import it. Any other stored class comes back as a
+# record (_record).
+MODELS = frozenset({"agent_sandbox.policy.model"})
+
+
+def _class(name: str, fields: tuple):
+    """The class that stands for stored class `name` with `fields`: the
+    class itself when its module is a model (MODELS), else a record. A model
+    class whose fields differ from the stored ones is a miss (ValueError)."""
+    module, _, qualname = name.partition(":") if isinstance(name, str) else ("", "", "")
+    if module not in MODELS:
+        return _record(name, fields)
+    __import__(module)
+    cls = getattr(sys.modules[module], qualname, None)
+    if cls is None or getattr(cls, "_fields", None) != fields:
+        raise ValueError(name)
+    return cls
 
 
 # ---------------------------------------------------------------- environment template

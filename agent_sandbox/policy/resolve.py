@@ -27,6 +27,9 @@ from agent_sandbox.policy import caches, siteconf
 from agent_sandbox.policy.siteconf import slurm_conf_path
 from agent_sandbox.policy.sockets import NO_RESOLVER, find_sockets, home_trees, run_trees
 from agent_sandbox.errors import PolicyError
+# The Policy's classes live in a stdlib-only module that a cached launch
+# imports too (model.py); named here as well, where they are decided.
+from agent_sandbox.policy.model import Policy, Protected  # noqa: F401
 
 # Always hidden, in every HOME_ACCESS mode; not configurable away (SPEC §4).
 # The last one holds the chaperon session directories: hidden so that no
@@ -73,98 +76,6 @@ class LaunchContext(NamedTuple):
     # What the user's next launch runs before any sandbox: the entry point as
     # invoked (a link in ~/.local/bin, say), its target, the interpreter.
     launcher_paths: tuple[str, ...] = ()
-
-
-class Protected(NamedTuple):
-    path: str
-    is_dir: bool
-    exists: bool
-    placeholder: bytes = b""
-
-
-class Policy(NamedTuple):
-    session_id: str
-    backend: str
-    project_dir: str
-    workdir: str
-    uid: int
-    gid: int
-    user: str
-    home: str
-    home_access: str
-    system_readonly: tuple[str, ...]
-    home_readonly: tuple[str, ...]
-    home_writable: tuple[str, ...]
-    home_seeded: tuple[str, ...]
-    extra_writable: tuple[str, ...]
-    hidden: tuple[str, ...]
-    protected: tuple[Protected, ...]
-    readonly_overlays: tuple[str, ...]   # install dir, user config tree
-    run_binds: tuple[str, ...]
-    slurm_masks: tuple[str, ...]
-    slurm_binaries: tuple[str, ...]
-    devices: tuple[str, ...]
-    private_tmp: bool
-    private_ipc: bool
-    filter_passwd: bool
-    network_isolated: bool
-    seccomp: bool
-    seccomp_extra: tuple[str, ...]
-    env: dict                            # never printed: it holds API keys
-    env_removed: tuple[str, ...] = ()
-    require: tuple[str, ...] = ()
-    quiet: bool = False
-    warnings: tuple[str, ...] = ()
-    chaperon_dir: str | None = None      # this session's chaperon directory (host path)
-    staging_dir: str | None = None       # job output staging, read-only inside
-    notes: tuple = ()                    # (path, payload name): read-only notes for the agent
-    keep_fds: tuple[int, ...] = ()       # inherited descriptors kept (--keep-fd), never by default
-    # Home files that held a secret (boundfiles.py): (path, payload name, mode)
-    # bound from a blanked copy, and the report of the check for the banner.
-    generated_files: tuple = ()
-    bound_file_report: object = None
-    pinned: tuple[str, ...] = ()         # bound onto themselves: cannot be renamed (gitrepo.py)
-    prompt: str = ""                     # SANDBOX_PROMPT: prompt prefix and title tag
-    # The launcher relays a pseudo-terminal (process/terminal.py): the command
-    # takes it as controlling terminal. A launch fact, set like keep_fds.
-    terminal: bool = False
-    # Protected project files an agent edits on a session copy (agents/copy.py):
-    # (copy, path) — bwrap binds the copy there writable instead of read-only.
-    session_files: tuple = ()
-    # The site's slurm.conf the chaperon uses (slurm_conf_path), None: Slurm's default.
-    slurm_conf: str | None = None
-    # NETWORK_MODE (names.NETWORK_MODES). With allowlist, with_egress adds the
-    # proxy's socket (host path, in this session's egress directory) and the
-    # relay's port; landlock_partial: the admin accepts landlock's weaker form.
-    network_mode: str = "open"
-    # PRIVATE_MOUNTS: no mount the host makes after the start propagates in (bwrap).
-    private_mounts: bool = True
-    egress_socket: str | None = None
-    relay_port: int = 0
-    landlock_partial: bool = False
-    # A landlock job's shared-memory directory on this node (jobs/shm.py):
-    # (host path, descriptor the launcher opened and checked). A launch fact,
-    # set with the plan's grant (jobshm.with_job_shm), never compiled.
-    job_shm: tuple = ()
-    # Pathname unix sockets in the trees shown from the host (policy/sockets.py):
-    # left out of the view like hidden paths on the backends with a mount view.
-    sockets: tuple[str, ...] = ()
-    # The sandbox's own package cache (policy/caches.py own_cache): made by
-    # the launcher, granted writable by exact path (it lies in an always-
-    # hidden directory, paths.CACHES_DIR), named by the tools' variables inside.
-    package_cache: str | None = None
-    # Files of the install with more than one link: (how many, a few of them)
-    # — self.protected is partial then (backends/base.py self_protection).
-    install_links: tuple = (0, ())
-    # LaunchContext.launcher_paths: self.protected is partial when one of them
-    # is writable inside (backends/base.py self_protection).
-    launcher_paths: tuple[str, ...] = ()
-
-    def __repr__(self) -> str:
-        return f"Policy(backend={self.backend!r}, project_dir={self.project_dir!r}, …)"
-
-    def is_hidden(self, path: str) -> bool:
-        return any(_is_within(path, h) for h in self.hidden)
 
 
 def _home_path(home: str, entry: str) -> str:

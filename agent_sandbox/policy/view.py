@@ -241,7 +241,7 @@ def shown_hidden(policy) -> tuple[str, ...]:
     """What a mount view leaves out: the hidden paths, and the pathname
     sockets found in the trees it shows from the host (policy/sockets.py:
     a read-only mount does not stop connect(), only absence does)."""
-    return tuple(policy.hidden) + tuple(getattr(policy, "sockets", ()))
+    return tuple(policy.hidden) + tuple(policy.sockets)
 
 
 def hidden_inside(hidden, trees) -> tuple[str, ...]:
@@ -265,7 +265,7 @@ class ViewBuilder:
         self.seeded = policy.home_seeded if policy.home_access != "write" else ()
         # Home files that held a secret: bound from a blanked copy (boundfiles.py).
         self.generated = {path: (payload, mode) for path, payload, mode
-                          in getattr(policy, "generated_files", ())}
+                          in policy.generated_files}
 
     def _hidden(self, path: str) -> bool:
         return is_hidden(path, self.hidden)
@@ -416,7 +416,7 @@ class ViewBuilder:
         if os.path.lexists(path) and not self._placeholders_only(path):
             return False
         below = [p.path for p in self.policy.protected if _contains_any(path, (p.path,))]
-        others = [p for pair in getattr(self.policy, "session_files", ()) for p in pair]
+        others = [p for pair in self.policy.session_files for p in pair]
         others += [n for n, _ in self.policy.notes] + list(self.policy.readonly_overlays)
         others += list(self.policy.hidden) + [p for p in (self.policy.staging_dir,) if p]
         return bool(below) and not any(_is_within(p, path) for p in others)
@@ -477,7 +477,7 @@ class ViewBuilder:
                 continue   # reported as a warning by the policy checks
             # An agent's session copy (agents/copy.py) is bound writable
             # in its place: what the agent saves there is merged back at exit.
-            copy = next((c for c, dest in getattr(self.policy, "session_files", ())
+            copy = next((c for c, dest in self.policy.session_files
                          if dest == item.path), None)
             self.ops.append(Bind(copy, item.path) if copy else RoBind(item.path, item.path))
         for path in self.policy.readonly_overlays:

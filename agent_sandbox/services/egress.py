@@ -110,7 +110,7 @@ def brokering(settings, policy, profile, port: int) -> tuple[dict, dict, tuple]:
     local user could reach the broker."""
     from agent_sandbox.traits import traits
 
-    names = getattr(profile, "brokers", ()) if profile is not None else ()
+    names = profile.brokers if profile is not None else ()
     if not settings.API_KEY_BROKERING or not traits(policy.backend).network_namespace:
         return {}, {}, ()
     env, brokers, args = {}, {}, []

@@ -241,7 +241,8 @@ class Item(NamedTuple):
 
 def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
     candidates = list(MUNGE_SOCKETS)
-    site = getattr(policy, "slurm_conf", None) or environ.get("SLURM_CONF", "")
+    # No policy when no backend resolved one (doctor's any_policy).
+    site = (policy.slurm_conf if policy is not None else None) or environ.get("SLURM_CONF", "")
     for conf in [site] + list(SLURM_CONFS):
         if conf and os.path.isfile(conf):
             candidates = munge_sockets_from_conf(_read(conf)) + candidates
@@ -289,7 +290,7 @@ def slurm_item(settings, policy, environ) -> tuple[Item, bool]:
                     data={"binaries": []}), False
     sinfo = next((b for b in binaries if os.path.basename(b) == "sinfo"), None)
     env = {"PATH": "/usr/bin:/bin"}
-    site = getattr(policy, "slurm_conf", None) or environ.get("SLURM_CONF")
+    site = policy.slurm_conf or environ.get("SLURM_CONF")
     if site:   # the site's Slurm, as the chaperon uses it (resolve.slurm_conf_path)
         env["SLURM_CONF"] = site
     code, text = _run([sinfo, "--version"], env=env) if sinfo else (-1, "sinfo not found")

@@ -95,7 +95,7 @@ def _hidden_rule(path: str, settings, policy) -> str | None:
             return f"EXTRA_BLOCKED_PATHS entry {entry} ({_origin(settings, 'EXTRA_BLOCKED_PATHS')})"
     if policy.is_hidden(path):
         return "the resolved target of a hidden symlink"
-    if path in getattr(policy, "sockets", ()):
+    if path in policy.sockets:
         return ("a unix socket in a tree shown from the host: left out like a hidden path "
                 "(unix_sockets.confined; on landlock still connectable)")
     return None

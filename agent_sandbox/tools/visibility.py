@@ -64,7 +64,7 @@ def automount_item(policy, mounts) -> Item:
     listed = " ".join(points)
     from agent_sandbox.traits import TRAITS
 
-    known = TRAITS.get(getattr(policy, "backend", ""))
+    known = TRAITS.get(policy.backend)
     if known is not None and not known.mount_namespace:
         return Item("automounts", GO, f"autofs at {listed}: {known.display_name} shares the "
                     "host's mounts "
