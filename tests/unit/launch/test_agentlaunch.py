@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-from types import SimpleNamespace
 
 import pytest
 
@@ -14,12 +13,6 @@ from agent_sandbox.services.egress import EgressPlan
 from agent_sandbox.names import RELAY_PORT
 from tests.support.agents import profile
 from tests.support.policies import claude_session_policy
-
-
-class Record(SimpleNamespace):
-    """A cached policy: fields and _replace, no methods of the class."""
-    def _replace(self, **changes):
-        return Record(**{**self.__dict__, **changes})
 
 
 def compiled(home: str):
@@ -32,7 +25,7 @@ def compiled(home: str):
                             settings=("settings.json=.claude/settings.json",),
                             config_keep=("projects/",))
     spec = agentcopy.spec_for(agent_profile, home)
-    before = Record(**claude_session_policy(home)._asdict())
+    before = claude_session_policy(home)      # a cached policy is the class itself (policy/model.py)
     agent = agentlaunch.AgentLaunch("claude", [], dry_run=False)
     agent.profile = agent_profile
     after, record = agentcopy.start(spec, before)
