@@ -34,3 +34,21 @@ def claude_session_policy(home: str, backend: str = "bwrap") -> Policy:
         home_writable=(f"{home}/.claude", f"{home}/.cache/claude"),
         protected=(Protected(f"{home}/.claude/hooks", True, False),
                    Protected(f"{project}/.claude/settings.local.json", False, False)))
+
+
+def sample_policy(**changes) -> Policy:
+    """A Policy with something in every kind of path (hidden, writable,
+    protected, an install overlay) and a secret in env: for the model's and the
+    pure decisions' unit tests (policy/model.py, executable, boundfiles, note)."""
+    base = dict(session_id="0123456789ab", backend="bwrap", project_dir="/h/u/proj",
+                workdir="/h/u/proj", uid=1000, gid=1000, user="u", home="/h/u",
+                home_access="tmpfs", system_readonly=("/usr", "/etc"),
+                home_readonly=("/h/u/.gitconfig",), home_writable=("/h/u/.claude",),
+                home_seeded=(), extra_writable=("/scratch/u",), hidden=("/h/u/.ssh", "/nfs/keys"),
+                protected=(Protected("/h/u/proj/.git/hooks", True, True),),
+                readonly_overlays=("/opt/as",), run_binds=(), slurm_masks=(),
+                slurm_binaries=(), devices=(), private_tmp=True, private_ipc=True,
+                filter_passwd=True, network_isolated=False, seccomp=True, seccomp_extra=(),
+                env={"KEY": "secret"})
+    base.update(changes)
+    return Policy(**base)

@@ -9,7 +9,7 @@ import pytest
 from agent_sandbox.policy import boundfiles
 from agent_sandbox.policy.boundfiles import TOO_LARGE, bound_files
 from agent_sandbox.policy.model import BoundFileReport
-from tests.unit.policy.test_model import policy as make_policy
+from tests.support.policies import sample_policy as make_policy
 
 TOKEN = "ghp_" + "A" * 36
 PLAIN = {"/h/u/.gitconfig", "/h/u/.bashrc", "/h/u/.profile"}

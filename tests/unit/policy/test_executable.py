@@ -11,7 +11,7 @@ import pytest
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy import executable
 from agent_sandbox.policy.executable import Reads
-from tests.unit.policy.test_model import policy as make_policy
+from tests.support.policies import sample_policy as make_policy
 
 HOME = "/h/u"
 

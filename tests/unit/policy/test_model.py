@@ -14,21 +14,7 @@ from agent_sandbox.plancache.plans import freeze, thaw
 from agent_sandbox.policy import model
 from agent_sandbox.policy.model import (BoundFileFinding, BoundFileReport, Policy, Protected,
                                         is_hidden, is_shown, is_writable)
-
-
-def policy(**changes) -> Policy:
-    base = dict(session_id="0123456789ab", backend="bwrap", project_dir="/h/u/proj",
-                workdir="/h/u/proj", uid=1000, gid=1000, user="u", home="/h/u",
-                home_access="tmpfs", system_readonly=("/usr", "/etc"),
-                home_readonly=("/h/u/.gitconfig",), home_writable=("/h/u/.claude",),
-                home_seeded=(), extra_writable=("/scratch/u",), hidden=("/h/u/.ssh", "/nfs/keys"),
-                protected=(Protected("/h/u/proj/.git/hooks", True, True),),
-                readonly_overlays=("/opt/as",), run_binds=(), slurm_masks=(),
-                slurm_binaries=(), devices=(), private_tmp=True, private_ipc=True,
-                filter_passwd=True, network_isolated=False, seccomp=True, seccomp_extra=(),
-                env={"KEY": "secret"})
-    base.update(changes)
-    return Policy(**base)
+from tests.support.policies import sample_policy as policy
 
 
 def _thaw(value):

@@ -4,7 +4,7 @@ copy (the copy consumed: one file, no token), never after a hidden one."""
 from __future__ import annotations
 
 from agent_sandbox.policy.note import with_note
-from tests.unit.policy.test_model import policy as make_policy
+from tests.support.policies import sample_policy as make_policy
 
 NOTE = "/h/u/.claude/CLAUDE.md"
 HEADING = b"# You are running inside agent-sandbox\n"
