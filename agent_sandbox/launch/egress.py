@@ -182,7 +182,7 @@ class EgressSession:
 
     @classmethod
     def start(cls, planned: EgressPlan, session_id: str) -> "EgressSession":
-        """Bind the session's socket here, then start the proxy with it: the
+        """(Its parent swept first: `sweep`, lifecycle.Egress.) Bind the session's socket here, then start the proxy with it: the
         sandbox can start at once (a connection made before the proxy
         accepts waits in the backlog; `ready` is checked once the sandbox
         runs). The spec — the real API keys among it — goes to the proxy
@@ -194,7 +194,6 @@ class EgressSession:
         spec = dumps({"socket": planned.socket, "rules": planned.rules,
                       "audit": planned.audit, "brokers": planned.brokers,
                       "session": session_id})
-        sweep(os.path.dirname(planned.directory))
         listener = None
         try:
             os.mkdir(planned.directory, 0o700)
