@@ -11,7 +11,8 @@ cached plan:
 2. **The services** (SERVICES, in declared order): each `wanted(launch)`
    one sweeps what a killed earlier session left behind (`sweep(launch)`),
    then opens (`open(stack, launch)`), pushing its own undo onto the one
-   ExitStack of the launch the moment it holds something to undo. Leaving
+   undo stack of the launch (Undo: contextlib.ExitStack's semantics) the
+   moment it holds something to undo. Leaving
    the stack — the command's exit, a refusal, an exception raised by a
    later service — undoes exactly what was opened, in reverse order; the
    exception goes on to the edge (errors.mapped: 125). A service is a small
@@ -33,6 +34,39 @@ services' live handles): never cached; the plan cache stores the template.
 from __future__ import annotations
 
 import os
+
+
+class Undo:
+    """The one undo stack of a launch, with contextlib.ExitStack's semantics
+    for what a launch uses of it (`callback`; `with`): the last pushed runs
+    first, every one runs, an exception raised by one replaces the one in
+    flight (chained to it) and the rest still run. Not contextlib itself:
+    its imports (collections, functools) cost a cached launch ~4 ms."""
+    __slots__ = ("_pushed",)
+
+    def __init__(self):
+        self._pushed: list = []
+
+    def callback(self, function, *args, **kwargs):
+        self._pushed.append((function, args, kwargs))
+        return function
+
+    def __enter__(self) -> "Undo":
+        return self
+
+    def __exit__(self, kind, value, traceback) -> bool:
+        pending = value
+        while self._pushed:
+            function, args, kwargs = self._pushed.pop()
+            try:
+                function(*args, **kwargs)
+            except BaseException as exc:    # the rest is still undone
+                if pending is not None and exc.__context__ is None:
+                    exc.__context__ = pending
+                pending = exc
+        if pending is not value:
+            raise pending
+        return False
 
 
 class Launch:

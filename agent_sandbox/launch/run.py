@@ -547,15 +547,14 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
         code = _run_shared(command, project_dir, backend, environ, keep_fds, job)
         if code is not None:
             return code
-    from contextlib import ExitStack
-
-    from agent_sandbox.launch.lifecycle import SERVICES, Launch, open_services, reap_orphan, spawn
+    from agent_sandbox.launch.lifecycle import (SERVICES, Launch, Undo, open_services,
+                                                reap_orphan, spawn)
 
     # A native terminal only when both ends are one.
     launch = Launch(command, environ, dry_run=dry_run, job=job, job_shared=job_shared,
                     keep_fds=keep_fds, terminal=os.isatty(0) and os.isatty(1), agent=agent,
                     on_prepared=on_prepared)
-    with ExitStack() as stack:
+    with Undo() as stack:
         stack.callback(reap_orphan, launch)     # last: bwrap's init, beside the undo
         cache, prepared = _template(stack, launch, project_dir, backend)
         launch.take(prepared)
