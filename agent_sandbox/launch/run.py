@@ -210,13 +210,15 @@ COMMAND_SLOT = "\x01agent-sandbox: the command\x01"
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
             profile=None, keep_fds=(), terminal: bool = False, job: bool = False,
-            services: tuple = (), agent_copy=None, command_slot: bool = False) -> Prepared:
+            chaperon=None, egress=None, agent_copy=None,
+            command_slot: bool = False) -> Prepared:
     """The one sequence resolve → payloads → plan: the template of a launch
-    (launch/lifecycle.py), which starts nothing. `services`: the session
-    services the plan provides for, planned here and opened by the
-    lifecycle — "chaperon" (the Slurm proxy's session directory, when
-    CHAPERON is on and Slurm is here), "egress" (the egress proxy of
-    NETWORK_MODE=allowlist, launch/egress.py). `terminal`: the session runs
+    (launch/lifecycle.py), which starts nothing. The session services the
+    plan provides for are planned here and opened by the lifecycle:
+    `chaperon`, (settings, policy) -> the chaperon's session configuration
+    or None (plan_chaperon); `egress`, (settings, policy, profile) -> the
+    egress proxy's EgressPlan or None (plan_egress: NETWORK_MODE=allowlist,
+    launch/egress.py). `terminal`: the session runs
     on a relayed pseudo-terminal. `agent_copy`: (policy) -> policy, puts a
     profile's configuration on its guarded session copy (lifecycle.AgentCopy;
     the plan grants what the copy holds). `job`: a batch job or step on a
@@ -256,12 +258,12 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         policy = agentexe.npm_prefix(policy, policy.home)
         if agent_copy is not None:
             policy = agent_copy(policy)
-    chaperon = _chaperon_config(settings, policy) if "chaperon" in services else None
+    chaperon = chaperon(settings, policy) if chaperon else None
     if chaperon:
         from agent_sandbox.policy.resolve import with_chaperon
 
         policy = with_chaperon(policy, chaperon["session_dir"], chaperon["staging_dir"])
-    egress_plan = _egress_plan(settings, policy, profile) if "egress" in services else None
+    egress_plan = egress(settings, policy, profile) if egress else None
     if egress_plan:
         from agent_sandbox.launch.egress import with_args
         from agent_sandbox.policy.resolve import with_egress
@@ -278,7 +280,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
                     placeholders=placeholder_candidates(policy, mounted), egress=egress_plan)
 
 
-def _chaperon_config(settings, policy) -> dict | None:
+def plan_chaperon(settings, policy) -> dict | None:
     """The chaperon's session as the plan names it (chaperon.session_config,
     unrecorded: its directories are this session's own), or None."""
     from agent_sandbox.launch import chaperon
@@ -290,7 +292,8 @@ def _chaperon_config(settings, policy) -> dict | None:
         return chaperon.session_config(settings, policy)
 
 
-def _egress_plan(settings, policy, profile):
+def plan_egress(settings, policy, profile):
+    """The egress proxy's plan when NETWORK_MODE=allowlist, or None."""
     from agent_sandbox.launch import egress
 
     return egress.plan(settings, policy, profile) if egress.wanted(policy) else None
@@ -607,7 +610,7 @@ def _template(stack, launch, project_dir, backend) -> tuple:
             recorder, launch.command, agent, project_dir=project_dir, backend=backend,
             environ=launch.environ, keep_fds=launch.keep_fds, job=launch.job,
             terminal=not dry_run and launch.terminal, command_slot=cache is not None,
-            services=("egress",) if dry_run else ("chaperon", "egress"),
+            chaperon=None if dry_run else plan_chaperon, egress=plan_egress,
             agent_copy=lambda policy: AGENT_COPY.made(stack, launch, policy))
         is_slotted = slotted(prepared.plan)
         if recorder is not None and is_slotted:
