@@ -8,19 +8,22 @@ cached plan:
    proxy's socket and keys, the session id are values in it that the cache
    renews at a hit (plancache.py Cache.load) — or the cached template, with
    this session's values. After it the miss and the hit are one path.
-2. **The services** (SERVICES, in declared order): each `wanted(launch)`
-   one sweeps what a killed earlier session left behind (`sweep(launch)`),
-   then opens (`open(stack, launch)`), pushing its own undo onto the one
-   undo stack of the launch (Undo: contextlib.ExitStack's semantics) the
-   moment it holds something to undo. Leaving
-   the stack — the command's exit, a refusal, an exception raised by a
-   later service — undoes exactly what was opened, in reverse order; the
-   exception goes on to the edge (errors.mapped: 125). A service is a small
-   class, testable alone with a stack and a Launch.
-3. **The spawn** (`spawn`): the backend started with the plan; AT_SPAWN are
-   the steps between the backend's spawn and the command's exec — what must
-   attach to the sandbox's first process (today the egress proxy's
-   readiness, checked while the sandbox starts).
+2. **The services** (SERVICES, in declared order): each one `wanted(launch)`
+   first sweeps what a killed earlier session left behind (`sweep(launch)`),
+   then opens (`open(stack, launch)`), pushing its own undo onto the one undo
+   stack of the launch (Undo: contextlib.ExitStack's semantics) the moment
+   it holds something to undo. Leaving the stack — the command's exit, a
+   refusal, an exception raised by a later service — undoes exactly what was
+   opened, in reverse order; the exception goes on to the edge
+   (errors.mapped: 125). A service is a small class, testable alone with a
+   stack and a Launch.
+3. **The spawn** (`spawn`): the backend started with the plan; AT_SPAWN is
+   the declared step after the backend's spawn (spawn.run_plan's
+   after_spawn, given a descriptor that turns readable when the backend has
+   exited), where what must attach to the sandbox's first process goes:
+   today the egress proxy's readiness, checked while the sandbox starts; a
+   step the command's exec must wait for also needs the helper to wait for
+   it (the landlock supervisor and the resource scope of later issues).
 4. The command's exit code, after the stack is unwound.
 
 The agent's guarded session copy (AGENT_COPY) is the one service opened
