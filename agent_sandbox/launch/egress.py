@@ -182,10 +182,10 @@ class EgressSession:
 
     @classmethod
     def start(cls, planned: EgressPlan, session_id: str) -> "EgressSession":
-        """(Its parent swept first: `sweep`, lifecycle.Egress.) Bind the session's socket here, then start the proxy with it: the
-        sandbox can start at once (a connection made before the proxy
-        accepts waits in the backlog; `ready` is checked once the sandbox
-        runs). The spec — the real API keys among it — goes to the proxy
+        """Bind the session's socket here (its parent swept before: `sweep`,
+        by lifecycle.Egress), then start the proxy with it: the sandbox can
+        start at once (a connection made before the proxy accepts waits in
+        the backlog; `ready` is checked once the sandbox runs). The spec — the real API keys among it — goes to the proxy
         through a pipe, never through a file."""
         import _socket
 
