@@ -185,8 +185,9 @@ class EgressSession:
         """Bind the session's socket here (its parent swept before: `sweep`,
         by lifecycle.Egress), then start the proxy with it: the sandbox can
         start at once (a connection made before the proxy accepts waits in
-        the backlog; `ready` is checked once the sandbox runs). The spec — the real API keys among it — goes to the proxy
-        through a pipe, never through a file."""
+        the backlog; `ready` is checked once the sandbox runs). The spec —
+        the real API keys among it — goes to the proxy through a pipe, never
+        through a file."""
         import _socket
 
         from agent_sandbox.jsonlite import dumps
