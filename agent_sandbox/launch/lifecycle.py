@@ -138,6 +138,16 @@ class AgentCopy(Service):
     still write (reap.py survivors)."""
     name = "agent copy"
 
+    def wanted(self, launch: Launch) -> bool:
+        return launch.agent is not None
+
+    def sweep(self, launch: Launch) -> None:
+        """The copies of killed launchers merged under the guard — before the
+        plan cache is asked, as a compile would see their result."""
+        import pwd
+
+        launch.agent.recover(pwd.getpwuid(os.getuid()).pw_dir)
+
     def made(self, stack, launch: Launch, policy):
         """The compile's step (run.prepare's `agent_copy`): the policy with
         the copy in place of the agent's configuration."""

@@ -590,9 +590,11 @@ def _template(stack, launch, project_dir, backend) -> tuple:
     """(the plan cache's slot or None, the launch's template): the cached
     one, else compiled — under the cache's recorder, and stored — with the
     command put in its slot."""
+    from agent_sandbox.launch.lifecycle import AGENT_COPY
+
     agent, dry_run = launch.agent, launch.dry_run
-    if agent is not None:
-        agent.recover(environ_home())
+    if AGENT_COPY.wanted(launch):
+        AGENT_COPY.sweep(launch)
     cache = _plan_cache((project_dir, backend, launch.keep_fds, launch.terminal, launch.job,
                          agent.name if agent else None), launch.environ, agent)
     prepared = _from_cache(cache, launch.keep_fds, dry_run, stack, launch) if cache else None
@@ -604,8 +606,6 @@ def _template(stack, launch, project_dir, backend) -> tuple:
 
             # (a job's cache may bring its own: jobcache.py)
             recorder = getattr(cache, "Recorder", Recorder)(cache.ignore(environ_home()))
-        from agent_sandbox.launch.lifecycle import AGENT_COPY
-
         prepared = _compile(
             recorder, launch.command, agent, project_dir=project_dir, backend=backend,
             environ=launch.environ, keep_fds=launch.keep_fds, job=launch.job,
