@@ -1,11 +1,12 @@
 """The thin shell: from a command line to a running sandbox.
 
 Everything that decides *what* the sandbox is happens in pure code (confload →
-policy → backend plan). This module does the few things that touch the
-system: reads the identity and host files the plan needs, creates the
-placeholder mount points for missing protected paths, turns payloads into
-file descriptors, starts the backend, forwards signals to the command, and
-turns the outcome into an exit code.
+policy → backend plan). This module makes a launch's template — the plan,
+compiled under the plan cache's recorder (it starts nothing) or taken from
+the cache — and run() drives the lifecycle (launch/lifecycle.py): the
+session's services opened around the template in declared order, each
+undone on one stack when the launch ends; the sandbox spawned; its outcome
+turned into an exit code.
 
 Exit codes: the command's own; 125 when the sandbox could not be set up (no
 backend, bad config, refused policy, backend failure); 126/127 as the shell
@@ -18,11 +19,11 @@ import pwd
 import sys
 
 from agent_sandbox.errors import (BackendUnavailable, PolicyError, SandboxError, UsageError,
-                                  mapped, say)
+                                  mapped)
 from agent_sandbox.process.nesting import exec_nested, inside_sandbox
 from agent_sandbox.launch.payloads import _with_note, base_payloads, check_bound_files
 from agent_sandbox.process.select import choose_backend, helper_python, landlock_abi
-from agent_sandbox.process.spawn import keep_fds_checked, run_plan, slurm_task_fds
+from agent_sandbox.process.spawn import keep_fds_checked, slurm_task_fds
 from agent_sandbox.paths import user_config_dir
 
 
@@ -54,13 +55,6 @@ def _launcher_paths(environ, home: str) -> tuple[str, ...]:
             paths += [entry, os.path.realpath(entry)]
     paths.append(os.path.realpath(sys.executable))
     return tuple(dict.fromkeys(paths))
-
-
-def _anchors(policy) -> tuple[str, ...]:
-    """Where placeholders are walked from (services/placeholders.py): the
-    project, the home and the writable trees, as the configuration names them."""
-    return ((policy.project_dir, policy.home) + tuple(policy.home_writable)
-            + tuple(policy.extra_writable))
 
 
 def launch_context(project_dir: str | None, environ):
@@ -101,7 +95,7 @@ def _caches_root(home: str) -> None:
 
 
 def _install_links(install: tuple[str, ...]) -> tuple:
-    """The install's files with more than one link (services/linkcheck.py), looked
+    """The install's files with more than one link (linkcheck.py), looked
     at unrecorded: a compiled plan keys on the install already (plancache's
     context stamps it), and thousands of fingerprints would slow every hit."""
     from agent_sandbox.services.linkcheck import install_links
@@ -183,20 +177,23 @@ def check_required(plan, policy, settings, abi: int) -> None:
 
 # ---------------------------------------------------------------- payloads
 class Prepared:
-    """A launch up to its plan: what `run`, `--dry-run`, `explain` and the
-    outside submission all start from. `cached`: loaded from the compiled
-    plan cache (plancache/plans.py). `placeholders`: policy/view.py
-    placeholder_candidates, compiled with the policy; those missing at the
-    launch are made then. (A plain class: typing.NamedTuple costs a cached
-    launch several milliseconds of imports.)"""
+    """A launch's template: its plan and what the lifecycle opens around it
+    (launch/lifecycle.py) — what `run`, `--dry-run`, `explain` and the
+    outside submission all start from; compiled, or from the plan cache
+    (`cached`, plancache/plans.py). `chaperon`: the chaperon's session
+    configuration (chaperon.session_config), or None. `egress`: the egress
+    proxy's plan (egress.EgressPlan, its keys real), or None.
+    `placeholders`: policy/view.py placeholder_candidates, compiled with the
+    policy; those missing at the launch are made then. (A plain class:
+    typing.NamedTuple costs a cached launch several milliseconds of imports.)"""
     __slots__ = ("settings", "selection", "policy", "plan", "denied", "chaperon", "cached",
-                 "placeholders")
+                 "placeholders", "egress")
 
     def __init__(self, settings, selection, policy, plan, denied: tuple, chaperon=None,
-                 cached: bool = False, placeholders: tuple = ()):
+                 cached: bool = False, placeholders: tuple = (), egress=None):
         self.settings, self.selection, self.policy, self.plan = settings, selection, policy, plan
         self.denied, self.chaperon, self.cached = denied, chaperon, cached
-        self.placeholders = placeholders
+        self.placeholders, self.egress = placeholders, egress
 
     def _replace(self, **changes) -> "Prepared":
         return Prepared(**{name: changes.pop(name, getattr(self, name))
@@ -212,26 +209,28 @@ COMMAND_SLOT = "\x01agent-sandbox: the command\x01"
 
 
 def prepare(command: list[str], *, project_dir: str | None, backend: str | None, environ,
-            profile=None, keep_fds=(), chaperon=None, terminal: bool = False,
-            agent_copy=None, egress=None, job: bool = False,
+            profile=None, keep_fds=(), terminal: bool = False, job: bool = False,
+            chaperon=None, egress=None, agent_copy=None,
             command_slot: bool = False) -> Prepared:
-    """The one sequence resolve → (chaperon) → (egress) → payloads → plan.
-    `chaperon` is a callable (settings, policy) -> ChaperonSession | None run
-    after the policy is known and before the plan is built, so the plan is
-    built once, with the session directory; the caller stops the session it
-    returns. `egress` likewise (settings, policy, profile) -> EgressPlan |
-    None: the egress proxy of NETWORK_MODE=allowlist (services/egress.py).
-    `terminal`: the session runs on a relayed pseudo-terminal. `agent_copy`:
-    a callable (policy) -> policy that puts a profile's configuration on its
-    guarded session copy (agents/copy.py); the caller finishes it. `job`: a
-    batch job or step on a compute node (JOB_NETWORK_MODE applies).
-    `command_slot`: plan COMMAND_SLOT in place of the command
-    where the backend allows it (the plan cache; with_command puts the
-    command in)."""
+    """The one sequence resolve → payloads → plan: the template of a launch
+    (launch/lifecycle.py), which starts nothing. The session services the
+    plan provides for are planned here and opened by the lifecycle:
+    `chaperon`, (settings, policy) -> the chaperon's session configuration
+    or None (plan_chaperon); `egress`, (settings, policy, profile) -> the
+    egress proxy's EgressPlan or None (plan_egress: NETWORK_MODE=allowlist,
+    services/egress.py). `terminal`: the session runs
+    on a relayed pseudo-terminal. `agent_copy`: (policy) -> policy, puts a
+    profile's configuration on its guarded session copy (lifecycle.AgentCopy;
+    the plan grants what the copy holds). `job`: a batch job or step on a
+    compute node (JOB_NETWORK_MODE applies). `command_slot`: plan
+    COMMAND_SLOT in place of the command where the backend allows it (the
+    plan cache; with_command puts the command in)."""
     from agent_sandbox.traits import traits
 
     settings, selection, policy = resolve(project_dir=project_dir, backend=backend,
                                           environ=environ, profile=profile, job=job)
+    from agent_sandbox.launch.lifecycle import make_package_cache
+
     make_package_cache(policy)
     if command_slot and traits(selection.name).command_slot:
         # A profile's command is its own words, then the user's ARGS: those
@@ -259,11 +258,11 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         policy = agentexe.npm_prefix(policy, policy.home)
         if agent_copy is not None:
             policy = agent_copy(policy)
-    session = chaperon(settings, policy) if chaperon else None
-    if session:
+    chaperon = chaperon(settings, policy) if chaperon else None
+    if chaperon:
         from agent_sandbox.policy.resolve import with_chaperon
 
-        policy = with_chaperon(policy, session.directory, session.staging)
+        policy = with_chaperon(policy, chaperon["session_dir"], chaperon["staging_dir"])
     egress_plan = egress(settings, policy, profile) if egress else None
     if egress_plan:
         from agent_sandbox.services.egress import with_args
@@ -273,12 +272,31 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
                              egress_plan.env_changes)
         command = with_args(command, user_args, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
-                                    chaperon=session)
+                                    chaperon=chaperon is not None)
     from agent_sandbox.policy.view import placeholder_candidates
 
     mounted = {getattr(op, "dest", None) for op in plan.mounts}
-    return Prepared(settings, selection, policy, plan, denied, session,
-                    placeholders=placeholder_candidates(policy, mounted))
+    return Prepared(settings, selection, policy, plan, denied, chaperon,
+                    placeholders=placeholder_candidates(policy, mounted), egress=egress_plan)
+
+
+def plan_chaperon(settings, policy) -> dict | None:
+    """The chaperon's session as the plan names it (chaperon.session_config,
+    unrecorded: its directories are this session's own), or None."""
+    from agent_sandbox.services import chaperon
+    from agent_sandbox.plancache.plans import ACTIVE, Paused
+
+    if not chaperon.wanted(settings, policy):
+        return None
+    with Paused(ACTIVE[-1] if ACTIVE else None):
+        return chaperon.session_config(settings, policy)
+
+
+def plan_egress(settings, policy, profile):
+    """The egress proxy's plan when NETWORK_MODE=allowlist, or None."""
+    from agent_sandbox.services import egress
+
+    return egress.plan(settings, policy, profile) if egress.wanted(policy) else None
 
 
 def resolve(*, project_dir: str | None, backend: str | None, environ, profile=None,
@@ -323,18 +341,22 @@ def _make_store(home: str, place: str) -> None:
 
 
 def plan_for(settings, selection, policy, command: list[str], *, profile=None,
-             chaperon=None) -> tuple:
-    """(policy with the profile's note, plan, denied syscalls) for `policy`."""
+             chaperon: bool = False) -> tuple:
+    """(policy with the profile's note, plan, denied syscalls) for `policy`;
+    `chaperon`: the Slurm stubs are in it (their script, a payload)."""
     payloads = {}
     if chaperon:
-        payloads["stub"] = chaperon.stub_payload()
+        from agent_sandbox.backends.base import Payload
+        from agent_sandbox.services.chaperon import ChaperonSession
+
+        payloads["stub"] = Payload(data=ChaperonSession.stub_script())
     policy, generated = check_bound_files(settings, policy, selection.name)
     payloads.update(generated)
     if profile is not None and profile.note_path:
         # After the check: the note stands in for the user's file at its
         # path, with the text the check left (a token blanked, payloads.py).
         policy, payloads["note-0"] = _with_note(policy, profile, payloads,
-                                                slurm=chaperon is not None)
+                                                slurm=chaperon)
     base, denied = base_payloads(policy, selection.name)
     payloads.update(base)
     abi = landlock_abi()
@@ -384,35 +406,32 @@ def _plan_cache(options: tuple, environ, agent=None):
     return Cache(options, environ, environ_home())
 
 
-def _from_cache(cache, keep_fds, dry_run: bool, sessions: list, agent=None, copies=None):
-    """The cached launch with a new session id and chaperon directory (an
-    agent's session copy and the egress proxy started), or None."""
-    launch = cache.load(os.urandom(6).hex(), os.urandom(4).hex())
-    if launch is None:
+def _from_cache(cache, keep_fds, dry_run: bool, stack=None, launch=None):
+    """The cached template with a new session id and chaperon directory, or
+    None (a miss; also an agent's session copy that would now differ). An
+    agent's launch (`launch.agent`) has its session copy made again here
+    (lifecycle.AgentCopy), its undo on `stack`; nothing else is started."""
+    loaded = cache.load(os.urandom(6).hex(), os.urandom(4).hex())
+    if loaded is None:
         return None
     keep_fds_checked(keep_fds)     # each still open now
+    agent = launch.agent if launch is not None else None
     if agent is not None:
-        from agent_sandbox.agents.launch import Stale, from_cache
+        from agent_sandbox.agents.launch import Stale
+        from agent_sandbox.launch.lifecycle import AGENT_COPY
 
         try:
-            from_cache(agent, launch, copies)
+            AGENT_COPY.again(stack, launch, loaded)
         except Stale:
             return None
-    session = None
-    if launch["chaperon"] is not None and not dry_run:
-        from agent_sandbox.services.chaperon import ChaperonSession
-
-        session = ChaperonSession.open(launch["chaperon"])
-        sessions.append(session)
-    if launch.get("egress") is not None and not dry_run:
+    egress = loaded.get("egress")
+    if egress is not None:
         from agent_sandbox.agents.launch import egress_filled
-        from agent_sandbox.services.egress import EgressSession
 
-        policy = launch["policy"]
-        sessions.append(EgressSession.start(egress_filled(launch["egress"], cache.environ,
-                                                          policy.home), policy.session_id))
-    return Prepared(None, None, launch["policy"], launch["plan"], launch["denied"], session,
-                    cached=True, placeholders=launch["placeholders"])
+        egress = egress_filled(egress, cache.environ, loaded["policy"].home)
+    return Prepared(None, None, loaded["policy"], loaded["plan"], loaded["denied"],
+                    loaded["chaperon"], cached=True, placeholders=loaded["placeholders"],
+                    egress=egress)
 
 
 def _compile(recorder, command, agent=None, **options) -> Prepared:
@@ -433,27 +452,28 @@ def _prepare_launch(command, agent, recorder, options: dict) -> Prepared:
     return prepare(command, **options)
 
 
-def _store(cache, recorder, prepared: Prepared, agent, egressed: list) -> None:
+def _store(cache, recorder, prepared: Prepared, agent) -> None:
     """A plan holding a descriptor this launch opened is never stored: the
     number means nothing to a later process. (A landlock job's shared-memory
-    directory is granted after the store, jobshm.with_job_shm.) An agent's
+    directory is granted after the store, lifecycle.JobShm.) An agent's
     launch and an egress proxy's plan are stored with what a hit needs to
     make them again (agents/launch.py), or not at all."""
     if any(p.fd is not None for p in prepared.plan.payloads.values()):
         return
     from agent_sandbox.agents.launch import stored
 
-    kept = stored(agent, prepared.policy, egressed[0] if egressed else None, cache.environ)
+    kept = stored(agent, prepared.policy, prepared.egress, cache.environ)
     if kept is None:
         return
     # `fresh`: the egress proxy's placeholder keys, the session's own: new at a hit.
     extra, fresh = kept
-    session = prepared.chaperon
-    tag = os.path.basename(session.directory)[len("agent-sandbox-"):] if session else None
+    chaperon = prepared.chaperon
+    tag = (os.path.basename(chaperon["session_dir"])[len("agent-sandbox-"):]
+           if chaperon else None)
     cache.settings = prepared.settings    # a job's entry checks SANDBOX_ENV (plancache/jobs.py)
     cache.store(recorder, {"policy": prepared.policy, "plan": prepared.plan,
                            "denied": prepared.denied, "placeholders": prepared.placeholders,
-                           "chaperon": session.config if session else None, **extra},
+                           "chaperon": chaperon, **extra},
                 prepared.policy.session_id, tag, **({"renewed": fresh} if fresh else {}))
 
 
@@ -509,51 +529,17 @@ def _cache_line(cache, prepared: Prepared) -> str:
 
 
 # ---------------------------------------------------------------- running
-def make_package_cache(policy) -> None:
-    """The sandbox's own package cache of the project (policy/caches.py),
-    made by descriptor from the home (0700), unrecorded: by the compile
-    before the plan looks at the path it grants (so that the launch does not
-    change what the compile saw), and again by every launch."""
-    cache = policy.package_cache
-    if not cache:
-        return
-    from agent_sandbox.plancache.plans import ACTIVE, Paused
-    from agent_sandbox.paths import NotOwnDirectory, open_own_dir
-
-    with Paused(ACTIVE[-1] if ACTIVE else None):
-        try:
-            os.close(open_own_dir(policy.home, os.path.relpath(cache, policy.home),
-                                  create=True))
-        except (OSError, NotOwnDirectory) as exc:
-            raise PolicyError(f"cannot make the sandbox's package cache {cache} — {exc}. "
-                              "Check that your home is writable and the directory is yours.",
-                              reason="package_cache_failed") from None
-
-
-def _shared_files(policy, environ, job: bool) -> None:
-    """At every launch, compiled or cached: the sandbox's own package cache
-    made (policy/caches.py: the tools' variables name it, the plan grants
-    it), and files the sandbox can write that have a name outside reported
-    (services/linkcheck.py; not again in each job step on the nodes: the session
-    that submitted it reported them)."""
-    make_package_cache(policy)
-    if not job:
-        from agent_sandbox.services.linkcheck import report
-        from agent_sandbox.plancache.plans import is_job
-
-        if not is_job(environ):
-            report(policy, say)
-
-
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
         dry_run: bool = False, environ=None, agent=None, keep_fds=(),
         job_shared: bool = False, on_prepared=None, job: bool = False) -> int:
-    """`job_shared`: a job's launch, run in the job's sandbox on this node
-    (jobs/join.py). `on_prepared(chaperon, policy)` is called once the
-    plan is built (the job sandbox's holder). `job`: a batch job or step on a
-    compute node (JOB_NETWORK_MODE applies). `agent`: an agent profile's
-    launch (run_profile, agentlaunch.AgentLaunch); `command` is then the
-    agent's ARGS."""
+    """One launch (launch/lifecycle.py): its template, compiled or cached;
+    the services opened around it, each undone when the launch ends; the
+    sandbox spawned. `job_shared`: a job's launch, run in the job's sandbox
+    on this node (jobs/join.py). `on_prepared(chaperon, policy)` is
+    called once the session's services are open (the job sandbox's holder).
+    `job`: a batch job or step on a compute node (JOB_NETWORK_MODE applies).
+    `agent`: an agent profile's launch (run_profile, agentlaunch.AgentLaunch);
+    `command` is then the agent's ARGS."""
     environ = os.environ if environ is None else environ
     if not command and agent is None:
         raise UsageError("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD "
@@ -561,206 +547,85 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     if inside_sandbox(environ) and not dry_run:
         return exec_nested(command, environ)
     if job_shared and not dry_run:
-        from functools import partial
-
-        from agent_sandbox.plancache.jobs import cached_resolve
-        from agent_sandbox.jobs.join import run_shared
-
-        # The holder's launch runs in a forked child, beyond the CLI's edge:
-        # its errors are mapped there (errors.mapped), as the edge would.
-        code = run_shared(command, project_dir=project_dir, backend=backend,
-                          environ=environ, keep_fds=keep_fds, launch=partial(mapped, run),
-                          job=job, resolve=cached_resolve(resolve, environ_home()))
+        code = _run_shared(command, project_dir, backend, environ, keep_fds, job)
         if code is not None:
             return code
-    from agent_sandbox.traits import traits
-
-    sessions: list = []
-    copies: list = []
-    reaping: list = []      # landlock: the launcher is the session's subreaper (process/reap.py)
-    survivors: list = []
-    shm: list = []          # a landlock job's shared-memory directory (jobs/shm.py)
-    orphans: list = []      # bwrap's sandbox init, reaped last (process/reap.py)
-
-    def start_copy(policy):
-        from agent_sandbox.agents import copy as agentcopy
-
-        profile = agent.profile
-        spec = agentcopy.spec_for(profile, policy.home)
-        if dry_run or spec is None:
-            return policy
-        try:
-            with Paused(recorder):   # the copy is this session's own
-                made, record = agentcopy.start(spec, policy, note_path=profile.note_path)
-        except OSError as exc:
-            raise PolicyError(f"{profile.name}: cannot make the session copy of "
-                              f"{spec.real_dir} — {exc}. Check that your home is writable.",
-                              reason="agent_copy_failed") from None
-        copies.append(record)
-        agent.copied(spec, policy, made)
-        return made
+    from agent_sandbox.launch.lifecycle import (SERVICES, Launch, Undo, open_services,
+                                                reap_orphan, spawn)
 
     # A native terminal only when both ends are one.
-    terminal = os.isatty(0) and os.isatty(1)
-    if agent is not None:
-        agent.recover(environ_home())
-    cache = _plan_cache((project_dir, backend, tuple(keep_fds), terminal, job,
-                         agent.name if agent else None), environ, agent)
-    recorder, is_slotted, egressed = None, False, []
-    from agent_sandbox.plancache.plans import Paused
-
-    def start_chaperon(settings, policy):
-        from agent_sandbox.services.chaperon import ChaperonSession, wanted
-
-        if dry_run or not wanted(settings, policy):
-            return None
-        with Paused(recorder):   # its directories are this session's own
-            sessions.append(ChaperonSession.start(settings, policy))
-        return sessions[-1]
-
-    def start_shm(policy, plan):
-        """A landlock job launch's shared-memory directory (jobs/shm.py),
-        granted after the plan cache: the compiled and the cached plan
-        alike, stored without it."""
-        if dry_run or not job_shared or traits(plan.backend).joins_job_sandboxes:
-            return policy, plan
-        from agent_sandbox.jobs import shm as jobshm
-
-        held = jobshm.start(command)
-        if held is None:
-            return policy, plan
-        shm.append(held)
-        return jobshm.with_job_shm(policy, plan, held)
-
-    def start_egress(settings, policy, profile):
-        from agent_sandbox.services import egress
-
-        if not egress.wanted(policy):
-            return None
-        planned = egress.plan(settings, policy, profile)
-        egressed.append(planned)
-        if not dry_run:
-            with Paused(recorder):   # its directory and process are this session's own
-                sessions.append(egress.EgressSession.start(planned, policy.session_id))
-        return planned
-
-    try:
-        prepared = (_from_cache(cache, keep_fds, dry_run, sessions, agent, copies)
-                    if cache else None)
-        if prepared is None:
-            if cache is not None and not dry_run:
-                from agent_sandbox.plancache.plans import Recorder
-
-                # (a job's cache may bring its own: plancache/jobs.py)
-                recorder = getattr(cache, "Recorder", Recorder)(
-                    cache.ignore(environ_home()))
-            prepared = _compile(recorder, command, agent, project_dir=project_dir,
-                                backend=backend, environ=environ,
-                                keep_fds=keep_fds, chaperon=start_chaperon,
-                                agent_copy=start_copy, egress=start_egress, job=job,
-                                terminal=not dry_run and terminal,
-                                command_slot=cache is not None)
-            is_slotted = slotted(prepared.plan)
-            if recorder is not None and is_slotted:
-                _store(cache, recorder, prepared, agent, egressed)
-        if prepared.cached or is_slotted:
-            prepared = with_command(prepared, command)      # an agent's: its ARGS
-        if agent is not None:
-            command = agent.command       # what the user ran, for titles and records
-        policy, plan, session = prepared.policy, prepared.plan, prepared.chaperon
-        policy, plan = start_shm(policy, plan)
-        if on_prepared is not None:
-            on_prepared(session, policy)
+    launch = Launch(command, environ, dry_run=dry_run, job=job, job_shared=job_shared,
+                    keep_fds=keep_fds, terminal=os.isatty(0) and os.isatty(1), agent=agent,
+                    on_prepared=on_prepared)
+    with Undo() as stack:
+        stack.callback(reap_orphan, launch)     # last: bwrap's init, beside the undo
+        cache, prepared = _template(stack, launch, project_dir, backend)
+        launch.take(prepared)
         if dry_run:
-            from agent_sandbox.launch.report import dry_run_report
-
-            lines = dry_run_report(policy, plan, prepared.denied).splitlines(True)
-            at = next((i + 1 for i, line in enumerate(lines)
-                       if line.startswith("backend:")), len(lines))
-            lines.insert(at, _cache_line(cache, prepared))   # after the backend
-            sys.stdout.write("".join(lines))
-            return 0
-        if not plan.argv[0].startswith("/"):
+            return _dry_run(cache, prepared)
+        if not prepared.plan.argv[0].startswith("/"):
             raise BackendUnavailable(
                 "bwrap is not installed (not found on PATH) — the sandbox cannot be "
                 "built. Install bubblewrap (apt-get install bubblewrap) or ask your "
                 "admin; the command was not run.")
-        for warning in policy.warnings:
-            say(f"warning: {warning}")
-        _shared_files(policy, environ, job or job_shared)
-        if not policy.quiet:
-            from agent_sandbox.launch.report import banner
+        open_services(stack, launch, SERVICES)
+        return spawn(launch)
 
-            sys.stderr.write(banner(policy, plan))
-        # The session registry (`agent-sandbox status`): written before the
-        # placeholders are made (a session of the same project ending now
-        # must see this one and leave them), removed whatever way it ends;
-        # named by the session id the chaperon's audit log and ledger carry.
-        # Both steps run under the project's lock, so that concurrent
-        # launches and ends of one project never race (services/placeholders.py).
-        from agent_sandbox.services import gitcheck, placeholders, registry
 
-        created, record, snapshot, hold = [], None, None, None
-        try:
-            with placeholders.project_lock(policy.home, policy.project_dir):
-                # Held by the sandbox too, while it lives (services/registry.py).
-                hold = registry.hold(policy.home, policy.session_id, policy.project_dir)
-                record = registry.register(
-                    policy.home, session=policy.session_id,
-                    backend=plan.backend, project=policy.project_dir,
-                    # 0: on standby, started at the first Slurm call
-                    chaperon_pid=(session.pid or 0) if session else None,
-                    command=os.path.basename(command[0]))
-                if session:
-                    session.attach(record)
-                placeholders.exclude(policy.project_dir, prepared.placeholders)
-                try:
-                    placeholders.create(prepared.placeholders, _anchors(policy), created)
-                finally:   # also what was made before a refusal
-                    placeholders.remember(policy.home, policy.project_dir, created)
-            snapshot = gitcheck.start(policy)
-            if traits(plan.backend).needs_subreaper:
-                from agent_sandbox.process import reap
+def _run_shared(command, project_dir, backend, environ, keep_fds, job: bool):
+    """A job's launch in the job's sandbox on this node, or None."""
+    from functools import partial
 
-                # Without a PID namespace (landlock) orphans come back to
-                # us (swept below); bwrap's init outlives bwrap by the
-                # teardown of its namespaces and is reaped last.
-                subreaper = reap.become_subreaper()
-                if not traits(plan.backend).pid_namespace:
-                    reaping.append(subreaper)
-            # The egress proxy starts beside the sandbox (its socket is
-            # bound already); that it runs is checked once both started.
-            proxies = [s for s in sessions if hasattr(s, "ready")]
-            return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
-                            title=policy.prompt + os.path.basename(command[0]),
-                            after_spawn=(lambda gone: [p.ready(gone) for p in proxies])
-                            if proxies else None, orphans=orphans, hold=hold)
-        finally:
-            if any(reaping):
-                survivors.extend(reap.sweep())
-            if record is not None:   # checked while registered: recover() leaves it alone
-                gitcheck.finish(policy, snapshot)
-            if session:
-                session.attach(None)
-            with placeholders.project_lock(policy.home, policy.project_dir):
-                registry.unregister(record)
-                placeholders.release(policy.home, policy.project_dir, policy.session_id,
-                                     created)
-                registry.unhold(policy.home, policy.session_id, policy.project_dir, hold)
-    finally:
-        for started in sessions:   # also one whose plan was refused
-            started.stop()
-        for held in shm:           # after the sandbox: the last task out removes it
-            held.release()
-        if copies:     # after the placeholders: the guarded merge of the agent's settings
-            from agent_sandbox.agents import copy as agentcopy
+    from agent_sandbox.plancache.jobs import cached_resolve
+    from agent_sandbox.jobs.join import run_shared
 
-            if survivors:   # a session process could still write: nothing is merged
-                agentcopy.discard(copies[0], f"session processes {survivors} are still "
-                                  "running and could still write")
-            else:
-                agentcopy.finish(copies[0])
-        if orphans:    # last: its namespaces' teardown ran beside our cleanup
-            from agent_sandbox.process.reap import reap_orphan
+    # The holder's launch runs in a forked child, beyond the CLI's edge:
+    # its errors are mapped there (errors.mapped), as the edge would.
+    return run_shared(command, project_dir=project_dir, backend=backend,
+                      environ=environ, keep_fds=keep_fds, launch=partial(mapped, run),
+                      job=job, resolve=cached_resolve(resolve, environ_home()))
 
-            reap_orphan(orphans[0], wait=0.002)
+
+def _template(stack, launch, project_dir, backend) -> tuple:
+    """(the plan cache's slot or None, the launch's template): the cached
+    one, else compiled — under the cache's recorder, and stored — with the
+    command put in its slot."""
+    from agent_sandbox.launch.lifecycle import AGENT_COPY
+
+    agent, dry_run = launch.agent, launch.dry_run
+    if AGENT_COPY.wanted(launch):
+        AGENT_COPY.sweep(launch)
+    cache = _plan_cache((project_dir, backend, launch.keep_fds, launch.terminal, launch.job,
+                         agent.name if agent else None), launch.environ, agent)
+    prepared = _from_cache(cache, launch.keep_fds, dry_run, stack, launch) if cache else None
+    is_slotted = False
+    if prepared is None:
+        recorder = None
+        if cache is not None and not dry_run:
+            from agent_sandbox.plancache.plans import Recorder
+
+            # (a job's cache may bring its own: plancache/jobs.py)
+            recorder = getattr(cache, "Recorder", Recorder)(cache.ignore(environ_home()))
+        prepared = _compile(
+            recorder, launch.command, agent, project_dir=project_dir, backend=backend,
+            environ=launch.environ, keep_fds=launch.keep_fds, job=launch.job,
+            terminal=not dry_run and launch.terminal, command_slot=cache is not None,
+            chaperon=None if dry_run else plan_chaperon, egress=plan_egress,
+            agent_copy=lambda policy: AGENT_COPY.made(stack, launch, policy))
+        is_slotted = slotted(prepared.plan)
+        if recorder is not None and is_slotted:
+            _store(cache, recorder, prepared, agent)
+    if prepared.cached or is_slotted:
+        prepared = with_command(prepared, launch.command)      # an agent's: its ARGS
+    return cache, prepared
+
+
+def _dry_run(cache, prepared: Prepared) -> int:
+    from agent_sandbox.launch.report import dry_run_report
+
+    lines = dry_run_report(prepared.policy, prepared.plan, prepared.denied).splitlines(True)
+    at = next((i + 1 for i, line in enumerate(lines)
+               if line.startswith("backend:")), len(lines))
+    lines.insert(at, _cache_line(cache, prepared))   # after the backend
+    sys.stdout.write("".join(lines))
+    return 0

@@ -70,6 +70,42 @@ def _sweep(base: str, home: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def session_config(settings, policy) -> dict:
+    """The session `ChaperonSession.open` makes, planned by the compile: it
+    starts nothing (the directories the plan names — the session parent and
+    the staging directory — are made, so that the plan sees them as a launch
+    does). The session id is random; the suffix only guards against a stale
+    directory of the same name (os.mkdir, not tempfile: 3 ms of imports);
+    both are renewed at a plan cache hit (plancache/plans.py)."""
+    from chaperon.wire.session import visible_paths
+
+    directory = os.path.join(run_dir(policy.home),
+                             f"agent-sandbox-{policy.session_id}-{os.urandom(4).hex()}")
+    staging = staging_dir(policy.home, policy.project_dir)
+    config = handler_config(settings, policy, staging)
+    config.update({"session_dir": directory,
+                   "visible_dir": visible_paths(config["fixed_mount_points"], directory)[0],
+                   "slurm_conf": policy.slurm_conf})
+    try:
+        os.makedirs(run_dir(policy.home), mode=0o700, exist_ok=True)
+        os.makedirs(staging, mode=0o700, exist_ok=True)
+    except OSError as exc:
+        raise unprepared(exc, directory) from None
+    return config
+
+
+def unprepared(exc: OSError, directory: str):
+    """The refusal when the session's directories cannot be made."""
+    from agent_sandbox.errors import SandboxError
+
+    return SandboxError(
+        f"cannot prepare the Slurm proxy (chaperon) — {exc.strerror or exc} at "
+        f"{exc.filename or directory}: its session directory and named pipes live "
+        "in ~/.local/state/agent-sandbox-run and the job staging directory in "
+        "~/.local/share/agent-sandbox. Free space or fix the permissions there, or "
+        "set CHAPERON=false to run without Slurm; the command was not run.")
+
+
 def staging_dir(home: str, project_dir: str) -> str:
     from chaperon.paths import project_hash
 
@@ -116,33 +152,16 @@ class ChaperonSession:
         _thread.start_new_thread(self._watch, ())
 
     @classmethod
-    def start(cls, settings, policy) -> "ChaperonSession":
-        from chaperon.wire.session import visible_paths
-
-        # The session id is random; the suffix only guards against a stale
-        # directory of the same name (os.mkdir, not tempfile: 3 ms of imports).
-        directory = os.path.join(run_dir(policy.home),
-                                 f"agent-sandbox-{policy.session_id}-{os.urandom(4).hex()}")
-        staging = staging_dir(policy.home, policy.project_dir)
-        config = handler_config(settings, policy, staging)
-        config.update({"session_dir": directory,
-                       "visible_dir": visible_paths(config["fixed_mount_points"], directory)[0],
-                       "slurm_conf": policy.slurm_conf})
-        return cls.open(config)
-
-    @classmethod
     def open(cls, config: dict) -> "ChaperonSession":
-        """The session of `config` (handler_config plus its directories), as
-        `start` made it or as the plan cache stored it with this session's
-        ids: its directory, FIFO and staging directory made now."""
+        """The session of `config` (session_config), as the compile planned
+        it or as the plan cache stored it with this session's ids: its
+        directory, FIFO and staging directory made now, in the session
+        parent (session_parent, made and swept before)."""
         from chaperon.wire.session import ANNOUNCE_FIFO, CONN_DIR
-
-        from agent_sandbox.errors import SandboxError
 
         directory, staging = config["session_dir"], config["staging_dir"]
         made = False
         try:
-            session_parent(config["home"])
             os.mkdir(directory, 0o700)
             made = True
             os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
@@ -161,12 +180,7 @@ class ChaperonSession:
                 import shutil
 
                 shutil.rmtree(directory, ignore_errors=True)
-            raise SandboxError(
-                f"cannot prepare the Slurm proxy (chaperon) — {exc.strerror or exc} at "
-                f"{exc.filename or directory}: its session directory and named pipes live "
-                "in ~/.local/state/agent-sandbox-run and the job staging directory in "
-                "~/.local/share/agent-sandbox. Free space or fix the permissions there, or "
-                "set CHAPERON=false to run without Slurm; the command was not run.") from None
+            raise unprepared(exc, directory) from None
         return cls(directory, staging, config["session_id"],
                    dict(config, launcher_pid=os.getpid(), announce_fd=announce_fd), announce_fd)
 
@@ -257,11 +271,6 @@ class ChaperonSession:
                 f"sys.path.insert(0, {site!r})\n"
                 "from stubs.client import main\n"
                 "sys.exit(main())\n").encode()
-
-    def stub_payload(self):
-        from agent_sandbox.backends.base import Payload
-
-        return Payload(data=self.stub_script())
 
     def stop(self) -> None:
         """Never delays the exit: a chaperon that was never needed was never

@@ -182,11 +182,12 @@ class EgressSession:
 
     @classmethod
     def start(cls, planned: EgressPlan, session_id: str) -> "EgressSession":
-        """Bind the session's socket here, then start the proxy with it: the
-        sandbox can start at once (a connection made before the proxy
-        accepts waits in the backlog; `ready` is checked once the sandbox
-        runs). The spec — the real API keys among it — goes to the proxy
-        through a pipe, never through a file."""
+        """Bind the session's socket here (its parent swept before: `sweep`,
+        by lifecycle.Egress), then start the proxy with it: the sandbox can
+        start at once (a connection made before the proxy accepts waits in
+        the backlog; `ready` is checked once the sandbox runs). The spec —
+        the real API keys among it — goes to the proxy through a pipe, never
+        through a file."""
         import _socket
 
         from agent_sandbox.jsonlite import dumps
@@ -194,7 +195,6 @@ class EgressSession:
         spec = dumps({"socket": planned.socket, "rules": planned.rules,
                       "audit": planned.audit, "brokers": planned.brokers,
                       "session": session_id})
-        sweep(os.path.dirname(planned.directory))
         listener = None
         try:
             os.mkdir(planned.directory, 0o700)
