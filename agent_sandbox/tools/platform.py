@@ -235,14 +235,16 @@ def platform_items(environ, home: str) -> list:
                         "launcher_python": launcher, "helper_python": helper})]
     facts = gather_facts(environ, home)
     kind = install_kind(facts)
-    missing = lacks(facts, kind, os.path.realpath(sys.executable) if kind != "uv"
-                    else os.path.join(facts.prefix, "bin", "python"))
+    # The venv's own interpreter (its link, not what it points at: the module
+    # must run inside the venv).
+    missing = lacks(facts, kind, os.path.join(facts.prefix, "bin", "python")
+                    if facts.prefix != facts.base_prefix else sys.executable)
     where = facts.prefix if kind not in ("source", "user site", "system") else \
         os.path.dirname(facts.package_dir)
     data = {"kind": kind, "where": where, "lacks": [m.what for m in missing]}
     if not missing:
         return items + [Item("install", GO, f"{kind} install in {where}", data=data)]
     summary = f"{kind} install in {where}; lacks " + "; ".join(
-        f"{m.what} ({m.consequence})" for m in missing)
+        f"{m.what} — {m.consequence}" for m in missing)
     fixes = list(dict.fromkeys(m.fix for m in missing))
     return items + [Item("install", GAPS, summary, "; ".join(fixes), data=data)]
