@@ -19,11 +19,9 @@ from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import wheelhouse  # noqa: E402  (a helper module of this folder, not a test)
-
-from agent_sandbox.names import BACKENDS  # noqa: E402
-from agent_sandbox.tools.platform import distribution, parse_os_release  # noqa: E402
+from agent_sandbox.names import BACKENDS
+from agent_sandbox.tools.platform import distribution, parse_os_release
+from tests.integration import wheelhouse
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent          # the test venv: pipx and uv (the test extras)
