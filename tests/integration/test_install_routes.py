@@ -182,3 +182,28 @@ def test_a_pip_user_install_is_refused_at_its_first_launch(user, routes, wheels)
     site = base / f"lib/python{sys.version_info.major}.{sys.version_info.minor}/site-packages"
     assert lines["install"].startswith(f"GAPS user site install in {site}; lacks a usable "
                                        "install: pip --user — every launch is refused")
+
+
+def test_install_sh_names_what_is_missing_where_it_knows_no_package_manager(tmp_path):
+    """With no package manager it knows (AGENT_SANDBOX_PACKAGES=none stands in
+    for one), install.sh checks and names what is missing, and writes nothing."""
+    prefix = tmp_path / "prefix"
+    result = subprocess.run(
+        [REPO / "scripts/install.sh"], capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "AGENT_SANDBOX_PACKAGES": "none",
+             "AGENT_SANDBOX_PYTHON": str(tmp_path / "no-python"),
+             "AGENT_SANDBOX_PREFIX": str(prefix)})
+    assert result.returncode == 1, result
+    assert "install.sh: missing (package manager: none):" in result.stderr
+    assert "a Python >= 3." in result.stderr and "RHEL 8: dnf install python3.11" in result.stderr
+    assert "apt" not in result.stdout and not prefix.exists()
+
+
+def test_the_modulefile_templates_name_what_install_sh_fills_in():
+    import re
+
+    for template in (REPO / "conf/modulefiles").iterdir():
+        text = template.read_text()
+        assert set(re.findall(r"@([A-Z_]+)@", text)) == {"PREFIX", "ADMIN_DIR", "VERSION",
+                                                         "MANDIR"}, template
+        assert "AGENT_SANDBOX_ADMIN_CONFIG" in text and "@PREFIX@/venv/bin" in text
