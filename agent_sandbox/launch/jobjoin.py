@@ -139,10 +139,10 @@ def join_python() -> str:
     if info is None or not join_python_usable(info.st_uid, info.st_mode & 0o7777, os.getuid()):
         raise PolicyError(
             f"a firejail job step cannot join its job's sandbox — {path} is missing or not "
-            "an execute-only copy of the helper's interpreter, which keeps the joining "
-            "helper safe from the sandbox's processes until its seccomp filter is loaded. "
-            f"Run {sys.executable} -m agent_sandbox.cli.userinstall (a venv, pipx or uv "
-            "install) or scripts/install.sh (a site install) on this node, or use bwrap or "
+            "an execute-only root-owned file (nor the user's own with mode 0100), which keeps "
+            "the joining helper safe from the sandbox's processes until its seccomp filter is "
+            "loaded; reinstall agent-sandbox on this node (scripts/install.sh; a venv, pipx or "
+            f"uv install: {sys.executable} -m agent_sandbox.cli.userinstall), or use bwrap or "
             "landlock for jobs. The task was not run.", reason="job_join_refused")
     return path
 
