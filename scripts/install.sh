@@ -34,7 +34,9 @@ fi
 # whichever manager is there.
 manager=none
 if [ "${AGENT_SANDBOX_PACKAGES:-}" != none ]; then
-    family=$( (. /etc/os-release 2>/dev/null; echo "${ID:-} ${ID_LIKE:-}") || true)
+    # AGENT_SANDBOX_OS_RELEASE: another os-release file (tests/integration/test_install_routes.py)
+    family=$( (. "${AGENT_SANDBOX_OS_RELEASE:-/etc/os-release}" 2>/dev/null
+               echo "${ID:-} ${ID_LIKE:-}") || true)
     case " $family " in
         *" debian "*|*" ubuntu "*) command -v apt-get >/dev/null && manager=apt ;;
         *" rhel "*|*" fedora "*|*" centos "*|*" rocky "*) command -v dnf >/dev/null && manager=dnf ;;

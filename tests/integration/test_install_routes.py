@@ -207,3 +207,40 @@ def test_the_modulefile_templates_name_what_install_sh_fills_in():
         assert set(re.findall(r"@([A-Z_]+)@", text)) == {"PREFIX", "ADMIN_DIR", "VERSION",
                                                          "MANDIR"}, template
         assert "AGENT_SANDBOX_ADMIN_CONFIG" in text and "@PREFIX@/venv/bin" in text
+
+
+@pytest.mark.parametrize("release, manager, packages", [
+    ('ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.4"\n', "dnf",
+     ["bubblewrap", "firejail", "libseccomp", "util-linux", "python3"]),
+    ('ID="sles"\nID_LIKE="suse"\nVERSION_ID="15.5"\n', "zypper",
+     ["bubblewrap", "firejail", "libseccomp2", "util-linux", "python3"]),
+])
+def test_install_sh_installs_with_the_distributions_package_manager(tmp_path, release,
+                                                                     manager, packages):
+    """On a RHEL- or SUSE-family host install.sh asks rpm what is missing and
+    installs it with dnf or zypper (stand-ins here that record their calls;
+    rpm says nothing is installed, one package is not in the repositories),
+    never apt; then it checks what it needs (a Python that is not there) and
+    stops before writing anything."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    calls = tmp_path / "calls"
+    (fake / "rpm").write_text("#!/bin/sh\nexit 1\n")
+    (fake / manager).write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\ncase "$*" in *firejail*) exit 1;; esac\n')
+    for tool in ("rpm", manager):
+        (fake / tool).chmod(0o755)
+    (tmp_path / "os-release").write_text(release)
+    prefix = tmp_path / "prefix"
+    result = subprocess.run(
+        [REPO / "scripts/install.sh"], capture_output=True, text=True, timeout=60,
+        env={"PATH": f"{fake}:{os.environ['PATH']}",
+             "AGENT_SANDBOX_OS_RELEASE": str(tmp_path / "os-release"),
+             "AGENT_SANDBOX_PYTHON": str(tmp_path / "no-python"),
+             "AGENT_SANDBOX_PREFIX": str(prefix)})
+    assert result.returncode == 1, result
+    installed = [line.split()[-1] for line in calls.read_text().splitlines()]
+    assert installed == packages
+    assert "firejail is not in the configured repositories — skipped" in result.stderr
+    assert f"install.sh: missing (package manager: {manager}):" in result.stderr
+    assert not prefix.exists()
