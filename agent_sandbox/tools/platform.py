@@ -26,7 +26,6 @@ from typing import NamedTuple
 
 from agent_sandbox.tools.usersite import user_site, within
 
-KINDS = ("site", "venv", "pipx", "uv", "user site", "system", "source")
 JOIN_NAME = "python3-join"           # <prefix>/libexec/python3-join (scripts/install.sh)
 MAN_PAGE = "man1/agent-sandbox.1"
 
@@ -131,7 +130,9 @@ def join_ok(join: tuple | None, uid: int) -> bool:
 def lacks(facts: InstallFacts, kind: str, python: str) -> list[Lack]:
     """What this install lacks of what scripts/install.sh adds, each with what
     follows and the command that adds it (`python`: the launcher's)."""
-    finish = f"{python} -m agent_sandbox.cli.userinstall"
+    # Root's installs are completed by root's script; a user's by the user.
+    finish = "scripts/install.sh (as root)" if kind in ("site", "system") else \
+        f"{python} -m agent_sandbox.cli.userinstall"
     if kind == "user site":
         return [Lack("a usable install: pip --user",
                      "every launch is refused: the chaperon, the egress proxy and the job "
@@ -155,9 +156,7 @@ def lacks(facts: InstallFacts, kind: str, python: str) -> list[Lack]:
     if not join_ok(facts.join, facts.uid):
         out.append(Lack("the execute-only join interpreter (libexec/python3-join)",
                         "on firejail a job step cannot join its job's sandbox and is refused "
-                        "(bwrap and landlock steps join without it)",
-                        "scripts/install.sh (a site install)" if kind in ("site", "system")
-                        else finish))
+                        "(bwrap and landlock steps join without it)", finish))
     return out
 
 

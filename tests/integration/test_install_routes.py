@@ -158,7 +158,10 @@ def test_a_pip_user_install_is_refused_at_its_first_launch(user, routes, wheels)
     wheel, wheels_dir = wheels
     base = routes / "userbase"                     # the user site, as PYTHONUSERBASE moves it
     env = _offline(user, routes, wheels_dir, PYTHONUSERBASE=str(base))
-    result = user.run([PYTHON, "-m", "pip", "install", "--quiet", "--user",
+    # pip run from its own wheel (a host need not have python3-pip), as
+    # forced past PEP 668 as a user would.
+    (pip,) = wheels_dir.glob("pip-*.whl")
+    result = user.run([PYTHON, pip / "pip", "install", "--quiet", "--user",
                        "--break-system-packages", "--no-warn-script-location", wheel],
                       env=env, cwd=routes, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -95,8 +95,10 @@ def test_a_completed_install_lacks_nothing():
                  prefix_uid=0)
     assert lacks(root, "site", "python") == []
     # A site install without its join interpreter is fixed by install.sh, not by the user.
-    assert lacks(root._replace(join=None), "site", "python")[0].fix.startswith(
-        "scripts/install.sh")
+    assert lacks(root._replace(join=None), "site", "python")[0].fix == \
+        "scripts/install.sh (as root)"
+    assert {m.fix for m in lacks(facts(prefix="/usr", entry=""), "system", "python")} == \
+        {"scripts/install.sh (as root)"}
 
 
 def test_a_user_site_install_lacks_a_usable_install():
