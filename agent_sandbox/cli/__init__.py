@@ -74,7 +74,17 @@ def main(argv: list[str] | None = None) -> int:
     return mapped(_dispatch, sys.argv[1:] if argv is None else argv)
 
 
+# Commands that run nothing in a sandbox: they answer from a pip --user
+# install too (doctor says what is wrong with it); every other one is refused.
+_ANSWER_ANY_INSTALL = frozenset({"doctor", "version", "help", "--help", "-h", "--version",
+                                 "-V"})
+
+
 def _dispatch(args: list[str]) -> int:
+    if "site" in sys.modules and not (args and args[0] in _ANSWER_ANY_INSTALL):
+        from agent_sandbox.tools.usersite import check_user_site   # -IS entry: never here
+
+        check_user_site()
     if args and args[0] == "run":
         parsed = _fast_run(args[1:])
         if parsed is not None:

@@ -115,11 +115,20 @@ def _run_joined(joined, command, selection, policy, environ, keep_fds, shaped) -
     return run_plan(plan, policy.keep_fds + (joined.pidfd,))
 
 
+def join_python_usable(owner: int, mode: int, uid: int) -> bool:
+    """An interpreter the joining user cannot read (pure): root's, execute-only
+    for others (scripts/install.sh), or the user's own with mode 0100
+    (cli/userinstall.py; the install is read-only inside the sandbox, so
+    no member can chmod it)."""
+    return (owner == 0 and mode == 0o711) or (owner == uid and mode == 0o100)
+
+
 def join_python() -> str:
     """The interpreter `firejail --join` execs the helper with: an
-    execute-only copy (scripts/install.sh), so the helper is non-dumpable
-    from its exec inside the sandbox on (a member could otherwise stop it and
-    rewrite its memory before it loads seccomp). Fails closed without it."""
+    execute-only copy (scripts/install.sh, cli/userinstall.py), so the
+    helper is non-dumpable from its exec inside the sandbox on (a member could
+    otherwise stop it and rewrite its memory before it loads seccomp). Fails
+    closed without it."""
     import sys
 
     path = os.path.join(sys.prefix, "libexec", "python3-join")
@@ -127,10 +136,14 @@ def join_python() -> str:
         info = os.stat(path)
     except OSError:
         info = None
-    if info is None or info.st_uid != 0 or info.st_mode & 0o7777 != 0o711:
-        raise PolicyError(f"{path} is missing or not an execute-only root-owned file — "
-                          "reinstall agent-sandbox (scripts/install.sh) on this node. The "
-                          "task was not run.", reason="job_join_refused")
+    if info is None or not join_python_usable(info.st_uid, info.st_mode & 0o7777, os.getuid()):
+        raise PolicyError(
+            f"a firejail job step cannot join its job's sandbox — {path} is missing or not "
+            "an execute-only root-owned file (nor the user's own with mode 0100), which keeps "
+            "the joining helper safe from the sandbox's processes until its seccomp filter is "
+            "loaded; reinstall agent-sandbox on this node (scripts/install.sh; a venv, pipx or "
+            f"uv install: {sys.executable} -m agent_sandbox.cli.userinstall), or use bwrap or "
+            "landlock for jobs. The task was not run.", reason="job_join_refused")
     return path
 
 

@@ -483,6 +483,9 @@ def gather(project_dir: str | None, environ) -> Report:
 
     items.append(_logins(ctx.home, environ))
     items.append(install_links_item(ctx.install_links, ctx.install_paths))
+    from agent_sandbox.tools.platform import platform_items
+
+    items[0:0] = platform_items(environ, ctx.home)     # first: what this is, where
 
     requested = settings.SANDBOX_BACKEND
     from agent_sandbox.errors import SandboxError
