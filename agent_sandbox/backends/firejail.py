@@ -226,9 +226,13 @@ class View:
 
         ro_trees = list(policy.system_readonly) + [p for p in self.readonly]
         self.readonly = list(policy.system_readonly) + self.readonly
-        for path in writable + ([chaperon] if chaperon else []):
+        for path in writable:
             if os.path.lexists(path) and any(_is_within(path, t) for t in ro_trees):
                 self.readwrite.append(path)    # e.g. below the read-only restricted home
+        if chaperon and any(_is_within(chaperon, t) for t in ro_trees):
+            # Made by the launch's lifecycle after the compile, before the
+            # spawn (launch/lifecycle.py): writable whether or not it exists yet.
+            self.readwrite.append(chaperon)
         roots = writable + ([home] if policy.home_access == "write" else [])
         view = ViewBuilder(policy)
         for path in policy.pinned:
