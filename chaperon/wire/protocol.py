@@ -128,7 +128,7 @@ class ProtocolError(Exception):
     default_reason = "protocol-error"
 
     def __init__(self, message: str, *, reason: str = "", fault: str = "peer",
-                 line: int | None = None):
+                 line: "int | None" = None):
         super().__init__(message)
         self.reason = reason or self.default_reason
         self.fault = fault
@@ -572,7 +572,7 @@ class _LineDecoder:
     def _reset(self) -> None:
         pass
 
-    def _message(self, detail: str, kind: str = "malformed", line: int | None = None) -> str:
+    def _message(self, detail: str, kind: str = "malformed", line: "int | None" = None) -> str:
         where = f" (line {line})" if line else ""
         return f"{kind} {self._frame} from the {self._peer}{where}: {detail}"
 
@@ -580,7 +580,7 @@ class _LineDecoder:
         return MalformedFrame(self._message(detail, line=self._lineno), reason=reason,
                               line=self._lineno)
 
-    def _too_large(self, reason: str, detail: str, line: int | None = None) -> FrameTooLarge:
+    def _too_large(self, reason: str, detail: str, line: "int | None" = None) -> FrameTooLarge:
         line = self._lineno if line is None else line
         return FrameTooLarge(self._message(detail, "oversized", line), reason=reason, line=line)
 
