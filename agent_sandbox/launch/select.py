@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import sys
 
 from agent_sandbox import __version__
 from agent_sandbox.errors import BackendUnavailable
