@@ -93,6 +93,15 @@ def policy_verdict(policy) -> Callable[[str], str]:
     return verdict
 
 
+def host_verdict(path: str) -> str:
+    """Without a policy (landlock's find(), which runs the probe outside any
+    sandbox): "" when this user cannot write the path nor a directory on the
+    way to it (paths.runnable_outside), so no grant of any session can."""
+    from agent_sandbox.paths import runnable_outside
+
+    return "" if runnable_outside(path) else "is writable by you"
+
+
 def _fault(candidate: Interpreter, verdict: Callable[[str], str]) -> str:
     if candidate.version and tuple(candidate.version) < MIN_VERSION:
         return f"{candidate.real} is Python {'.'.join(map(str, candidate.version))}"
@@ -130,6 +139,6 @@ def choose(own: Interpreter, system_python: Optional[Interpreter],
 
 def helper_python(policy=None) -> str:
     """The rule on this host: the policy's verdict when there is a policy
-    (a launch), the versions alone without one."""
-    verdict = policy_verdict(policy) if policy is not None else (lambda path: "")
-    return choose(launcher(), system(), verdict)
+    (a launch), the host's without one."""
+    return choose(launcher(), system(), policy_verdict(policy) if policy is not None
+                  else host_verdict)

@@ -112,3 +112,12 @@ def test_the_real_reads_describe_this_interpreter():
     assert mine.real == os.path.realpath(sys.executable)
     assert mine.version == tuple(sys.version_info[:2])
     assert os.path.isfile(os.path.join(mine.tree[1], "os.py"))
+
+
+def test_without_a_policy_only_what_the_user_cannot_write_is_chosen(tmp_path):
+    mine = helperpython.launcher()
+    assert helperpython.host_verdict(mine.real) == ""           # root's, not writable by others
+    assert helperpython.host_verdict(str(tmp_path)) == "is writable by you"
+    copy = own(str(tmp_path / "py"))
+    assert choose(copy, SYSTEM_NEW._replace(real=mine.real, tree=(mine.real,)),
+                  helperpython.host_verdict) == "/usr/bin/python3"
