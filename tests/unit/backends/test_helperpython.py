@@ -121,3 +121,18 @@ def test_without_a_policy_only_what_the_user_cannot_write_is_chosen(tmp_path):
     copy = own(str(tmp_path / "py"))
     assert choose(copy, SYSTEM_NEW._replace(real=mine.real, tree=(mine.real,)),
                   helperpython.host_verdict) == "/usr/bin/python3"
+
+
+def test_a_compile_records_what_the_choice_reads(home):
+    """The plan cache keys on every path a compile observes (docs/design.md
+    "The warm launch"): the links to both interpreters and the access check."""
+    from agent_sandbox.launch.plancache import Recorder
+
+    ctx = context(home)
+    policy = resolve_policy(settings_for(home), ctx, backend="bwrap")
+    with Recorder() as recorder:
+        helperpython.helper_python(policy)
+    seen = {path for path, _ in recorder.seen}
+    assert helperpython.SYSTEM_PYTHON in seen                    # access, realpath
+    assert sys.executable in seen or os.path.realpath(sys.executable) in seen
+    assert os.path.dirname(os.__file__) in seen
