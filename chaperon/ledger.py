@@ -265,6 +265,8 @@ class Ledger:
                         found.setdefault(r.job, r)
                 return list(found.values())
             records, forgotten = self._gather(self.project if scope == "project" else None)
+            if not forgotten:       # (a fresh list: no pass over every record's id)
+                return records
             return [r for r in records if r.job not in forgotten]
 
     def jobs(self, scope: str) -> list[str]:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import ipaddress
 import re
 import socket
-from typing import NamedTuple
+from typing import NamedTuple, Union
 
 DEFAULT_PORTS = frozenset({443, 80})
 HOW_TO_ADD = "Add it to ALLOWED_HOSTS in ~/.config/agent-sandbox/sandbox.conf"
@@ -36,7 +36,7 @@ _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
 _BRACKET_TAIL = re.compile(r"(/[0-9]{1,3})?(?::([^:]*))?")
 
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]   # not `|`: Python 3.9
 
 
 class Rule(NamedTuple):

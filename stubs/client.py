@@ -175,7 +175,7 @@ def _is_dir(path: str) -> bool:
         return False
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: "list[str] | None" = None) -> int:
     argv = sys.argv if argv is None else argv
     command = argv[0].rpartition("/")[2]
     args = argv[1:]

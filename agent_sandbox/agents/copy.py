@@ -819,7 +819,10 @@ def _parse(kind: str, text: str, *, editable: bool = False):
             import tomlkit
 
             return tomlkit.parse(text)
-        import tomllib
+        try:
+            import tomllib
+        except ModuleNotFoundError:     # Python < 3.11: its source, a dependency there
+            import tomli as tomllib
 
         return tomllib.loads(text)
     # NaN/Infinity are not JSON: an agent reading the user's file back would

@@ -39,7 +39,7 @@ class PlanContext(NamedTuple):   # not a dataclass: dataclasses imports inspect 
     about this host and the selected program, gathered by the launcher."""
     program: str                    # the backend's program (landlock: the helper's python)
     landlock_abi: int = 0           # 0: no Landlock
-    python: str = HELPER_PYTHON     # the helper's interpreter (bwrap, firejail)
+    python: str = ""                # the helper's interpreter (helperpython.py); "": the default's
     # The program is setuid (bwrap: the spawning thread's no_new_privs would
     # take its privileges, so Landlock scoping goes through the helper inside).
     program_setuid: bool = False

@@ -18,6 +18,7 @@ import marshal
 import os
 
 from agent_sandbox.traits import TRAITS
+from agent_sandbox.backends.base import HELPER_PYTHON
 from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef,
                                          FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, egress_guarantee,
@@ -108,7 +109,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     command starts through the helper instead, which applies them inside the namespaces (a Python start, ~10 ms);
     because the spawning thread's no_new_privs would take bwrap's privileges.
     Either way bwrap keeps loading seccomp itself."""
-    landlock_abi, python = context.landlock_abi, context.python
+    landlock_abi, python = context.landlock_abi, context.python or HELPER_PYTHON
     scope_with = "helper" if context.program_setuid else "spawn"
     # The same view with fewer and cheaper mounts (bwrap rereads the mount
     # table at every bind): policy/mountcost.py.

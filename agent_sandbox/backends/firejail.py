@@ -46,6 +46,7 @@ import glob
 import os
 
 from agent_sandbox.traits import TRAITS
+from agent_sandbox.backends.base import HELPER_PYTHON
 from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, FunctionBackend,
                                          Guarantees,
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
@@ -360,7 +361,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
          context: PlanContext) -> Plan:
     """`payloads` may carry "seccomp"; context.root_entries is os.listdir("/")
     (given so tests can give their own)."""
-    landlock_abi, python = context.landlock_abi, context.python
+    landlock_abi, python = context.landlock_abi, context.python or HELPER_PYTHON
     root_entries = context.root_entries
     view = View(policy, sorted(os.listdir("/")) if root_entries is None else root_entries)
     lines = view.build()

@@ -275,8 +275,10 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
          context: PlanContext) -> Plan:
     """`payloads` may carry "seccomp"; other launcher payloads (passwd files,
     the marker) have nowhere to go without a mount namespace. The helper runs
-    on context.program (the interpreter find() chose)."""
-    landlock_abi, python = context.landlock_abi, context.program
+    on context.python (backends/helperpython.py's choice for this policy),
+    else on context.program (find()'s, which ran the probe)."""
+    python = context.python or context.program
+    landlock_abi = context.landlock_abi
     tmpdir = scratch_tmp(policy) if policy.private_tmp else None
     spec = ruleset(policy, landlock_abi=landlock_abi, tmpdir=tmpdir)
     ours = {"landlock": Payload(data=marshal.dumps(spec))}
@@ -301,9 +303,19 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                 own_session=True, notes=notes(policy, landlock_abi=landlock_abi))
 
 
-def find(path_env: str | None = None, python: str = HELPER_PYTHON) -> str | None:
+def find(path_env: str | None = None, python: str | None = None) -> str | None:
     """The interpreter the helper runs on, by absolute path whatever PATH says
-    (the kernel's part is the probe's)."""
+    (the kernel's part is the probe's): backends/helperpython.py's choice
+    without a policy (one this user cannot write), so that a system python3
+    too old for the helper is not probed (its failure would read as the
+    kernel's). The plan runs the helper on the policy's choice."""
+    if python is None:
+        from agent_sandbox.backends.helperpython import helper_python
+
+        try:
+            python = helper_python()
+        except PolicyError:
+            return None
     return python if os.access(python, os.X_OK) and os.path.exists(helper_path()) else None
 
 

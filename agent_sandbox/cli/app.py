@@ -17,7 +17,10 @@ class _Group(TyperGroup):
         import os
         import pwd
 
-        from typer._click.shell_completion import CompletionItem
+        try:
+            from typer._click.shell_completion import CompletionItem
+        except ImportError:         # typer before its vendored click (the last for 3.9)
+            from click.shell_completion import CompletionItem
 
         from agent_sandbox.config.profiles import available
 

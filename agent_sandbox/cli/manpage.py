@@ -81,7 +81,10 @@ def render(root, *, version: str, date: str) -> str:
 
 
 def _context(command, path):
-    from typer._click import Context
+    try:
+        from typer._click import Context
+    except ImportError:             # typer before its vendored click (the last for 3.9)
+        from click import Context
 
     return Context(command, info_name=" ".join(path))
 

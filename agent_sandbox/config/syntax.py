@@ -39,7 +39,7 @@ class Assignment:
 
     key: str
     append: bool
-    value: str | tuple[str, ...]
+    value: "str | tuple[str, ...]"
     file: str
     line: int
     column: int
@@ -48,7 +48,7 @@ class Assignment:
         self,
         key: str,
         append: bool,
-        value: str | tuple[str, ...],
+        value: "str | tuple[str, ...]",
         file: str,
         line: int,
         column: int,
@@ -61,7 +61,7 @@ class Assignment:
         setter(self, "line", line)
         setter(self, "column", column)
 
-    def _fields(self) -> tuple[str, bool, str | tuple[str, ...], str, int, int]:
+    def _fields(self) -> "tuple[str, bool, str | tuple[str, ...], str, int, int]":
         return (self.key, self.append, self.value, self.file, self.line, self.column)
 
     def __setattr__(self, name: str, value: object) -> None:
@@ -183,7 +183,7 @@ def parse_config(
     *,
     file: str,
     variables: Mapping[str, str],
-    known_keys: Collection[str] | None = None,
+    known_keys: "Collection[str] | None" = None,
 ) -> list[Assignment]:
     """Return the assignments of a sandbox.conf text, in file order.
 
@@ -231,7 +231,7 @@ class _Scanner:
 
     # --- statements -----------------------------------------------------------
 
-    def parse(self, known_keys: frozenset[str] | None) -> list[Assignment]:
+    def parse(self, known_keys: "frozenset[str] | None") -> list[Assignment]:
         text, end = self.text, self.end
         nul = text.find("\0")
         if nul >= 0:
@@ -273,7 +273,7 @@ class _Scanner:
         return self.end if newline < 0 else newline + 1
 
     def assignment(
-        self, i: int, found: list[Assignment], known_keys: frozenset[str] | None
+        self, i: int, found: list[Assignment], known_keys: "frozenset[str] | None"
     ) -> int:
         """Read the statement at ``i``, which must be KEY=… or KEY+=…; return the next offset."""
         text, end = self.text, self.end
@@ -298,7 +298,7 @@ class _Scanner:
         if known_keys is not None and key not in known_keys:
             raise self.error(i, _unknown_key(key, known_keys))
         line, column = self.locate(i)
-        value: str | tuple[str, ...]
+        value: "str | tuple[str, ...]"
         if text.startswith("(", value_at):
             value, i = self.array(value_at)
         elif append:

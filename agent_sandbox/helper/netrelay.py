@@ -101,8 +101,8 @@ def pump(source: _socket.socket, target: _socket.socket, limit: int | None = Non
     is complete: the answer still comes) and drop the rest of the source.
     Returns the bytes moved. An error shuts both sockets."""
     moved = 0
-    try:
-        moved = _splice(source, target, limit)
+    try:                                   # os.splice: Python 3.10+
+        moved = (_splice if hasattr(os, "splice") else _copy)(source, target, limit)
         if limit is None or moved < limit:
             target.shutdown(_socket.SHUT_WR)
         else:

@@ -109,7 +109,7 @@ def _joinns():
     return joinns
 
 
-def join(opts: dict, bpf: bytes | None) -> int:
+def join(opts: dict, bpf: "bytes | None") -> int:
     """Enter the job's sandbox (--join-ns, --join), then drop every
     capability, set no_new_privs and load the seccomp filter `bpf`: returns,
     in the joined process, the host pid the launcher signals (this helper's
@@ -309,7 +309,7 @@ def _session_members(session: int) -> list[int]:
 
 
 def start_watcher(lifeline: int, *, whole_namespace: bool, whole_session: bool = False,
-                  cleanup: str | None = None) -> None:
+                  cleanup: "str | None" = None) -> None:
     """A grandchild (so the command never sees it as its child) that waits for
     the command (this process, once it execs) to exit or the launcher to go,
     then kills the command's process group — or, in a PID namespace of its

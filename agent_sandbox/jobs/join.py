@@ -159,7 +159,7 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
     from agent_sandbox.process.select import helper_python
 
     by_setns = traits(selection.name).job_join == "setns"   # else the backend's --join
-    python = helper_python() if by_setns else join_python()
+    python = helper_python(policy) if by_setns else join_python()
     helper = helper_argv(python=python, env=True, seccomp=policy.seccomp, status=True,
                          argv_fd=True, chdir=policy.workdir, keep_fds=policy.keep_fds)
     join = ["--join-ns", ",".join(f"{kind}:{inode}" for kind, inode in spec.items())]

@@ -123,7 +123,7 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
         passed, detail = probe_backend(selection.name, selection.path, policy.home,
                                        argv=probe(selection.path), kind="private-mounts")
         failure = "" if passed else detail
-    context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(),
+    context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(policy),
                           program_setuid=setuid, host_mounts=mounts,
                           private_mounts_failure=failure)
     backend.refuse(policy, context=context)

@@ -346,7 +346,8 @@ class Recorder:
         # subprocess binds fork_exec when it is imported: patched there too
         # (and put back below if it is imported while recording).
         self._fork_exec = (_posixsubprocess.fork_exec, fork_exec)
-        if "subprocess" in sys.modules:
+        # (Python 3.11+; before, subprocess calls _posixsubprocess.fork_exec, patched above.)
+        if hasattr(sys.modules.get("subprocess"), "_fork_exec"):
             patches.append((sys.modules["subprocess"], "_fork_exec", fork_exec))
         patches += [(builtins, "open", opening), (io, "open", opening)]
 

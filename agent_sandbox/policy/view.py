@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Callable, Iterator, NamedTuple
+from typing import Callable, Iterator, NamedTuple, Union
 
 from agent_sandbox.policy.resolve import MARKER_PATH, Policy, _is_within
 
@@ -143,7 +143,7 @@ class Rule(NamedTuple("Rule", [("kind", str), ("access", int), ("path", str)])):
         return super().__new__(cls, RULE_KIND, access, path)
 
 
-Op = RoBind | Bind | DevBind | Tmpfs | Symlink | Proc | Dev | Data | File | RemountRo
+Op = Union[RoBind, Bind, DevBind, Tmpfs, Symlink, Proc, Dev, Data, File, RemountRo]   # not `|`: Python 3.9
 
 
 # ---------------------------------------------------------------- the carve walker
@@ -196,7 +196,7 @@ class Stop(NamedTuple):
     path: str
 
 
-Step = Grant | Carve | Leave | Link | Stop
+Step = Union[Grant, Carve, Leave, Link, Stop]   # not `|`: Python 3.9
 
 
 def carve_walk(path: str, hidden, *, around=(), stop: Callable[[str], bool] | None = None

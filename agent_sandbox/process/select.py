@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import pwd
-import sys
 
 from agent_sandbox import __version__
 from agent_sandbox.errors import BackendUnavailable
@@ -136,14 +135,13 @@ TRANSIENT = ("Resource temporarily unavailable", "Cannot allocate memory",
              "No space left on device", "Too many open files")
 
 
-def helper_python() -> str:
-    """The interpreter the helper runs on: Debian's, else the one behind this
-    launcher (so marshal formats always agree)."""
-    from agent_sandbox.backends.base import HELPER_PYTHON
+def helper_python(policy=None) -> str:
+    """The interpreter the helper runs on: the launcher's own when the sandbox
+    shows it read-only, else the system python3 when new enough, else a
+    refusal (backends/helperpython.py)."""
+    from agent_sandbox.backends.helperpython import helper_python as rule
 
-    if os.access(HELPER_PYTHON, os.X_OK):
-        return HELPER_PYTHON
-    return os.path.realpath(sys.executable)
+    return rule(policy)
 
 
 def forget_probe(backend: str) -> None:

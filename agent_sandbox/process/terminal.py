@@ -117,7 +117,28 @@ def open_pty(stdin: int = 0) -> Pty:
 
 
 def _copy_window_size(outer: int, master: int) -> None:
-    termios.tcsetwinsize(master, termios.tcgetwinsize(outer))
+    set_window_size(master, window_size(outer))
+
+
+def window_size(fd: int) -> tuple:
+    """(rows, columns) of the terminal on `fd` (termios' own from Python 3.11)."""
+    if hasattr(termios, "tcgetwinsize"):
+        return termios.tcgetwinsize(fd)
+    import fcntl
+    import struct
+
+    rows, columns, _, _ = struct.unpack("HHHH", fcntl.ioctl(fd, termios.TIOCGWINSZ, bytes(8)))
+    return rows, columns
+
+
+def set_window_size(fd: int, size) -> None:
+    if hasattr(termios, "tcsetwinsize"):
+        termios.tcsetwinsize(fd, size)
+        return
+    import fcntl
+    import struct
+
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", size[0], size[1], 0, 0))
 
 
 def relay(pty: Pty, pid: int, *, title: str = "", stdin: int = 0, stdout: int = 1) -> int:

@@ -220,7 +220,10 @@ def commands_in(path: str, data: bytes) -> str:
 
             _strings(json.loads(data), found)
         elif name.endswith(".toml"):
-            import tomllib
+            try:
+                import tomllib
+            except ModuleNotFoundError:     # Python < 3.11: its source, a dependency there
+                import tomli as tomllib
 
             _strings(tomllib.loads(data.decode("utf-8", "replace")), found)
         elif name.endswith((".yml", ".yaml")) or name == ".env":

@@ -55,7 +55,9 @@ class _Record:
     __slots__ = ()
 
     def __init__(self, *values):
-        for name, value in zip(self.__slots__, values, strict=True):
+        if len(values) != len(self.__slots__):      # zip(strict=True) from Python 3.10
+            raise TypeError(f"{type(self).__name__} takes {len(self.__slots__)} values")
+        for name, value in zip(self.__slots__, values):
             setattr(self, name, value)
 
     def __eq__(self, other):

@@ -61,7 +61,7 @@ def announcement(name: str) -> bytes:
     return ANNOUNCE_PREFIX + name.encode() + b"\n"
 
 
-def parse_announcement(line: bytes) -> str | None:
+def parse_announcement(line: bytes) -> "str | None":
     """The connection name in one announcement line (without its newline), or
     None for anything else — garbage is ignored, never an error."""
     prefix = ANNOUNCE_PREFIX[1:]

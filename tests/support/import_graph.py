@@ -6,9 +6,28 @@ and is left out (its own guard imports it in a clean interpreter)."""
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]     # tests/support/ -> the checkout
+
+
+def _stdlib_names() -> frozenset:
+    """sys.stdlib_module_names (Python 3.10+); on 3.9 the same read off the
+    interpreter: its built-in modules and what its standard library holds."""
+    if hasattr(sys, "stdlib_module_names"):
+        return frozenset(sys.stdlib_module_names)
+    import os
+    import pkgutil
+    import sysconfig
+
+    places = {sysconfig.get_paths()["stdlib"], sysconfig.get_paths()["platstdlib"]}
+    places |= {os.path.join(place, "lib-dynload") for place in places}
+    return frozenset({m.name for m in pkgutil.iter_modules(sorted(places))}
+                     | set(sys.builtin_module_names))
+
+
+STDLIB = _stdlib_names()
 
 
 def module_name(path: Path) -> str:

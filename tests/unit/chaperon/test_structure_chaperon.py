@@ -8,10 +8,9 @@ every module, imports nested in functions included:
 """
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from tests.support.import_graph import ROOT, cycles as _cycles, graph, imports, modules
+from tests.support.import_graph import ROOT, STDLIB, cycles as _cycles, graph, imports, modules
 
 PACKAGE = ROOT / "chaperon"
 MODULES = modules("chaperon")
@@ -44,7 +43,7 @@ def test_tarjan_finds_a_cycle():
 
 
 def test_the_wire_imports_the_standard_library_only():
-    stdlib = sys.stdlib_module_names
+    stdlib = STDLIB
     for name, path in MODULES.items():
         if not (name == "chaperon.wire" or name.startswith("chaperon.wire.")):
             continue
@@ -64,4 +63,4 @@ def test_the_stub_imports_only_the_wire():
         if top == "chaperon":
             assert module.startswith("chaperon.wire"), module
         else:
-            assert top in sys.stdlib_module_names or top == "stubs", module
+            assert top in STDLIB or top == "stubs", module

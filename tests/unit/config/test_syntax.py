@@ -1,5 +1,7 @@
 """Tests for agent_sandbox.config.syntax: sandbox.conf is parsed, never executed."""
 
+from __future__ import annotations
+
 import os
 import pickle
 import shutil
@@ -458,9 +460,11 @@ def test_assignment_is_immutable_and_compares_by_value():
     assert repr(a) == (
         "Assignment(key='A', append=False, value=('x',), file='sandbox.conf', line=1, column=1)"
     )
-    match a:
-        case Assignment(key, append, value):
-            assert (key, append, value) == ("A", False, ("x",))
+    assert Assignment.__match_args__[:3] == ("key", "append", "value")
+    if sys.version_info >= (3, 10):   # a `match` statement would not compile on Python 3.9
+        scope = {"a": a, "Assignment": Assignment}
+        exec("match a:\n case Assignment(key, append, value): found = (key, append, value)", scope)
+        assert scope["found"] == ("A", False, ("x",))
 
 
 def test_config_syntax_error():

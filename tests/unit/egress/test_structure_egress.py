@@ -7,9 +7,8 @@ decision and the parsers are pure (no asyncio, no sockets, no server);
 no import cycle."""
 from __future__ import annotations
 
-import sys
 
-from tests.support.import_graph import cycles, graph, imports, modules
+from tests.support.import_graph import STDLIB, cycles, graph, imports, modules
 
 MODULES = modules("egress")
 
@@ -22,7 +21,7 @@ def test_the_proxy_imports_the_standard_library_paths_and_errors_only():
     assert "egress.server" in MODULES and "egress.hosts" in MODULES
     for name in MODULES:
         foreign = {m for m in _imports(name)
-                   if m.partition(".")[0] not in sys.stdlib_module_names
+                   if m.partition(".")[0] not in STDLIB
                    and m.partition(".")[0] != "egress"
                    and m not in ("agent_sandbox.paths", "agent_sandbox.errors")}
         assert not foreign, (name, foreign)

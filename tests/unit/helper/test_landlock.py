@@ -101,7 +101,7 @@ landlock.no_new_privs()
 print(landlock.restrict_self(marshal.loads({marshal.dumps(spec)!r})))
 for path in ({str(allowed / 'f')!r}, {str(outside / 'f')!r}, {str(link / 'g')!r}):
     try:
-        open(path, 'w').close()
+        open(path, 'wb').close()   # binary: 3.9's text mode imports _bootlocale (a read)
         print('ok')
     except OSError as exc:
         print(exc.errno)

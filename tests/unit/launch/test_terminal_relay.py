@@ -41,11 +41,13 @@ def _read_until(fd: int, wanted: bytes, timeout: float = 10.0) -> bytes:
 @pytest.mark.parametrize("ending", ["exit", "sigkill"])
 def test_relay_carries_bytes_both_ways_and_restores_the_outer_modes(ending):
     user_side, outer = os.openpty()          # outer: the launcher's stdin/stdout
-    termios.tcsetwinsize(user_side, (30, 100))
+    terminal.set_window_size(user_side, (30, 100))
     before = termios.tcgetattr(outer)
     pty = terminal.open_pty(outer)
-    assert termios.tcgetwinsize(pty.slave) == (30, 100)
-    script = ("import os,sys,termios; print('size', *termios.tcgetwinsize(0), flush=True); "
+    assert tuple(terminal.window_size(pty.slave)) == (30, 100)
+    script = ("import fcntl,os,struct,sys,termios; "
+              "size = struct.unpack('HHHH', fcntl.ioctl(0, termios.TIOCGWINSZ, bytes(8)))[:2]; "
+              "print('size', *size, flush=True); "
               "line = sys.stdin.readline(); print('got', line.strip(), flush=True); "
               "os.kill(os.getpid(), 9) if line.strip() == 'sigkill' else sys.exit(7)")
     pid = os.posix_spawn(sys.executable, [sys.executable, "-c", script], dict(os.environ),
