@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import PREFIX
+from tests.support.install import PREFIX
 
 BACKENDS = ["bwrap", "firejail", "landlock"]
 
