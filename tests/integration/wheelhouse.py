@@ -86,8 +86,12 @@ def build(source: Path, out: Path, extra=("pip",)) -> Path:
                    check=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
     shutil.rmtree(tree)
     own = metadata.distribution("agent-sandbox")
-    for dist in closure([Requirement(r).name for r in own.requires or ()
-                         if "extra ==" not in r] + list(extra)):
+    # The install's own requirements on this Python (tomli only below 3.11),
+    # no extra's.
+    wanted = [Requirement(r) for r in own.requires or ()]
+    for dist in closure([r.name for r in wanted
+                         if r.marker is None or r.marker.evaluate({"extra": ""})]
+                        + list(extra)):
         repack(dist, out)
     (wheel,) = out.glob("agent_sandbox-*.whl")
     return wheel
