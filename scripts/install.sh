@@ -13,7 +13,10 @@
 #   AGENT_SANDBOX_PYTHON (the interpreter, default /usr/bin/python3),
 #   AGENT_SANDBOX_MANDIR (default /usr/local/share/man/man1),
 #   AGENT_SANDBOX_MODULEFILES (a modulefiles directory: writes agent-sandbox/VERSION there),
-#   AGENT_SANDBOX_PACKAGES=none (install no package, only check).
+#   AGENT_SANDBOX_PACKAGES=none (install no package, only check),
+#   AGENT_SANDBOX_BIN_LINK (the command's link on PATH, default
+#   /usr/local/bin/agent-sandbox; empty: none — a second install beside the
+#   site's, e.g. a baseline for benchmarks/, leaves the site's link alone).
 set -euo pipefail
 
 prefix=${AGENT_SANDBOX_PREFIX:-/opt/agent-sandbox}
@@ -162,7 +165,10 @@ chmod -R a+rX "$prefix"
 # can ptrace it before it loads its seccomp filter; jobs/join.py).
 mandir=${AGENT_SANDBOX_MANDIR:-/usr/local/share/man/man1}
 "$prefix/venv/bin/python" -I -m agent_sandbox.cli.userinstall --mandir "$mandir"
-ln -sf "$prefix/venv/bin/agent-sandbox" /usr/local/bin/agent-sandbox
+bin_link=${AGENT_SANDBOX_BIN_LINK-/usr/local/bin/agent-sandbox}
+if [ -n "$bin_link" ]; then
+    ln -sf "$prefix/venv/bin/agent-sandbox" "$bin_link"
+fi
 # A modulefile for Lmod and environment-modules (conf/modulefiles/agent-sandbox.tcl).
 if [ -n "${AGENT_SANDBOX_MODULEFILES:-}" ]; then
     version=$("$prefix/venv/bin/agent-sandbox" version | awk '{print $NF}')

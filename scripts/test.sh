@@ -48,4 +48,14 @@ trap stop_slurm EXIT
 "$repo/scripts/slurm-cluster.sh" start
 "$repo/scripts/slurm-multinode.sh" start
 
-/opt/agent-sandbox/venv/bin/python -m pytest -p no:cacheprovider -ra "$@" tests
+rc=0
+/opt/agent-sandbox/venv/bin/python -m pytest -p no:cacheprovider -ra "$@" tests || rc=$?
+# The unit suite under the oldest and the newest other CPython the package
+# claims (pyproject's requires-python; issue 29), in parallel, after the
+# default interpreter's whole run: scripts/test-pythons.sh (its logs in
+# /opt/agent-sandbox-pythons/logs).
+if ! AGENT_SANDBOX_TEST_PYTHONS="3.9 3.13" "$repo/scripts/test-pythons.sh"; then
+    echo "test.sh: the unit suite failed under another Python (scripts/test-pythons.sh)" >&2
+    if ((rc == 0)); then rc=1; fi
+fi
+exit "$rc"
