@@ -613,7 +613,7 @@ def context(options: tuple, environ, home: str) -> tuple:
     """What decides a plan besides the files a compile observes."""
     import pwd
 
-    from agent_sandbox.services.registry import boot_id
+    from agent_sandbox.hostid import boot_id
 
     entry = pwd.getpwuid(os.getuid())
     return (FORMAT, _install_stamp(), os.getuid(), os.getgid(), tuple(os.getgroups()),

@@ -39,6 +39,9 @@ from __future__ import annotations
 import os
 
 from agent_sandbox import jsonlite
+# A record's host and boot (on the lowest floor: the plan cache keys plans on
+# the boot too); the services ask them here.
+from agent_sandbox.hostid import boot_id, host_name
 
 SUBDIR = "sessions"
 HELD_SUBDIR = "sandboxes"
@@ -53,16 +56,6 @@ def registry_dir(home: str) -> str:
     return os.path.join(state_dir(home), SUBDIR)
 
 
-def host_name() -> str:
-    return os.uname().nodename     # what socket.gethostname() returns, without importing socket
-
-
-def boot_id() -> str:
-    try:
-        with open("/proc/sys/kernel/random/boot_id", "rb") as handle:
-            return handle.read().decode("ascii", "replace").strip()
-    except OSError:
-        return ""
 
 
 def _state_and_ticks(pid: int | str) -> tuple[bytes, int] | None:

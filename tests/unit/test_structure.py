@@ -32,7 +32,7 @@ PACKAGES = ("agent_sandbox", "chaperon", "stubs", "egress")
 # logs) use all of that, and the CLI (cli, __main__) sits on top of everything.
 VOCABULARY = ("agent_sandbox", "agent_sandbox.names", "agent_sandbox.paths",
               "agent_sandbox.errors", "agent_sandbox.mountinfo", "agent_sandbox.jsonlite",
-              "agent_sandbox.logfiles", "agent_sandbox.traits")
+              "agent_sandbox.logfiles", "agent_sandbox.traits", "agent_sandbox.hostid")
 FLOORS = (
     VOCABULARY,
     ("agent_sandbox.config",),
@@ -48,10 +48,6 @@ FLOORS = (
 # Imports allowed upward, each (importer, imported) with its reason. Both lazy,
 # inside one function each.
 UPWARD_ALLOWED: dict[tuple[str, str], str] = {
-    ("agent_sandbox.plancache.plans", "agent_sandbox.services.registry"):
-        "a plan is keyed on the boot it was compiled in (plans.context): "
-        "registry.boot_id is the one reader of the kernel's boot id, and the "
-        "session registry, a service around one run, keeps it",
     ("agent_sandbox.jobs.join", "agent_sandbox.launch.payloads"):
         "a task joining its job's sandbox gets the session's seccomp filter from "
         "the one builder every launch uses (payloads.seccomp_payload, cached)",
