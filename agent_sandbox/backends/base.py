@@ -168,7 +168,10 @@ def self_protection(g: Guarantees, policy) -> None:
                     "changes the launcher. Reinstall it as copies (UV_LINK_MODE=copy; "
                     "docs/install.md)")
     launcher = policy.launcher_paths
-    roots = ViewBuilder(policy).writable_roots() if launcher else ()
+    # Each grant by its name and by its real path: the launcher paths are
+    # resolved, and a grant named through a symlink writes its target.
+    roots = tuple(dict.fromkeys(name for root in ViewBuilder(policy).writable_roots()
+                                for name in (root, os.path.realpath(root)))) if launcher else ()
     exposed = [p for p in launcher
                if any(is_within(p, r) for r in roots)
                and not any(is_within(p, o) for o in policy.readonly_overlays)]

@@ -15,7 +15,8 @@ policy can have changed. Two candidates, in this order:
 A candidate is *usable* when each of its paths is shown inside the sandbox,
 is not hidden, and lies in no writable grant of the policy (the project, a
 writable home entry, an extra writable path, the whole home with
-HOME_ACCESS=write) unless a read-only overlay covers it again — the same
+HOME_ACCESS=write — each by its name and by its real path, as a grant named
+through a symlink writes the directory it resolves to) unless a read-only overlay covers it again — the same
 question `self_protection` asks of the launcher (backends/base.py). With
 neither usable the launch is refused (exit 125) naming what is missing, why
 and the fix: never a traceback from a helper that cannot start.
@@ -76,7 +77,11 @@ def policy_verdict(policy) -> Callable[[str], str]:
     from agent_sandbox.paths import is_within
     from agent_sandbox.policy.view import ViewBuilder, is_hidden
 
-    roots = ViewBuilder(policy).writable_roots()
+    # Each grant by its name and by the directory it is: a grant named
+    # through a symlink ($WORK -> /gpfs/work/u) writes the interpreter's
+    # real path too, which starts with the second name only.
+    roots = tuple(dict.fromkeys(name for root in ViewBuilder(policy).writable_roots()
+                                for name in (root, os.path.realpath(root))))
     overlays = tuple(policy.readonly_overlays)
     shown = (tuple(policy.system_readonly) + overlays + tuple(policy.home_readonly)
              + ((policy.home,) if policy.home_access in ("read", "write") else ()))

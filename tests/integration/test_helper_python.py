@@ -73,3 +73,54 @@ def test_the_same_interpreter_is_the_helpers_only_while_no_grant_writes_it(
     line = _helper_line(planned.stdout)
     expected = os.path.realpath(launcher[0]) if helper == "copy" else "/usr/bin/python3"
     assert f"{expected} -I -S -c " in line, planned.stdout
+
+
+@pytest.fixture
+def linked_work(user):
+    """A site file system shown read-only (READONLY_MOUNTS+=(/srv/…-real))
+    and the user's work directory in it granted writable by another name, a
+    path through a symlink (EXTRA_WRITABLE_PATHS=(/srv/…-link/work): $WORK
+    on a cluster where /work links to /gpfs/work)."""
+    real = pathlib.Path(f"/srv/{user.name}-real")
+    link = pathlib.Path(f"/srv/{user.name}-link")
+    shutil.rmtree(real, ignore_errors=True)
+    if link.is_symlink():
+        link.unlink()
+    (real / "work").mkdir(parents=True)
+    os.chown(real / "work", user.uid, user.gid)
+    link.symlink_to(real)
+    yield real, link
+    shutil.rmtree(real, ignore_errors=True)
+    link.unlink()
+
+
+# firejail mounts the real tree read-only over the grant (read-only wins
+# there); bwrap binds the grant by its own name, landlock grants its inode.
+@pytest.mark.parametrize("backend", ["bwrap", "landlock"])
+def test_a_grant_named_through_a_symlink_still_makes_the_interpreter_writable(
+        user, project, backend, linked_work):
+    """The launcher on an interpreter in the user's work directory: the
+    grant names it through a link, the interpreter's real path does not
+    start with the grant's name — but the sandbox writes the same file. The
+    rule compared the resolved interpreter with the unresolved grant and
+    chose it for the helper (a bwrap job step's joining helper starts on it
+    outside the sandbox)."""
+    real, link = linked_work
+    launcher = _launcher_on(user, real / "work" / "py")
+    copy = os.path.realpath(launcher[0])
+    network = ("NETWORK_MODE=allowlist\nALLOWED_HOSTS+=(127.0.0.2:9)\n"   # bwrap's helper
+               if backend == "bwrap" else "")
+    user.set_config(f"READONLY_MOUNTS+=({real})\nEXTRA_WRITABLE_PATHS=({link}/work)\n"
+                    + network)
+    inside = copy.replace(str(real), str(link), 1)
+    ran = user.run(launcher + ["run", "--backend", backend, "--", "sh", "-c",
+                               f"test -w {inside} && echo writable"], cwd=project)
+    assert ran.stdout.strip() == "writable", ran.stderr     # the premise: it is
+    planned = user.run(launcher + ["run", "--backend", backend, "--dry-run", "--", "true"],
+                       cwd=project)
+    assert planned.returncode == 0, planned.stderr
+    line = _helper_line(planned.stdout)
+    assert "/usr/bin/python3 -I -S -c " in line and copy not in line, planned.stdout
+    # … and the report says that the launcher itself is writable inside.
+    row = next(line for line in planned.stdout.splitlines() if "self.protected" in line)
+    assert row.split()[0] == "partial" and copy in row, row
