@@ -147,6 +147,32 @@ def join_python() -> str:
     return path
 
 
+def join_view_refusal(policy, paths, realpath=os.path.realpath) -> str | None:
+    """Why `firejail --join` cannot take `paths` (the join interpreter, the
+    helper's folder) from the sandbox's own view, or None (pure over
+    `realpath`). firejail resolves them inside the job's mount namespace,
+    after the launcher checked the real files outside: where the sandbox
+    can write them, or rename a directory above them — any directory of its
+    private home (the home is a tmpfs inside unless HOME_ACCESS=read shows
+    the real one read-only; with write the real one is writable) — it shows
+    its own files at the same path (a pipx or uv install under
+    ~/.local/share; found in review), and the joining task would run them
+    before it loads the session's seccomp filter. Names and real paths both."""
+    from agent_sandbox.paths import is_within
+
+    writable = (policy.project_dir, *policy.extra_writable, *policy.home_writable)
+    for path in paths:
+        for name in dict.fromkeys((path, realpath(path))):
+            if any(is_within(name, tree) or is_within(name, realpath(tree))
+                   for tree in writable):
+                return f"{name} lies in a tree the sandbox can write"
+            if policy.home_access != "read" and (
+                    is_within(name, policy.home) or is_within(name, realpath(policy.home))):
+                return (f"{name} lies in your home, whose directories the sandbox can rename "
+                        f"inside (HOME_ACCESS={policy.home_access})")
+    return None
+
+
 def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pidfd: int):
     """The Plan of a joining task (pure): the helper, started by bwrap's
     joiner directly (it setns through `pidfd`) or by `firejail --join=PID`,
@@ -160,6 +186,18 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
 
     by_setns = traits(selection.name).job_join == "setns"   # else the backend's --join
     python = helper_python(policy) if by_setns else join_python()
+    if not by_setns:
+        from agent_sandbox.backends.base import helper_path
+
+        why = join_view_refusal(policy, (python, os.path.dirname(helper_path())))
+        if why:
+            raise PolicyError(
+                f"a firejail job step cannot join its job's sandbox — {why}, and firejail "
+                "--join finds the join interpreter and the helper by their path inside the "
+                "sandbox, where the session could put its own files there before the task's "
+                "seccomp filter is loaded. Install agent-sandbox outside your home (a site "
+                "install, scripts/install.sh), or use bwrap or landlock for jobs. The task "
+                "was not run.", reason="job_join_refused")
     helper = helper_argv(python=python, env=True, seccomp=policy.seccomp, status=True,
                          argv_fd=True, chdir=policy.workdir, keep_fds=policy.keep_fds)
     join = ["--join-ns", ",".join(f"{kind}:{inode}" for kind, inode in spec.items())]

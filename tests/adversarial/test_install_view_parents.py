@@ -1,19 +1,19 @@
-"""The install's path as the sandbox sees it, when the install lies in the
-home below directories of the private home (a pipx or uv tool install:
-~/.local/share/pipx/venvs/NAME, HOME_ACCESS=tmpwrite, the default). The
-install is bound read-only, but `.local/share/pipx` above it is a directory
-of the sandbox's own tmpfs: the session renames it away (the mount moves
-with it) and makes its own NAME/libexec/python3-join and NAME/lib/…/helper.
-Nothing of that reaches the real home — but `firejail --join` resolves the
-join interpreter (jobs/join.py join_python: stat'ed outside, a user's own
-0100 copy accepted) and the helper's directory inside the sandbox's mount
-namespace, so a job step's joining task would run the session's code
-before it loads the session's seccomp filter: what the execute-only join
-interpreter is for. Found in review at 04b718e (bwrap and firejail); the
-fix (pin or refuse) is open: strict xfail until then.
+"""A firejail job step joins its job's sandbox with `firejail --join`, which
+finds the join interpreter and the helper's folder by their path *inside*
+the sandbox, after the launcher checked the real files outside. For an
+install in the home below directories of the sandbox's private home (a pipx
+or uv tool install: ~/.local/share/pipx/venvs/NAME, HOME_ACCESS=tmpwrite),
+the install is bound read-only but `.local/share/pipx` above it is the
+sandbox's own tmpfs: the session renames it away (the mount moves with it)
+and makes its own NAME/libexec/python3-join and helper — shown here on bwrap
+and firejail — and the joining task would run that code before it loads the
+session's seccomp filter (found in review of 04b718e). The join is refused
+for an install the sandbox can write or rename above (jobs/join.py
+join_view_refusal): the refusal's tests below failed on 04b718e (no refusal;
+the plan joined).
 
-Real backends, the unprivileged test user, the launcher run from a venv of
-the install's interpreter placed as pipx places its venvs."""
+Real backends and the unprivileged test user for the premise; the join
+plan's refusal is pure (the cluster is not needed to see it)."""
 from __future__ import annotations
 
 import glob
@@ -21,10 +21,16 @@ import os
 import pathlib
 import shutil
 import uuid
+from types import SimpleNamespace
 
 import pytest
 
+from agent_sandbox.errors import PolicyError
+from agent_sandbox.jobs import join as jobjoin
 from tests.support.install import PREFIX
+from tests.support.policies import policy_of
+
+FIREJAIL = SimpleNamespace(name="firejail", path="/usr/bin/firejail")
 
 
 @pytest.fixture
@@ -48,18 +54,45 @@ def pipx_like(user):
     shutil.rmtree(top, ignore_errors=True)
 
 
-@pytest.mark.xfail(strict=True, reason="review of 04b718e: the private home's parents of "
-                   "a user install are renamable inside (fix open)")
 @pytest.mark.parametrize("backend", ["bwrap", "firejail"])
-def test_the_install_path_inside_cannot_be_given_other_files(user, project, backend, pipx_like):
+def test_a_user_install_in_the_private_home_can_be_replaced_at_its_path_inside(
+        user, project, backend, pipx_like):
+    """The premise of the refusal below (if this ever stops holding, the
+    refusal may be narrowed): the session moves the install's parent away
+    and plants a join interpreter at the install's path, in its own view."""
     venv, launcher = pipx_like
     top = venv.parent.parent
-    planter = (f"mv {top} {top}.moved 2>/dev/null && echo moved; "
-               f"mkdir -p {venv}/libexec 2>/dev/null && "
-               f"echo planted > {venv}/libexec/python3-join 2>/dev/null && echo planted; "
-               "echo ran")
+    planter = (f"mv {top} {top}.moved && mkdir -p {venv}/libexec && "
+               f"echo planted > {venv}/libexec/python3-join && cat {venv}/libexec/python3-join")
     result = user.run(launcher + ["run", "--backend", backend, "--", "/bin/sh", "-c", planter],
                       env=user.env(HOME_ACCESS="tmpwrite"), cwd=project)
     assert result.returncode == 0, result.stderr
-    assert "ran" in result.stdout
-    assert "planted" not in result.stdout.split(), result.stdout
+    assert result.stdout.split() == ["planted"], result.stdout
+    assert not (venv / "libexec" / "python3-join").exists()     # the real home is untouched
+
+
+@pytest.mark.parametrize("home_access", ["tmpwrite", "tmpfs", "restricted", "write"])
+def test_a_firejail_join_from_an_install_in_the_home_is_refused(monkeypatch, home_access):
+    monkeypatch.setattr(jobjoin, "join_python",
+                        lambda: "/h/u/.local/share/pipx/venvs/as/libexec/python3-join")
+    policy = policy_of("/h/u", backend="firejail", home_access=home_access)
+    with pytest.raises(PolicyError, match="cannot join its job's sandbox .* lies in your home"):
+        jobjoin.join_plan(policy, ["true"], FIREJAIL, {"mnt": 1, "pid": 2}, pid=77, pidfd=9)
+
+
+def test_a_join_path_in_a_writable_tree_or_reached_through_a_link_is_refused():
+    policy = policy_of("/h/u", backend="firejail", home_access="read",
+                       extra_writable=("/scratch/u",))
+    site = ("/opt/agent-sandbox/venv/libexec/python3-join", "/opt/agent-sandbox/helper")
+    assert jobjoin.join_view_refusal(policy, site, realpath=lambda p: p) is None
+    # With the home shown read-only as a whole, nothing above the install moves.
+    assert jobjoin.join_view_refusal(policy, ("/h/u/venv/libexec/python3-join",),
+                                     realpath=lambda p: p) is None
+    assert "can write" in jobjoin.join_view_refusal(
+        policy, ("/scratch/u/venv/libexec/python3-join",), realpath=lambda p: p)
+    assert "can write" in jobjoin.join_view_refusal(
+        policy, ("/h/u/proj/venv/libexec/python3-join",), realpath=lambda p: p)
+    # A name outside that leads into the project (/opt/as -> /h/u/proj/as).
+    links = {"/opt/as/libexec/python3-join": "/h/u/proj/as/libexec/python3-join"}
+    assert "can write" in jobjoin.join_view_refusal(
+        policy, ("/opt/as/libexec/python3-join",), realpath=lambda p: links.get(p, p))
