@@ -49,11 +49,24 @@ class Interpreter(NamedTuple):
     tree: tuple                # the paths that must be read-only inside
 
 
+def startup_files(real: str) -> tuple:
+    """What an interpreter at `real` reads at its start besides itself and
+    its standard library (pure): its directory (a `._pth` file beside it,
+    a pyvenv.cfg there), the pyvenv.cfg one level up, and its prefix's lib/
+    (a pythonXY.zip on sys.path, a shared libpython). Each must be as
+    unwritable inside as the executable (found in review)."""
+    bin_dir = os.path.dirname(real)
+    prefix = os.path.dirname(bin_dir)
+    return (bin_dir, os.path.join(bin_dir, "pyvenv.cfg"), os.path.join(prefix, "pyvenv.cfg"),
+            os.path.join(prefix, "lib"))
+
+
 def launcher() -> Interpreter:
     """The interpreter this launcher runs on, with its standard library."""
     real = os.path.realpath(sys.executable)
     stdlib = os.path.realpath(os.path.dirname(os.__file__))
-    return Interpreter(real, real, tuple(sys.version_info[:2]), (real, stdlib))
+    return Interpreter(real, real, tuple(sys.version_info[:2]),
+                       (real, stdlib) + startup_files(real))
 
 
 def version_from_name(real: str) -> tuple:
@@ -68,7 +81,7 @@ def system(path: str = SYSTEM_PYTHON) -> Optional[Interpreter]:
     if not os.access(path, os.X_OK):
         return None
     real = os.path.realpath(path)
-    return Interpreter(path, real, version_from_name(real), (real,))
+    return Interpreter(path, real, version_from_name(real), (real,) + startup_files(real))
 
 
 def policy_verdict(policy) -> Callable[[str], str]:

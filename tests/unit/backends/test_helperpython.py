@@ -21,7 +21,8 @@ SYSTEM_NEW = Interpreter("/usr/bin/python3", "/usr/bin/python3.11", (3, 11),
 
 def own(prefix: str, version=(3, 12)) -> Interpreter:
     real = f"{prefix}/bin/python{version[0]}.{version[1]}"
-    return Interpreter(real, real, version, (real, f"{prefix}/lib/python{version[0]}.{version[1]}"))
+    return Interpreter(real, real, version, (real, f"{prefix}/lib/python{version[0]}.{version[1]}")
+                       + helperpython.startup_files(real))
 
 
 @pytest.fixture
@@ -70,6 +71,26 @@ def test_an_interpreter_in_an_extra_writable_path_is_not_used(home, tmp_path):
     mine = own(str(scratch / "py"))
     assert choose(mine, SYSTEM_NEW, _verdict(home, EXTRA_WRITABLE_PATHS=[str(scratch)])) \
         == "/usr/bin/python3"
+
+
+@pytest.mark.parametrize("granted", ["pyvenv.cfg", "bin/pyvenv.cfg", "bin", "lib"])
+def test_what_the_interpreter_reads_at_its_start_is_as_unwritable_as_itself(
+        home, tmp_path, granted):
+    """A writable grant of a file the interpreter reads before the helper
+    runs (a pyvenv.cfg that redirects its home, a ._pth beside it, the zip
+    or libpython in its lib/) makes it as unusable as a writable executable
+    (review: the rule checked the executable and the stdlib only)."""
+    prefix = tmp_path / "py"
+    (prefix / "bin").mkdir(parents=True)
+    target = prefix / granted
+    if granted.endswith(".cfg"):
+        target.write_text("home = /elsewhere\n")
+    else:
+        target.mkdir(exist_ok=True)
+    mine = own(str(prefix))
+    verdict = _verdict(home, READONLY_MOUNTS=["/usr", "/etc", str(prefix)],
+                       EXTRA_WRITABLE_PATHS=[str(target)])
+    assert choose(mine, SYSTEM_NEW, verdict) == "/usr/bin/python3"
 
 
 def test_an_interpreter_the_sandbox_does_not_show_is_not_used(home):
