@@ -117,7 +117,10 @@ def host_verdict(path: str) -> str:
     way to it (paths.runnable_outside), so no grant of any session can."""
     from agent_sandbox.paths import runnable_outside
 
-    return "" if runnable_outside(path) else "is writable by you"
+    # A file that is not there (most pyvenv.cfg) is as safe as the directory
+    # it would be made in.
+    place = path if os.path.lexists(path) else os.path.dirname(path)
+    return "" if runnable_outside(place) else "is writable by you"
 
 
 def _fault(candidate: Interpreter, verdict: Callable[[str], str]) -> str:
