@@ -51,6 +51,13 @@ class PlanContext(NamedTuple):   # not a dataclass: dataclasses imports inspect 
     # Why the backend cannot run in a mount namespace of its own here
     # (bwrap's PRIVATE_MOUNTS probe); "": it can, or it was not asked.
     private_mounts_failure: str = ""
+    # This launch's facts, never the Policy's (a compiled Policy is the
+    # cache's; these are the plan cache's key, launch/run.py _template):
+    # the inherited descriptors the command keeps (--keep-fd and Slurm's
+    # PMI_FD, spawn.kept_fds), and whether the launcher relays a
+    # pseudo-terminal the command takes as controlling terminal.
+    keep_fds: tuple[int, ...] = ()
+    terminal: bool = False
 
 
 class Backend(Protocol):
@@ -67,8 +74,9 @@ class Backend(Protocol):
     def probe_argv(self, path: str) -> list[str]:
         """A trivial sandbox with the options every launch relies on."""
 
-    def guarantees(self, policy, *, landlock_abi: int = 0) -> tuple:
-        """(provides, partial, cannot) for the policy on a kernel with this ABI."""
+    def guarantees(self, policy, *, landlock_abi: int = 0, keep_fds=()) -> tuple:
+        """(provides, partial, cannot) for the policy on a kernel with this ABI,
+        the command keeping the descriptors `keep_fds`."""
 
     def refuse(self, policy, *, context: PlanContext) -> None:
         """Raise PolicyError when the backend cannot honour the policy here."""
@@ -188,11 +196,10 @@ def self_protection(g: Guarantees, policy) -> None:
         g.yes("self.protected")
 
 
-def fd_hygiene(g: Guarantees, policy) -> None:
+def fd_hygiene(g: Guarantees, kept: tuple) -> None:
     """fd.clean: the launcher marks every descriptor it did not open close-on-exec
     and the helper closes the rest before exec; `--keep-fd N` is the only way
-    in, so the report names what was kept."""
-    kept = policy.keep_fds
+    in, so the report names what was kept (`kept`: PlanContext.keep_fds)."""
     if kept:
         g.partial("fd.clean", "kept by --keep-fd: " + " ".join(map(str, kept)))
     else:

@@ -49,7 +49,7 @@ PRIVATE_MOUNTS = ("/usr/bin/unshare", "--user", "--map-current-user", "--mount",
                   "--propagation", "private", "--")
 
 
-def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):
+def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False, keep_fds=()):
     """(provides, partial, cannot) for this policy on a kernel with the given
     Landlock ABI (scoping is layered in through the helper from ABI 6) and
     for a bwrap that is `setuid` or not."""
@@ -70,7 +70,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False):
     socket_guarantee(g, policy)
     egress_guarantee(g, policy)
     self_protection(g, policy)
-    fd_hygiene(g, policy)
+    fd_hygiene(g, keep_fds)
     return g.split()
 
 
@@ -138,7 +138,7 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     spawn_ruleset = None
     helper_scopes = landlock_abi >= SCOPING_ABI and scope_with == "helper"
     relay = relay_args(policy)
-    if helper_scopes or policy.terminal or relay:
+    if helper_scopes or context.terminal or relay:
         # A relayed terminal needs setsid + TIOCSCTTY inside (bwrap's own
         # --new-session leaves the command in init's session), the egress
         # relay must listen before the command starts: the helper.
@@ -151,8 +151,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         # launcher killed during bwrap's setup would leave sandbox and relay
         # running; the helper's watcher sees the launcher gone and ends them.
         argv += helper_argv(python=python, landlock=helper_scopes,
-                            controlling_tty=policy.terminal, lifeline=bool(relay),
-                            keep_fds=policy.keep_fds, relay=relay) + list(command)
+                            controlling_tty=context.terminal, lifeline=bool(relay),
+                            keep_fds=context.keep_fds, relay=relay) + list(command)
     else:
         if landlock_abi >= SCOPING_ABI:
             spawn_ruleset = scope_ruleset(landlock_abi)
@@ -164,7 +164,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     if missing:  # pragma: no cover - a programming error
         raise ValueError(f"plan needs payloads it was not given: {sorted(missing)}")
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
-                                           setuid=context.program_setuid)
+                                           setuid=context.program_setuid,
+                                           keep_fds=context.keep_fds)
     return Plan(backend=NAME, argv=tuple(argv),
                 payloads={k: v for k, v in payloads.items() if k in used},
                 env=dict(policy.env), provides=provides, cannot=cannot, mounts=tuple(ops),

@@ -305,7 +305,7 @@ def device_args(policy: Policy) -> tuple[list[str], list[str], list[str]]:
     return args, lines, unavailable
 
 
-def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
+def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=(), keep_fds=()):
     g = Guarantees()
     if blacklisted_hidden:
         g.partial("fs.hidden", "these hidden paths outside $HOME can only be blacklisted "
@@ -334,7 +334,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=()):
                                        "has one (firejail's --private-dev keeps it)",))
     egress_guarantee(g, policy)
     self_protection(g, policy)
-    fd_hygiene(g, policy)
+    fd_hygiene(g, keep_fds)
     return g.split()
 
 
@@ -389,12 +389,13 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         ours["landlock"] = Payload(data=landlock_scope(landlock_abi))
     argv += ["--", *helper_argv(python=python, env=True, landlock=scoped,
                                 seccomp=policy.seccomp, seeds=seeds, chdir=policy.workdir,
-                                new_session=True, controlling_tty=policy.terminal,
+                                new_session=True, controlling_tty=context.terminal,
                                 lifeline=True, status=True,
                                 pid_namespace=True, argv_fd=True,
-                                keep_fds=policy.keep_fds, relay=relay_args(policy))]
+                                keep_fds=context.keep_fds, relay=relay_args(policy))]
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
-                                           blacklisted_hidden=view.blacklisted_hidden)
+                                           blacklisted_hidden=view.blacklisted_hidden,
+                                           keep_fds=context.keep_fds)
     # firejail itself gets a minimal environment; the command's comes on --env.
     spawn_env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
     for name in ("TERM", "LANG", "LC_ALL"):

@@ -66,7 +66,7 @@ def scratch_tmp(policy: Policy) -> str:
     return f"/tmp/agent-sandbox.tmp-{policy.uid}-{policy.session_id}"
 
 
-def guarantees(policy: Policy, *, landlock_abi: int = 0):
+def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
     g = Guarantees()
     g.no("fs.hidden", "Landlock leaves hidden paths out of its allow-list: they answer "
                       "EACCES, and their names stay visible")
@@ -94,7 +94,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0):
     scoping(g, landlock_abi)
     egress(g, policy)
     self_protection(g, policy)
-    fd_hygiene(g, policy)
+    fd_hygiene(g, keep_fds)
     return g.split()
 
 
@@ -289,12 +289,13 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         env["TMPDIR"] = tmpdir
     argv = helper_argv(python=python, landlock=True, seccomp=policy.seccomp,
                        chdir=policy.workdir, new_session=True,
-                       controlling_tty=policy.terminal, lifeline=True, status=True,
-                       cleanup=tmpdir, keep_fds=policy.keep_fds, relay=relay_args(policy))
+                       controlling_tty=context.terminal, lifeline=True, status=True,
+                       cleanup=tmpdir, keep_fds=context.keep_fds, relay=relay_args(policy))
     shown = list(spec["paths"])
     # A job's shared-memory directory is granted to the plan afterwards, by
     # the launcher (jobs/shm.py with_job_shm: cached plans too).
-    provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi)
+    provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
+                                           keep_fds=context.keep_fds)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,
                 mounts=tuple(Rule(access, path) for access, path in shown),

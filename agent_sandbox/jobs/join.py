@@ -79,7 +79,7 @@ def _find(jobshare, dirfd: int, keys: list[str]):
 
 def _run_joined(joined, command, selection, policy, environ, keep_fds, shaped) -> int:
     from agent_sandbox.jobs import share as jobshare
-    from agent_sandbox.process.spawn import keep_fds_checked, run_plan, slurm_task_fds
+    from agent_sandbox.process.spawn import kept_fds, run_plan
     from agent_sandbox.policy.resolve import with_chaperon
 
     info = joined.info
@@ -101,8 +101,7 @@ def _run_joined(joined, command, selection, policy, environ, keep_fds, shaped) -
             "session. The task was not run.", reason="job_join_refused")
     if info.get("chaperon"):
         policy = with_chaperon(policy, info["chaperon"], info["staging"])
-    policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
-                                                     + slurm_task_fds(environ)))))
+    kept = kept_fds(keep_fds, environ)
     spec = jobshare.namespaces_of(joined.pidfd)
     needed = {"mnt", "pid"} | ({"user"} if traits(selection.name).user_namespace else set())
     if not needed <= spec.keys():
@@ -111,8 +110,8 @@ def _run_joined(joined, command, selection, policy, environ, keep_fds, shaped) -
                           "it is not a sandbox. The task was not run.",
                           reason="job_join_refused")
     plan = join_plan(policy, command, selection, spec, pid=jobshare._pid_of(joined.pidfd),
-                     pidfd=joined.pidfd)
-    return run_plan(plan, policy.keep_fds + (joined.pidfd,))
+                     pidfd=joined.pidfd, keep_fds=kept)
+    return run_plan(plan, kept + (joined.pidfd,))
 
 
 def join_python_usable(owner: int, mode: int, uid: int) -> bool:
@@ -173,12 +172,14 @@ def join_view_refusal(policy, paths, realpath=os.path.realpath) -> str | None:
     return None
 
 
-def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pidfd: int):
+def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pidfd: int,
+              keep_fds=()):
     """The Plan of a joining task (pure): the helper, started by bwrap's
     joiner directly (it setns through `pidfd`) or by `firejail --join=PID`,
     with the namespaces it must end up in, the seccomp filter, the
     environment and the command on descriptors. No Landlock domain (see
-    jobshare), so the guarantees are those of the backend without scoping."""
+    jobshare), so the guarantees are those of the backend without scoping.
+    `keep_fds`: the task's kept descriptors (spawn.kept_fds)."""
     from agent_sandbox.backends import BACKENDS
     from agent_sandbox.backends.base import Plan, argv_payload, env_payload, helper_argv
     from agent_sandbox.launch.payloads import seccomp_payload
@@ -199,7 +200,7 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
                 "install, scripts/install.sh), or use bwrap or landlock for jobs. The task "
                 "was not run.", reason="job_join_refused")
     helper = helper_argv(python=python, env=True, seccomp=policy.seccomp, status=True,
-                         argv_fd=True, chdir=policy.workdir, keep_fds=policy.keep_fds)
+                         argv_fd=True, chdir=policy.workdir, keep_fds=keep_fds)
     join = ["--join-ns", ",".join(f"{kind}:{inode}" for kind, inode in spec.items())]
     if by_setns:
         join += ["--join", str(pidfd)]
@@ -215,7 +216,8 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
     payloads = {"env": env_payload(policy.env), "argv": argv_payload(command)}
     if policy.seccomp:
         payloads["seccomp"] = seccomp_payload(policy, policy.home)[0]
-    provides, partial, cannot = BACKENDS[selection.name].guarantees(policy, landlock_abi=0)
+    provides, partial, cannot = BACKENDS[selection.name].guarantees(
+        policy, landlock_abi=0, keep_fds=keep_fds)
     return Plan(backend=selection.name, argv=tuple(argv), payloads=payloads,
                 env=dict(policy.env), provides=provides, cannot=cannot, partial=partial,
                 status_fd="status", started="helper-exec")

@@ -238,4 +238,5 @@ def with_job_shm(policy, plan, held: JobShm) -> tuple:
         argv=argv[:at + 2] + ("--landlock-dir", ref._replace(name="shm")) + argv[at + 2:],
         payloads=payloads, env=dict(plan.env, **{SHM_ENV: held.path}),
         mounts=plan.mounts + (plan.mounts[0]._replace(access=_rw(), path=held.path),))
-    return policy._replace(job_shm=(held.path, held.rule_fd), env=env), plan
+    # The directory itself is a launch fact: the lifecycle's Launch.job_shm holds it.
+    return policy._replace(env=env), plan

@@ -462,11 +462,13 @@ AT_SPAWN = (egress_ready,)
 
 def spawn(launch: Launch, hooks=AT_SPAWN) -> int:
     """The sandbox started with the launch's plan; the command's exit code."""
-    from agent_sandbox.process.spawn import run_plan
+    from agent_sandbox.process.spawn import kept_fds, run_plan
 
     policy, plan = launch.policy, launch.plan
     steps = [step for step in (hook(launch) for hook in hooks) if step is not None]
-    return run_plan(plan, policy.keep_fds, terminal=policy.terminal,
+    # The launch's facts, which its plan was made (or cached) for: the cache
+    # is keyed by them (run._template), the Policy holds none.
+    return run_plan(plan, kept_fds(launch.keep_fds, launch.environ), terminal=launch.terminal,
                     title=policy.prompt + os.path.basename(launch.command[0]),
                     after_spawn=(lambda gone: [step(gone) for step in steps])
                     if steps else None, orphans=launch.orphans, hold=launch.hold)

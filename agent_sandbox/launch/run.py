@@ -23,7 +23,7 @@ from agent_sandbox.errors import (BackendUnavailable, PolicyError, SandboxError,
 from agent_sandbox.process.nesting import exec_nested, inside_sandbox
 from agent_sandbox.launch.payloads import _with_note, base_payloads, check_bound_files
 from agent_sandbox.process.select import choose_backend, helper_python, landlock_abi
-from agent_sandbox.process.spawn import keep_fds_checked, slurm_task_fds
+from agent_sandbox.process.spawn import keep_fds_checked, kept_fds
 from agent_sandbox.paths import user_config_dir
 
 
@@ -105,8 +105,10 @@ def _install_links(install: tuple[str, ...]) -> tuple:
         return install_links(install)
 
 
-def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int):
-    """The selected backend's plan for the policy, on a kernel with Landlock ABI `abi`."""
+def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int, *,
+                 keep_fds=(), terminal: bool = False):
+    """The selected backend's plan for the policy, on a kernel with Landlock ABI `abi`;
+    `keep_fds` and `terminal`, this launch's facts (PlanContext)."""
     from agent_sandbox.backends import BACKENDS, PlanContext
 
     try:
@@ -125,7 +127,8 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
         failure = "" if passed else detail
     context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(policy),
                           program_setuid=setuid, host_mounts=mounts,
-                          private_mounts_failure=failure)
+                          private_mounts_failure=failure, keep_fds=tuple(keep_fds),
+                          terminal=terminal)
     backend.refuse(policy, context=context)
     plan = backend.plan(policy, command, payloads, context=context)
     if recorder is not None and mounts is not None and mounts.asked:
@@ -236,13 +239,12 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         # A profile's command is its own words, then the user's ARGS: those
         # are the slot (agents/launch.py).
         command = [COMMAND_SLOT] if profile is None else list(profile.command) + [COMMAND_SLOT]
-    policy = policy._replace(keep_fds=tuple(sorted(set(keep_fds_checked(keep_fds)
-                                                     + slurm_task_fds(environ)))))
+    kept = kept_fds(keep_fds, environ)       # launch facts: the plan's context, not the policy
     user_args = len(command)      # a profile's: its ARGS, after its own words (below)
     if terminal:
         from agent_sandbox.process.terminal import session_env
 
-        policy = policy._replace(terminal=True, env=session_env(policy.env, policy.prompt))
+        policy = policy._replace(env=session_env(policy.env, policy.prompt))
     if profile is not None:
         from agent_sandbox.config.profiles import ALWAYS_ENABLED
 
@@ -272,7 +274,8 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
                              egress_plan.env_changes)
         command = with_args(command, user_args, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
-                                    chaperon=chaperon is not None)
+                                    chaperon=chaperon is not None, keep_fds=kept,
+                                    terminal=terminal)
     from agent_sandbox.policy.view import placeholder_candidates
 
     mounted = {getattr(op, "dest", None) for op in plan.mounts}
@@ -341,9 +344,10 @@ def _make_store(home: str, place: str) -> None:
 
 
 def plan_for(settings, selection, policy, command: list[str], *, profile=None,
-             chaperon: bool = False) -> tuple:
+             chaperon: bool = False, keep_fds=(), terminal: bool = False) -> tuple:
     """(policy with the profile's note, plan, denied syscalls) for `policy`;
-    `chaperon`: the Slurm stubs are in it (their script, a payload)."""
+    `chaperon`: the Slurm stubs are in it (their script, a payload);
+    `keep_fds`, `terminal`: the launch's facts (backends.PlanContext)."""
     payloads = {}
     if chaperon:
         from agent_sandbox.backends.base import Payload
@@ -360,7 +364,8 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
     base, denied = base_payloads(policy, selection.name)
     payloads.update(base)
     abi = landlock_abi()
-    plan = backend_plan(selection, policy, command, payloads, abi)
+    plan = backend_plan(selection, policy, command, payloads, abi, keep_fds=keep_fds,
+                        terminal=terminal)
     check_required(plan, policy, settings, abi)
     return policy, plan, denied
 

@@ -127,13 +127,19 @@ class StageRecorder(Recorder):
 
 class JobCache(Cache):
     """A job launch's slot: `options` as run.py's plan cache takes them (the
-    first is the project directory); `keep_fds`, the launch's --keep-fd."""
+    first is the project directory); `keep_fds`, the launch's --keep-fd.
+    Slurm's PMI_FD, kept while it is a socket (spawn.slurm_task_fds), is
+    part of the key beside them: the descriptors a plan keeps are launch
+    facts, which select its slot and are never read back from it."""
 
     def __init__(self, options: tuple, environ, home: str, keep_fds=()):
         import zlib
 
+        from agent_sandbox.process.spawn import slurm_task_fds
+
         self.marked = per_task(environ, home)
-        super().__init__(options, key_environ(environ, self.marked), home)
+        super().__init__(tuple(options) + (slurm_task_fds(environ),),
+                         key_environ(environ, self.marked), home)
         self.environ, self.keep_fds = environ, tuple(keep_fds)
         self.settings = None        # the compile's (run._store): SANDBOX_ENV is checked
         self.cwd = os.getcwd()
@@ -161,14 +167,8 @@ class JobCache(Cache):
     def _current(self, launch: dict):
         """The stored launch (its environment filled with this launch's
         per-task values by the template, plancache.filled) with the
-        submitting session in the chaperon's configuration, or None when
-        its descriptors differ."""
-        from agent_sandbox.process.spawn import slurm_task_fds
-
-        policy, plan = launch["policy"], launch.get("plan")
-        if plan is not None and policy.keep_fds != tuple(sorted(set(
-                self.keep_fds + slurm_task_fds(self.environ)))):
-            return None
+        submitting session in the chaperon's configuration. (Its descriptors
+        are this launch's: they are in the key.)"""
         chaperon = launch.get("chaperon")
         if chaperon is not None:
             launch["chaperon"] = dict(chaperon, **{key: self.environ[name] for name, key

@@ -129,16 +129,12 @@ _POLICY = (
     ("chaperon_dir", None),              # this session's chaperon directory (host path)
     ("staging_dir", None),               # job output staging, read-only inside
     ("notes", ()),                       # (path, payload name): read-only notes for the agent
-    ("keep_fds", ()),                    # inherited descriptors kept (--keep-fd), never by default
     # Home files that held a secret (policy/boundfiles.py): (path, payload
     # name, mode) bound from a blanked copy, and the check's BoundFileReport
     # for the banner.
     ("generated_files", ()), ("bound_file_report", None),
     ("pinned", ()),                      # bound onto themselves: cannot be renamed (gitrepo.py)
     ("prompt", ""),                      # SANDBOX_PROMPT: prompt prefix and title tag
-    # The launcher relays a pseudo-terminal (process/terminal.py): the command
-    # takes it as controlling terminal. A launch fact, set like keep_fds.
-    ("terminal", False),
     # Protected project files an agent edits on a session copy (agents/copy.py):
     # (copy, path) — bwrap binds the copy there writable instead of read-only.
     ("session_files", ()),
@@ -152,10 +148,6 @@ _POLICY = (
     ("private_mounts", True),
     ("egress_socket", None),
     ("relay_port", 0), ("landlock_partial", False),
-    # A landlock job's shared-memory directory on this node (jobs/shm.py):
-    # (host path, descriptor the launcher opened and checked). A launch fact,
-    # set with the plan's grant (jobshm.with_job_shm), never compiled.
-    ("job_shm", ()),
     # Pathname unix sockets in the trees shown from the host (policy/sockets.py):
     # left out of the view like hidden paths on the backends with a mount view.
     ("sockets", ()),

@@ -67,6 +67,14 @@ def keep_fds_checked(requested) -> tuple[int, ...]:
     return tuple(sorted(set(kept)))
 
 
+def kept_fds(requested, environ) -> tuple[int, ...]:
+    """The inherited descriptors this launch's command keeps: `requested`
+    (--keep-fd, each checked open) and Slurm's PMI_FD (slurm_task_fds),
+    sorted — a launch fact (backends.PlanContext.keep_fds), never the
+    Policy's."""
+    return tuple(sorted(set(keep_fds_checked(requested) + slurm_task_fds(environ))))
+
+
 def slurm_task_fds(environ) -> tuple[int, ...]:
     """The one descriptor Slurm itself hands a task: PMI-2's socket, named by
     PMI_FD (srun --mpi=pmi2), which MPI needs inside. Kept only when this

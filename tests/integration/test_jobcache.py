@@ -74,7 +74,7 @@ def test_a_cached_job_launch_equals_a_fresh_compile_with_its_own_ids(user, proje
     env = out["cached"]["plan"]["env"]
     for name in ("SLURM_JOB_ID", "SLURM_STEP_ID", "SLURM_TASK_PID", "SLURM_SUBMIT_DIR"):
         assert env[name] == out["environ"][name], name
-    assert out["cached"]["policy"]["keep_fds"] == []
+    assert "fd.clean" in out["cached"]["plan"]["provides"]     # it keeps no descriptor
 
 
 @pytest.mark.usefixtures("slurm_cluster")

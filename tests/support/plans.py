@@ -44,20 +44,25 @@ def policy_for(home: Path, conf: str = "", *, backend="bwrap", install=()):
     return resolve_policy(settings, ctx, backend=backend)
 
 
-def plan_for(name: str, policy, abi: int = 7, command=("claude",)):
+def plan_for(name: str, policy, abi: int = 7, command=("claude",), *, keep_fds=(),
+             terminal: bool = False):
+    """The backend's plan; `keep_fds`, `terminal`: the launch's facts (PlanContext)."""
+    launch = {"keep_fds": tuple(keep_fds), "terminal": terminal}
     payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")}
     if name == "bwrap":
         for item in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):
             payloads[item] = Payload(data=b"root:x:0:0::/root:/bin/sh\n")
         return bwrap.plan(policy, list(command), payloads,
-                          context=PlanContext("/usr/bin/bwrap", landlock_abi=abi))
+                          context=PlanContext("/usr/bin/bwrap", landlock_abi=abi, **launch))
     if name == "firejail":
         return firejail.plan(policy, list(command), payloads,
                              context=PlanContext("/usr/bin/firejail", landlock_abi=abi,
                                                  root_entries=("usr", "etc", "home", "tmp",
-                                                               "proc", "srv", "data", "bin")))
+                                                               "proc", "srv", "data", "bin"),
+                                                 **launch))
     return landlock_backend.plan(policy, list(command), payloads,
-                                 context=PlanContext("/usr/bin/python3", landlock_abi=abi))
+                                 context=PlanContext("/usr/bin/python3", landlock_abi=abi,
+                                                     **launch))
 
 
 def rows(plan) -> dict[str, str]:

@@ -63,8 +63,8 @@ def test_the_spec_table_as_implemented(home):
 
 @pytest.mark.parametrize("name", BACKENDS)
 def test_kept_descriptors_make_fd_clean_partial_and_reach_the_helper(home, name):
-    policy = policy_for(home, backend=name)._replace(keep_fds=(9, 12))
-    plan = plan_for(name, policy, abi=7)
+    policy = policy_for(home, backend=name)
+    plan = plan_for(name, policy, abi=7, keep_fds=(9, 12))
     assert dict(plan.partial)["fd.clean"] == "kept by --keep-fd: 9 12"
     argv = [str(a) for a in plan.argv]
     if name == "bwrap":          # no helper inside: bwrap passes what the launcher kept
@@ -76,7 +76,8 @@ def test_kept_descriptors_make_fd_clean_partial_and_reach_the_helper(home, name)
         payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")} | {
             f"etc-{n}": Payload(data=b"") for n in ("passwd", "group", "nsswitch.conf")}
         helper = bwrap.plan(policy, ["claude"], payloads,
-                            context=PlanContext("bwrap", landlock_abi=7, program_setuid=True))
+                            context=PlanContext("bwrap", landlock_abi=7, program_setuid=True,
+                                                keep_fds=(9, 12)))
         assert "--keep-fd" in [str(a) for a in helper.argv]
 
 
@@ -239,7 +240,7 @@ def test_a_landlock_jobs_shared_memory_directory_is_granted_by_descriptor(home):
     assert landlock_rules(plan)[shm] == "rw"
     assert not any(shm in str(a) for a in argv)
     assert plan.env[jobshm.SHM_ENV] == policy.env[jobshm.SHM_ENV] == shm
-    assert policy.job_shm == (shm, 7)
+    assert not hasattr(policy, "job_shm")      # the launch's: lifecycle.Launch.job_shm
     spec = marshal.loads(plan.payloads["landlock"].data)
     assert shm not in [path for _, path in spec["paths"]]      # not looked up by name
     record = plancache.thaw(plancache.freeze(compiled), str, bytes, {})
@@ -506,18 +507,18 @@ def test_module_lookup_matches_the_auto_order():
 @pytest.mark.parametrize("name", BACKENDS)
 @pytest.mark.parametrize("abi", [5, 7])
 def test_a_relayed_terminal_is_taken_by_the_helper_in_a_new_session(home, name, abi):
-    """policy.terminal: every backend starts the command through the helper
+    """PlanContext.terminal (a launch fact): every backend starts the command through the helper
     with --controlling-tty (setsid + TIOCSCTTY inside); without it, no helper
     option takes a terminal."""
     policy = policy_for(home, backend=name)
     plain = [str(a) for a in plan_for(name, policy, abi=abi).argv]
     assert "--controlling-tty" not in plain
-    argv = [str(a) for a in plan_for(name, policy._replace(terminal=True), abi=abi).argv]
+    argv = [str(a) for a in plan_for(name, policy, abi=abi, terminal=True).argv]
     assert argv.count("--controlling-tty") == 1 and "--new-session" not in argv[
         argv.index(HELPER_BOOT):]
     assert argv[argv.index("--controlling-tty"):][-2:] == ["--", "claude"] or name == "firejail"
     if name == "bwrap":   # scoping stays on the spawning thread, seccomp with bwrap
-        plan = plan_for(name, policy._replace(terminal=True), abi=abi)
+        plan = plan_for(name, policy, abi=abi, terminal=True)
         assert (plan.spawn_ruleset is not None) == (abi >= 6)
         assert "landlock" not in plan.payloads and "/usr/bin/env" not in argv
 

@@ -194,7 +194,8 @@ def test_a_hit_is_refused_when_the_launchs_descriptors_differ(home):
     try:
         fd = str(left.fileno())
         settings, launch = compiled(home, dict(STEP_A, PMI_FD=fd))
-        launch["policy"] = launch["policy"]._replace(keep_fds=(left.fileno(),))
+        # the plan keeps it (a launch fact: PlanContext.keep_fds, and the key)
+        launch["plan"] = plan_for("bwrap", launch["policy"], keep_fds=(left.fileno(),))
         cache = JobCache((str(home / "proj"), None, (), False, True), dict(STEP_A, PMI_FD=fd),
                          str(home))
         cache.settings = settings
