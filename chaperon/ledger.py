@@ -12,10 +12,12 @@ Records (one JSON object a line, written by this module only):
     {"pending": TOKEN, "session": S, "project": P, "time": T}
         reserved before a submission, so a full disk refuses the job;
     {"job": "123", "token": TOKEN, "session": S, "project": P, "time": T,
-     "kind": "batch" | "allocation", "array": true, "het": true}
+     "kind": "batch" | "allocation" | "adopted", "array": true, "het": true}
         the job id Slurm gave; "array" marks a job array (its tasks have
         their own ids later, which scope.py maps back to "123"), "het" a
-        heterogeneous job (components are "123+N");
+        heterogeneous job (components are "123+N"); "adopted" an allocation
+        the user made outside and the launcher adopted (in scope of the
+        adopting session only, never of the project's other sessions);
     {"gone": ["123", …], "project": P, "time": T}
         ids of the project Slurm has forgotten (scope.py prunes them once;
         written down so no later session prunes them again).
@@ -57,6 +59,7 @@ import time
 from .paths import project_hash
 
 SCOPES = ("session", "project", "user", "none")
+ADOPTED = "adopted"       # the kind of an allocation the user brought (services/chaperon.py)
 COMPACT_DIR = "compact"
 COMPACT_ABOVE = 16        # session files (other than the reader's own) before folding
 COMPACTING = ".compacting"
@@ -121,10 +124,14 @@ def _same_file(path: str, fd: int) -> bool:
 
 
 class Ledger:
-    def __init__(self, state_dir: str, session_id: str, project_dir: str):
+    def __init__(self, state_dir: str, session_id: str, project_dir: str,
+                 job_session: str = ""):
         self.directory = os.path.join(state_dir, "ledger")
         self.compacted = os.path.join(self.directory, COMPACT_DIR)
         self.session = session_id
+        # The sessions whose adopted allocations are in scope: this one, and
+        # on a compute node the session that submitted the job (or adopted it).
+        self.sessions = {session_id, job_session} - {""}
         self.project = project_hash(project_dir)
         self.path = os.path.join(self.directory, f"{socket.gethostname()}_{session_id}.jsonl")
         self._files: dict[str, _FileState] = {}
@@ -265,6 +272,12 @@ class Ledger:
                         found.setdefault(r.job, r)
                 return list(found.values())
             records, forgotten = self._gather(self.project if scope == "project" else None)
+            if any(r.get("kind") == ADOPTED for r in records):
+                # An allocation the user brought belongs to the session that
+                # adopted it (and its jobs' sandboxes), not to the project.
+                mine = self.sessions
+                records = [r for r in records
+                           if r.get("kind") != ADOPTED or r.get("session") in mine]
             if not forgotten:       # (a fresh list: no pass over every record's id)
                 return records
             return [r for r in records if r.job not in forgotten]

@@ -14,7 +14,8 @@ from agent_sandbox.names import SUBCOMMANDS
 
 
 def _fast_run(args: list[str]) -> dict | None:
-    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--job] [--keep-fd N]… [--] CMD…`.
+    """Parse `run [--project-dir D] [--backend B] [--dry-run] [--job] [--keep-fd N]…
+    [--allocation JOBID] [--] CMD…`.
     Returns None for anything unusual (help, unknown options, missing or
     malformed values), which then goes to typer for a proper message."""
     options: dict = {"project_dir": None, "backend": None, "dry_run": False, "keep_fds": ()}
@@ -28,7 +29,7 @@ def _fast_run(args: list[str]) -> dict | None:
         if not arg.startswith("-"):
             break
         name, eq, value = arg.partition("=")
-        if name in ("--project-dir", "--backend", "--keep-fd"):
+        if name in ("--project-dir", "--backend", "--keep-fd", "--allocation"):
             if not eq:
                 if i + 1 >= len(args):
                     return None
@@ -38,6 +39,10 @@ def _fast_run(args: list[str]) -> dict | None:
                 if not value.isascii() or not value.isdigit():
                     return None
                 options["keep_fds"] += (int(value),)
+            elif name == "--allocation":
+                if not value.isascii() or not value.isdigit():
+                    return None     # typer's path says what is wrong with it
+                options["allocation"] = value
             else:
                 options[name[2:].replace("-", "_")] = value
         elif arg == "--dry-run":

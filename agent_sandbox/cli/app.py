@@ -77,6 +77,11 @@ def run(
         [], "--keep-fd", metavar="N", help="Let the inherited descriptor N into the sandbox "
         "(repeatable). By default nothing but stdin, stdout and stderr enters: a descriptor "
         "you hold open (a key file, a socket) is closed for the command."),
+    allocation: Optional[str] = typer.Option(
+        None, "--allocation", metavar="JOBID", help="Adopt your own running Slurm "
+        "allocation (salloc --no-shell …): srun inside runs its steps there, each "
+        "sandboxed. Started inside an allocation (salloc, srun --pty), the launcher "
+        "adopts it without this option."),
     job_shared: bool = typer.Option(
         False, "--job-shared", hidden=True, help="A Slurm job's launch (set by the chaperon): "
         "run in the job's one sandbox on this node."),
@@ -90,7 +95,15 @@ def run(
 
     raise typer.Exit(launch(list(command), project_dir=project_dir, backend=backend,
                             dry_run=dry_run, keep_fds=tuple(keep_fd), job_shared=job_shared,
-                            **({"job": True} if job else {})))
+                            **({"job": True} if job else {}),
+                            **({"allocation": _job_id(allocation)} if allocation else {})))
+
+
+def _job_id(value: str) -> str:
+    if not (value.isascii() and value.isdigit()):
+        raise typer.BadParameter(f"{value!r} is not a Slurm job id (digits, as squeue "
+                                 "--me shows them)", param_hint="--allocation")
+    return value
 
 
 @app.command(context_settings=_PASSTHROUGH)

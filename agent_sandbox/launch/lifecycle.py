@@ -79,12 +79,14 @@ class Launch:
     __slots__ = ("command", "environ", "dry_run", "job", "job_shared", "keep_fds",
                  "terminal", "agent", "on_prepared", "prepared", "policy", "plan",
                  "chaperon", "egress", "job_shm", "copies", "hold", "record", "snapshot",
-                 "reaping", "survivors", "orphans")
+                 "reaping", "survivors", "orphans", "allocation", "adopted")
 
     def __init__(self, command, environ, *, dry_run: bool = False, job: bool = False,
                  job_shared: bool = False, keep_fds=(), terminal: bool = False,
-                 agent=None, on_prepared=None):
+                 agent=None, on_prepared=None, allocation: str | None = None):
         self.command, self.environ, self.dry_run = command, environ, dry_run
+        self.allocation = allocation   # --allocation: the user's job to adopt
+        self.adopted = None            # the allocation adopted (Chaperon.adopt)
         self.job, self.job_shared, self.keep_fds = job, job_shared, tuple(keep_fds)
         self.terminal, self.agent, self.on_prepared = terminal, agent, on_prepared
         self.prepared = self.policy = self.plan = None
@@ -218,6 +220,42 @@ class Chaperon(Service):
 
         launch.chaperon = ChaperonSession.open(launch.prepared.chaperon)
         stack.callback(launch.chaperon.stop)
+        self.adopt(launch)
+
+    @staticmethod
+    def adopt(launch: Launch) -> None:
+        """The user's own allocation (services/chaperon.py allocation_wanted),
+        checked with Slurm and recorded in the ledger as this session's: a
+        named one (--allocation) that cannot be adopted refuses the launch,
+        one found in the environment is only a warning."""
+        from agent_sandbox.errors import PolicyError, say
+        from agent_sandbox.services import chaperon as service
+
+        wanted = service.allocation_wanted(launch.environ, launch.allocation,
+                                           job=launch.job or launch.job_shared)
+        if wanted is None:
+            return
+        job, explicit = wanted
+        config = launch.prepared.chaperon
+        why = service.check_allocation(job, config)
+        if why is None:
+            try:
+                service.adopt_allocation(config, job)
+            except OSError as exc:
+                why = f"the job ledger cannot be written ({exc.strerror or exc})"
+        if why is None:
+            launch.adopted = job
+            if not launch.policy.quiet:
+                say(f"Slurm allocation {job} adopted: srun inside runs its steps there, "
+                    "each sandboxed (agent-sandbox status shows it)")
+        elif explicit:
+            raise PolicyError(f"--allocation {job} is refused — {why}. Name a running "
+                              "allocation of yours (squeue --me), or leave --allocation "
+                              "out; the command was not run.", reason="allocation_refused")
+        else:
+            say(f"warning: Slurm job {job} (SLURM_JOB_ID) is not adopted — {why}; srun "
+                "inside cannot use it. Start the sandbox inside a running allocation of "
+                "yours (salloc, then agent-sandbox …), or name one with --allocation JOBID.")
 
 
 class Egress(Service):
@@ -359,7 +397,7 @@ class Registry(Service):
                 backend=launch.plan.backend, project=policy.project_dir,
                 # 0: on standby, started at the first Slurm call
                 chaperon_pid=(launch.chaperon.pid or 0) if launch.chaperon else None,
-                command=os.path.basename(launch.command[0]))
+                command=os.path.basename(launch.command[0]), allocation=launch.adopted)
             stack.callback(self._git_finish, launch)
             if launch.chaperon:
                 launch.chaperon.attach(launch.record)

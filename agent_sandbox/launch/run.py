@@ -371,7 +371,8 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
 
 
 def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | None = None,
-                backend: str | None = None, dry_run: bool = False, keep_fds=()) -> int:
+                backend: str | None = None, dry_run: bool = False, keep_fds=(),
+                allocation: str | None = None) -> int:
     """`agent-sandbox [OPTIONS] NAME [ARGS]`: run an agent with its profile
     applied; OPTIONS are the launcher's (as for `run`), ARGS the agent's. The
     profile is loaded by the compile, or comes with the cached plan
@@ -385,7 +386,7 @@ def run_profile(name: str, args: list[str], environ=None, *, project_dir: str | 
         agent.load(environ, entry.pw_dir, entry.pw_name, before=False)
         return exec_nested(agent.command, environ)
     return run(list(args), environ=environ, agent=agent, project_dir=project_dir,
-               backend=backend, dry_run=dry_run, keep_fds=keep_fds)
+               backend=backend, dry_run=dry_run, keep_fds=keep_fds, allocation=allocation)
 
 
 # ---------------------------------------------------------------- plan cache
@@ -536,7 +537,8 @@ def _cache_line(cache, prepared: Prepared) -> str:
 # ---------------------------------------------------------------- running
 def run(command: list[str], *, project_dir: str | None = None, backend: str | None = None,
         dry_run: bool = False, environ=None, agent=None, keep_fds=(),
-        job_shared: bool = False, on_prepared=None, job: bool = False) -> int:
+        job_shared: bool = False, on_prepared=None, job: bool = False,
+        allocation: str | None = None) -> int:
     """One launch (launch/lifecycle.py): its template, compiled or cached;
     the services opened around it, each undone when the launch ends; the
     sandbox spawned. `job_shared`: a job's launch, run in the job's sandbox
@@ -544,8 +546,12 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     called once the session's services are open (the job sandbox's holder).
     `job`: a batch job or step on a compute node (JOB_NETWORK_MODE applies).
     `agent`: an agent profile's launch (run_profile, agentlaunch.AgentLaunch);
-    `command` is then the agent's ARGS."""
+    `command` is then the agent's ARGS. `allocation`: the user's Slurm job
+    to adopt (--allocation; else the launcher's own SLURM_JOB_ID,
+    lifecycle.Chaperon.adopt); the sandbox sees it as its SLURM_JOB_ID."""
     environ = os.environ if environ is None else environ
+    if allocation:
+        environ = {**environ, "SLURM_JOB_ID": allocation, "SLURM_JOBID": allocation}
     if not command and agent is None:
         raise UsageError("no command given — usage: agent-sandbox run [OPTIONS] [--] CMD "
                          "[ARGS…]")
@@ -561,7 +567,7 @@ def run(command: list[str], *, project_dir: str | None = None, backend: str | No
     # A native terminal only when both ends are one.
     launch = Launch(command, environ, dry_run=dry_run, job=job, job_shared=job_shared,
                     keep_fds=keep_fds, terminal=os.isatty(0) and os.isatty(1), agent=agent,
-                    on_prepared=on_prepared)
+                    on_prepared=on_prepared, allocation=allocation)
     with Undo() as stack:
         stack.callback(reap_orphan, launch)     # last: bwrap's init, beside the undo
         cache, prepared = _template(stack, launch, project_dir, backend)

@@ -94,6 +94,75 @@ def session_config(settings, policy) -> dict:
     return config
 
 
+# ------------------------------------------------------------ the user's allocation
+ADOPTED = "adopted"     # the ledger's kind of an allocation the user brought
+
+
+def allocation_wanted(environ, explicit: str | None, *, job: bool) -> tuple[str, bool] | None:
+    """The allocation this launch adopts (docs/chaperon.md "Interactive work
+    on compute nodes"): the one named by --allocation (explicit), else the
+    job the launcher itself runs in (SLURM_JOB_ID of the launcher's own
+    environment: `salloc`, `srun --pty`, a portal's interactive job). Never
+    a job launch's (--job, or a launch the chaperon's job wrapper started:
+    AGENT_SANDBOX_JOB_SESSION): those run in a job of the ledger already.
+    Only the launcher's environment or command line, both the user's, name
+    it: nothing inside a sandbox reaches them (a nested launch execs, and
+    its SLURM_JOB_ID is only ever checked against the ledger)."""
+    if explicit:
+        return explicit, True
+    if job or environ.get("AGENT_SANDBOX_JOB_SESSION"):
+        return None
+    found = environ.get("SLURM_JOB_ID") or environ.get("SLURM_JOBID")
+    return (found, False) if found else None
+
+
+def check_allocation(job: str, config: dict) -> str | None:
+    """Why `job` cannot be adopted, or None: Slurm (the real squeue, as the
+    chaperon runs it) must say it is this user's own running job — a stale
+    SLURM_JOB_ID, a job that ended or is still queued, another user's job
+    are not adopted. One squeue call, only for a launch that names a job."""
+    import subprocess
+
+    if not (job.isascii() and job.isdigit()):
+        return f"{job!r} is not a Slurm job id (digits; a step or array task cannot be adopted)"
+    squeue = (config.get("slurm_binaries") or {}).get("squeue")
+    if not squeue:
+        return "squeue is not installed on this host"
+    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "HOME", "USER")}
+    if config.get("slurm_conf"):
+        env["SLURM_CONF"] = config["slurm_conf"]
+    try:
+        result = subprocess.run(
+            [squeue, "--noheader", "--states=all", f"--jobs={job}", "--format=%A|%U|%T"],
+            env=env, cwd="/", stdin=subprocess.DEVNULL, capture_output=True, timeout=15)
+    except subprocess.TimeoutExpired:
+        return "squeue did not answer within 15 s (the Slurm controller is busy or down)"
+    except OSError as exc:
+        return f"squeue could not run ({exc.strerror or exc})"
+    for line in result.stdout.decode(errors="replace").splitlines():
+        found, _, rest = line.strip().partition("|")
+        uid, _, state = rest.partition("|")
+        if found != job:
+            continue
+        if uid != str(os.getuid()):
+            return f"job {job} is not yours (it belongs to uid {uid})"
+        if state != "RUNNING":
+            return f"job {job} is {state.lower() or 'not running'}, not running"
+        return None
+    return f"Slurm does not know job {job} (it ended, or the id is wrong)"
+
+
+def adopt_allocation(config: dict, job: str) -> None:
+    """Record `job` in the ledger as this session's (kind "adopted"): its
+    steps may run from inside, sandboxed like every step, and only this
+    session's (chaperon/ledger.py: an adopted job is in no other session's
+    scope). Raises OSError (LedgerError) when the ledger cannot be written."""
+    from chaperon.ledger import Ledger
+
+    Ledger(config["state_dir"], config["session_id"], config["project_dir"]).record(
+        job, "-", kind=ADOPTED)
+
+
 def unprepared(exc: OSError, directory: str):
     """The refusal when the session's directories cannot be made."""
     from agent_sandbox.errors import SandboxError

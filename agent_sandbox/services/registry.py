@@ -95,7 +95,8 @@ def lookup_proc(pid: int):
 
 # ---------------------------------------------------------------- writing (launcher)
 def register(home: str, *, session: str, backend: str, project: str,
-             chaperon_pid: int | None, command: str) -> str | None:
+             chaperon_pid: int | None, command: str,
+             allocation: str | None = None) -> str | None:
     """Write this launcher's record; returns its path, None when it could not
     be written (a full or read-only home must not stop a launch)."""
     import time
@@ -105,6 +106,8 @@ def register(home: str, *, session: str, backend: str, project: str,
               "boot_id": boot_id(), "start_ticks": start_ticks(), "uid": os.getuid(),
               "started": time.time(), "backend": backend, "project": project,
               "chaperon_pid": chaperon_pid, "command": command}
+    if allocation:     # the user's allocation this session adopted (chaperon.py)
+        record["allocation"] = allocation
     path = os.path.join(directory, f"{session}.json")
     try:
         os.makedirs(directory, mode=0o700, exist_ok=True)

@@ -5,7 +5,9 @@ table by name: a process name proves nothing, a record proves which project,
 backend and chaperon a launcher started. Each record is judged against the
 live process (psutil: the pid exists, is ours, is not a zombie, and started at
 the recorded time); stale records are deleted as they are found. The jobs
-column counts the distinct job ids in the session's own ledger file.
+column counts the distinct job ids in the session's own ledger file; an
+allocation the session adopted (the user's own, docs/chaperon.md) is named
+on a line of its own.
 
 Collecting (`collect`) touches the system; formatting (`render`, `as_json`)
 is pure and unit-tested.
@@ -31,6 +33,7 @@ class Session(NamedTuple):
     started: float                # wall clock, seconds since the epoch
     jobs: int
     command: str
+    allocation: str = ""          # the user's Slurm allocation it adopted (chaperon.py)
 
 
 class Status(NamedTuple):
@@ -68,7 +71,7 @@ def jobs_submitted(state_dir: str, host: str, session: str) -> int:
             record = json.loads(line)
         except ValueError:
             continue
-        if isinstance(record, dict) and "job" in record:
+        if isinstance(record, dict) and "job" in record and record.get("kind") != "adopted":
             jobs.add(str(record["job"]))
     return len(jobs)
 
@@ -96,7 +99,8 @@ def collect(home: str, *, lookup=registry.lookup_proc, now: float | None = None)
             chaperon_pid=chaperon, chaperon_alive=_chaperon_alive(chaperon, record["pid"]),
             started=float(record.get("started") or now),
             jobs=jobs_submitted(state_dir(home), host, str(record["session"])),
-            command=str(record.get("command", ""))))
+            command=str(record.get("command", "")),
+            allocation=str(record.get("allocation") or "")))
     removed = registry.remove(stale)
     sessions.sort(key=lambda s: s.started)
     return Status(host, tuple(sessions), removed, tuple(sorted(foreign.items())))
@@ -134,6 +138,10 @@ def render(status: Status, *, now: float) -> str:
         for row in rows:
             lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)) + "  "
                          + row[-1])
+    for s in status.sessions:
+        if s.allocation:
+            lines.append(f"session {s.session} adopted your Slurm allocation {s.allocation}: "
+                         "srun inside runs its steps there, sandboxed")
     for host, count in status.foreign:
         lines.append(f"{count} session record(s) of host {host} (same home): run "
                      f"`agent-sandbox status` there to see them")

@@ -30,7 +30,9 @@ COMMANDS = ("sbatch", "srun", "squeue", "scancel", "scontrol", "sstat", "sacct",
 # Stubs that exist but are refused, each with the reason and the way forward.
 BLOCKED = {
     "salloc": ("interactive allocations are not available inside the sandbox",
-               "Use sbatch for batch work, or srun for a single step"),
+               "Make the allocation outside (salloc …) and start the sandbox inside it, or "
+               "name it with agent-sandbox run --allocation JOBID: srun inside then runs "
+               "steps in it. Use sbatch for batch work, or srun for a single step"),
     "sattach": ("attaching to a running step would bypass the sandbox's I/O rules",
                 "Read the job's output file instead"),
     "sbcast": ("broadcasting files to compute nodes writes outside the project",

@@ -31,7 +31,8 @@ class Context:
         self.session_id = config["session_id"]
         self.scope = config.get("slurm_scope", "project")
         self.binaries: dict[str, str] = config.get("slurm_binaries", {})
-        self.ledger = Ledger(config["state_dir"], self.session_id, self.project_dir)
+        self.ledger = Ledger(config["state_dir"], self.session_id, self.project_dir,
+                             config.get("job_session") or "")
         self.user = config.get("user") or ""
         self.lock = threading.Lock()
         self.gone: set[str] = set()      # ledger ids Slurm has forgotten (scope.live_ids)

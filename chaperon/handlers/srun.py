@@ -117,8 +117,12 @@ def handle(ctx, request, out) -> int:
         if step:
             if not (job.isascii() and job.isdigit()) or not known_job(ctx, request, job, "project"):
                 raise Refusal("job_out_of_scope", f"a step in job {job} is refused",
-                              "that job was not submitted from a sandbox of this project",
-                              "Run srun inside a job you submitted from this project")
+                              "that job was neither submitted from a sandbox of this project "
+                              "nor adopted by this session",
+                              f"To use an allocation of yours, start the sandbox inside it "
+                              f"(salloc …, then agent-sandbox … there) or name it outside: "
+                              f"agent-sandbox run --allocation {job} … (docs/chaperon.md, "
+                              f"\"Interactive work on compute nodes\")")
             validated, from_env = step_variables(env_in, job)
             given = merge(from_env, parsed)   # for the options the handler rebuilds
         else:

@@ -24,7 +24,10 @@ from .options import (HET_JOB, NONE, OPT, REQ, CommandSpec, Denial, Parsed, choi
 from .options import parse as _parse
 
 PTY = Denial("pty", "a pseudo-terminal would connect the task to this session outside the "
-             "sandbox's I/O rules", "Run the command without --pty; use sbatch for long work")
+             "sandbox's I/O rules", "Run the command without --pty. For an interactive "
+             "sandboxed shell on a node, run `srun --pty agent-sandbox bash` outside the "
+             "sandbox, or start the sandbox inside your allocation (salloc …, then "
+             "agent-sandbox … there): srun inside then runs steps in it")
 JOBID = Denial("jobid", "attaching a step to a job by id could reach a job outside the "
                "sandbox's scope", "Run srun inside that job's script, or start a new job")
 MULTI_PROG = Denial("multi_prog", "the per-task programs come from a configuration file that "

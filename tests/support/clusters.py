@@ -264,3 +264,19 @@ def jobs(user, other_user):
     yield ids
     if ids:
         subprocess.run(["scancel", *ids], capture_output=True)
+
+
+@pytest.fixture
+def allocation(user, slurm_cluster):
+    """A running allocation the test user made outside any sandbox (`salloc
+    --no-shell -n1`, as a user does before starting an agent in it); cancelled
+    after the test. One CPU of the node: steps run in it."""
+    made = outside(user, "salloc", "--no-shell", "-n1", "-t", "5", "--immediate=60",
+                   "--job-name=adopt-me")
+    found = [w for w in made.stderr.split() if w.isdigit()]
+    assert made.returncode == 0 and found, f"salloc failed: {made.stderr}"
+    job = found[0]
+    try:
+        yield job
+    finally:
+        subprocess.run(["scancel", job], capture_output=True)

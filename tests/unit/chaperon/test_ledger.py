@@ -148,3 +148,18 @@ def test_a_session_file_that_cannot_be_read_is_never_removed(tmp_path, monkeypat
     assert reader.compact() == 1                      # the next fold takes it
     assert sorted(Ledger(str(tmp_path), "later", str(tmp_path / "p")).jobs("project")) == \
         sorted(ids)
+
+
+def test_an_adopted_allocation_is_in_the_adopting_sessions_scope_only(tmp_path):
+    adopter = Ledger(str(tmp_path), "s1", "/p")
+    adopter.record("500", "-", kind="adopted")
+    adopter.record("501", "t", kind="batch")
+    other = Ledger(str(tmp_path), "s2", "/p")
+    assert other.jobs("project") == ["501"] and other.jobs("user") == ["501"]
+    assert sorted(adopter.jobs("project")) == ["500", "501"]
+    assert sorted(adopter.jobs("session")) == ["500", "501"]
+    # A job's sandbox on a node: its own session, the adopting one as the job's.
+    node = Ledger(str(tmp_path), "n1", "/p", job_session="s1")
+    assert sorted(node.jobs("project")) == ["500", "501"]
+    other.compact()      # folded into the project's file, still the adopter's alone
+    assert Ledger(str(tmp_path), "s3", "/p").jobs("project") == ["501"]

@@ -11,10 +11,11 @@ from agent_sandbox import cli
 
 
 def expected(command, project_dir=None, backend=None, dry_run=False, keep_fds=(),
-             job_shared=False) -> dict:
+             job_shared=False, allocation=None) -> dict:
     return {"project_dir": project_dir, "backend": backend, "dry_run": dry_run,
             "keep_fds": keep_fds, "command": list(command),
-            **({"job_shared": True} if job_shared else {})}
+            **({"job_shared": True} if job_shared else {}),
+            **({"allocation": allocation} if allocation else {})}
 
 
 ACCEPTED = [
@@ -45,6 +46,8 @@ ACCEPTED = [
     (["--project-dir", "--dry-run", "x"], expected(["x"], project_dir="--dry-run")),
     (["--keep-fd", "9", "x"], expected(["x"], keep_fds=(9,))),
     (["--keep-fd=9", "--keep-fd", "12", "x"], expected(["x"], keep_fds=(9, 12))),
+    (["--allocation", "8283", "x"], expected(["x"], allocation="8283")),
+    (["--allocation=8283", "x"], expected(["x"], allocation="8283")),
 ]
 
 
@@ -81,6 +84,8 @@ REJECTED = [
     ["--keep-fd", "x", "y"],           # not a number: typer says so
     ["--keep-fd=-1", "x"],
     ["--keep-fd"],
+    ["--allocation", "12a", "x"],     # not a job id: typer says so
+    ["--allocation"],
 ]
 
 
@@ -97,10 +102,11 @@ def launches(monkeypatch):
     calls: list[dict] = []
 
     def fake_run(command, *, project_dir=None, backend=None, dry_run=False, environ=None,
-                 keep_fds=(), job_shared=False):
+                 keep_fds=(), job_shared=False, allocation=None):
         calls.append({"command": list(command), "project_dir": project_dir,
                       "backend": backend, "dry_run": dry_run, "keep_fds": tuple(keep_fds),
-                      **({"job_shared": True} if job_shared else {})})
+                      **({"job_shared": True} if job_shared else {}),
+                      **({"allocation": allocation} if allocation else {})})
         return 42
 
     monkeypatch.setattr(launcher, "run", fake_run)

@@ -168,3 +168,23 @@ def test_the_undo_stack_behaves_as_contextlib_exitstack(stack):
     with stack() as undo:
         undo.callback(log.append, "only")
     assert log == ["only"]
+
+
+def test_the_allocation_to_adopt_comes_only_from_the_launchers_side():
+    from agent_sandbox.services.chaperon import allocation_wanted
+
+    assert allocation_wanted({}, "12", job=False) == ("12", True)
+    assert allocation_wanted({"SLURM_JOB_ID": "7"}, None, job=False) == ("7", False)
+    assert allocation_wanted({"SLURM_JOBID": "7"}, None, job=False) == ("7", False)
+    assert allocation_wanted({}, None, job=False) is None
+    # A job's own launches (the chaperon's wrapper, --job) run in a ledger job already.
+    assert allocation_wanted({"SLURM_JOB_ID": "7"}, None, job=True) is None
+    assert allocation_wanted({"SLURM_JOB_ID": "7", "AGENT_SANDBOX_JOB_SESSION": "s"}, None,
+                             job=False) is None
+
+
+def test_a_job_id_that_is_not_one_is_not_asked_of_slurm():
+    from agent_sandbox.services.chaperon import check_allocation
+
+    assert "not a Slurm job id" in check_allocation("12_3", {"slurm_binaries": {}})
+    assert "squeue is not installed" in check_allocation("12", {"slurm_binaries": {}})

@@ -376,3 +376,10 @@ def test_json_has_the_same_facts():
     assert firejail["usable"] and firejail["partial"] == {"passwd.filtered": "nss"}
     assert data["backends"][0]["state"] == "not found"
     assert data["exit_code"] == 0 and data["require"] == ["fs.hidden"]
+
+
+def test_render_status_names_an_adopted_allocation():
+    s = status.Session("abc123def456", 4242, "bwrap", "/p", 0, False, 1000.0, 0, "bash",
+                       allocation="8283")
+    text = status.render(status.Status("login1", (s,), 0), now=1065.0)
+    assert "session abc123def456 adopted your Slurm allocation 8283" in text
