@@ -13,7 +13,9 @@ unknown broker, a missing or different key header, dot segments are refused.
 
 `forward` (asyncio) connects to the address the proxy checked, speaks TLS to
 it (system CAs, plus the test hook's CA, read once at start; the name is
-verified), sends the head and the request's own body (Content-Length: the
+verified) — or plain HTTP to an http:// gateway, which only a host
+ALLOWED_HOSTS lists may be (the launcher honours no other, and the proxy
+checks it against the rules alone), sends the head and the request's own body (Content-Length: the
 route refuses chunked bodies) and relays the answer. Nothing the client
 sends after its request reaches the upstream, except on a WebSocket the
 upstream accepted with 101.
@@ -23,10 +25,11 @@ from __future__ import annotations
 import asyncio
 import ssl
 
-from egress.protocol import HOP_HEADERS, BrokerRequest, ProtocolError
+from egress.protocol import HOP_HEADERS, BrokerRequest, ProtocolError, denial, http_response
 from egress.spec import Broker
 
 BUFFER = 1 << 16
+ANSWER_TIMEOUT = 300.0   # seconds for the upstream's first bytes (then 504, with the cause)
 
 
 def upstream_head(broker: Broker, request: BrokerRequest) -> bytes:
@@ -34,9 +37,11 @@ def upstream_head(broker: Broker, request: BrokerRequest) -> bytes:
     if values != [broker.scheme + broker.placeholder]:
         raise ProtocolError(f"the broker route {broker.name!r} carries only requests that "
                             f"hold this session's placeholder key in {broker.header}", 403)
-    authority = broker.host if broker.port == 443 else f"{broker.host}:{broker.port}"
+    default = 443 if broker.tls else 80
+    authority = broker.host if broker.port == default else f"{broker.host}:{broker.port}"
     if ":" in broker.host:
-        authority = f"[{broker.host}]" if broker.port == 443 else f"[{broker.host}]:{broker.port}"
+        authority = f"[{broker.host}]" if broker.port == default \
+            else f"[{broker.host}]:{broker.port}"
     kept = [(n, v) for n, v in request.headers
             if n.lower() not in HOP_HEADERS and n.lower() not in ("host", broker.header)]
     connection = ["Upgrade: websocket", "Connection: Upgrade"] if request.upgrade \
@@ -70,8 +75,11 @@ async def forward(loop, client, upstream_sock, broker: Broker, head: bytes, earl
     behind its request is dropped. A WebSocket upgrade goes raw both ways
     only once the upstream's answer says 101; any other answer ends it like
     a plain request."""
-    reader, writer = await asyncio.open_connection(sock=upstream_sock, ssl=context,
-                                                   server_hostname=broker.host)
+    if broker.tls:
+        reader, writer = await asyncio.open_connection(sock=upstream_sock, ssl=context,
+                                                       server_hostname=broker.host)
+    else:   # an http:// gateway the user listed (server.py: its rules alone decide)
+        reader, writer = await asyncio.open_connection(sock=upstream_sock)
     sent = [0, 0]
     switched = loop.create_future()     # upgrade: whether the upstream answered 101
 
@@ -108,7 +116,14 @@ async def forward(loop, client, upstream_sock, broker: Broker, head: bytes, earl
 
     async def inwards():
         status = b""
-        while data := await reader.read(BUFFER):
+        try:   # the upstream's first bytes: a gateway that never answers is named
+            data = await asyncio.wait_for(reader.read(BUFFER), ANSWER_TIMEOUT)
+        except asyncio.TimeoutError:
+            await loop.sock_sendall(client, http_response(504, denial(
+                f"the API upstream of broker {broker.name} ({broker.host}:{broker.port}) "
+                f"accepted the connection but did not answer within {ANSWER_TIMEOUT:.0f} s")))
+            return
+        while data:
             if upgrade and not switched.done():
                 status += data
                 if b"\r\n" in status:
@@ -117,6 +132,7 @@ async def forward(loop, client, upstream_sock, broker: Broker, head: bytes, earl
                     switched.set_result(False)
             await loop.sock_sendall(client, data)
             sent[1] += len(data)
+            data = await reader.read(BUFFER)
 
     task = asyncio.ensure_future(outwards())
     try:

@@ -359,14 +359,20 @@ class Proxy:
             return
         # The launcher chose the upstream: its name needs no entry, but its
         # addresses are checked like any other (an internal one must be listed).
+        # An http:// gateway (the key unencrypted) must be listed itself.
         own = Rule("name", broker.host, None, frozenset({broker.port}),
                    f"broker {broker.name}", "API_KEY_BROKERING")
         upstream = await self._open(broker.host, broker.port, record,
-                                    rules=(own, *self.spec.rules))
+                                    rules=(own, *self.spec.rules) if broker.tls
+                                    else self.spec.rules)
         if upstream is None:
-            status = 403 if record["decision"] == "refused" else 502
+            # The agent chose no destination here (the launcher did): whatever
+            # stopped it is a failure of the upstream, never a denial to act on.
+            record["reason"] = (f"the API upstream of broker {broker.name} "
+                                f"({broker.host}:{broker.port}) cannot be used — "
+                                f"{record['reason']}")
             await loop.sock_sendall(client, protocol.http_response(
-                status, protocol.denial(record["reason"])))
+                502, protocol.denial(record["reason"])))
             return
         try:
             if self._tls is None:

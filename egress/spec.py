@@ -47,6 +47,7 @@ class Broker(NamedTuple):
     scheme: str             # "" or "Bearer "
     placeholder: str
     key: str
+    tls: bool = True        # False: an http:// gateway ALLOWED_HOSTS lists (server.py)
 
     def __repr__(self) -> str:      # never print the key
         return f"Broker({self.name!r}, {self.host!r}:{self.port})"
@@ -103,18 +104,18 @@ def _broker(name, value) -> Broker:
     host = host_name(url.hostname or "") or (url.hostname and address(url.hostname)
                                               and url.hostname)
     try:
-        port = url.port or 443
+        port = url.port or (80 if url.scheme == "http" else 443)
     except ValueError:
         port = None
-    if url.scheme != "https" or not host or port is None or url.query or url.fragment \
-            or url.username or url.password:
-        raise SpecError(f"broker {name!r}: the upstream must be https://host[:port][/path], "
+    if url.scheme not in ("https", "http") or not host or port is None or url.query \
+            or url.fragment or url.username or url.password:
+        raise SpecError(f"broker {name!r}: the upstream must be http(s)://host[:port][/path], "
                         f"not {value['upstream']!r}")
     if not value["placeholder"] or not value["key"] or not value["header"] or \
             any(c in value[k] for k in BROKER_KEYS for c in "\r\n\0"):
         raise SpecError(f"broker {name!r}: header, placeholder and key must be set, one line each")
     return Broker(name, host, port, url.path.rstrip("/"), value["header"].lower(),
-                  value["scheme"], value["placeholder"], value["key"])
+                  value["scheme"], value["placeholder"], value["key"], url.scheme == "https")
 
 
 def _read_roots(path: str, limit: int) -> bytes | None:

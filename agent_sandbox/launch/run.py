@@ -271,7 +271,8 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         from agent_sandbox.policy.resolve import with_egress
 
         policy = with_egress(policy, egress_plan.socket, egress_plan.port,
-                             egress_plan.env_changes)
+                             egress_plan.env_changes, no_proxy=egress_plan.no_proxy,
+                             notes=egress_plan.notes)
         command = with_args(command, user_args, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=chaperon is not None, keep_fds=kept,

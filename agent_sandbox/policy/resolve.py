@@ -432,11 +432,14 @@ def with_chaperon(policy: Policy, session_dir: str, staging_dir: str) -> Policy:
     return policy._replace(env=env, chaperon_dir=session_dir, staging_dir=staging_dir)
 
 
-def with_egress(policy: Policy, socket_path: str, port: int, env_changes: dict) -> Policy:
+def with_egress(policy: Policy, socket_path: str, port: int, env_changes: dict, *,
+                no_proxy: str = "localhost,127.0.0.1", notes=()) -> Policy:
     """The policy of a NETWORK_MODE=allowlist session whose egress proxy
     listens on `socket_path` (host path): the relay inside listens on
     127.0.0.1:`port`, the proxy variables point at it, and `env_changes`
-    (services/egress.py: brokered keys replaced by placeholders, base URLs) apply."""
+    (services/egress.py: brokered keys replaced by placeholders, base URLs) apply.
+    `no_proxy`: NO_PROXY inside (egress.proxy_bypass: empty when a loopback
+    host is listed); `notes`: the brokering's warnings (a gateway not used)."""
     from agent_sandbox.traits import TRAITS    # data only: no backend module
     from agent_sandbox.names import EGRESS_SOCKET
 
@@ -444,9 +447,10 @@ def with_egress(policy: Policy, socket_path: str, port: int, env_changes: dict) 
     env = dict(policy.env)
     for name, value in (("HTTPS_PROXY", proxy), ("HTTP_PROXY", proxy),
                         ("ALL_PROXY", f"socks5h://127.0.0.1:{port}"),
-                        ("NO_PROXY", "localhost,127.0.0.1")):
+                        ("NO_PROXY", no_proxy)):
         env[name] = env[name.lower()] = value
     env.update(env_changes)
     fixed = TRAITS[policy.backend].fixed_mount_points    # else the host path is seen
     env["AGENT_SANDBOX_EGRESS"] = EGRESS_SOCKET if fixed else socket_path
-    return policy._replace(env=env, egress_socket=socket_path, relay_port=port)
+    return policy._replace(env=env, egress_socket=socket_path, relay_port=port,
+                           warnings=tuple(policy.warnings) + tuple(notes))

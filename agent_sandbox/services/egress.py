@@ -68,11 +68,14 @@ BROKERS = {
 
 
 class EgressPlan(namedtuple("EgressPlan", ("directory", "socket", "port", "env_changes",
-                                           "brokers", "rules", "audit", "args"),
-                            defaults=((),))):
+                                           "brokers", "rules", "audit", "args", "notes",
+                                           "no_proxy"),
+                            defaults=((), (), "localhost,127.0.0.1"))):
     """env_changes: what the sandbox's environment gets instead; brokers:
     the spec's "brokers" (they hold the real keys: never printed); args: the
-    agent's own arguments a broker needs (Broker.args)."""
+    agent's own arguments a broker needs (Broker.args); notes: what the
+    launch says about them (a gateway that is not used, and why); no_proxy:
+    the sandbox's NO_PROXY (`proxy_bypass`)."""
     __slots__ = ()
 
     def __repr__(self) -> str:
@@ -102,26 +105,101 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def brokering(settings, policy, profile, port: int) -> tuple[dict, dict, tuple]:
-    """(environment changes, spec brokers, agent arguments) for the keys this
-    session brokers: API_KEY_BROKERING on, a profile that names the broker,
-    the key set. Never without a network namespace of the sandbox's own
-    (landlock): the relay listens on the host's loopback there, where any
-    local user could reach the broker."""
+def _parsed_rules(rules) -> list:
+    from egress.hosts import parse_entry
+
+    parsed = []
+    for item in rules:
+        try:
+            parsed.append(parse_entry(item["entry"], item["origin"]))
+        except ValueError:
+            continue     # validated with the configuration already
+    return parsed
+
+
+def gateway(broker: Broker, url: str, rules) -> tuple[str, str]:
+    """(upstream, note) for the base URL the user set outside (`url`, e.g.
+    ANTHROPIC_BASE_URL: LiteLLM, vLLM, a site's gateway, an ssh tunnel): the
+    broker's upstream when it is https, or http to a host ALLOWED_HOSTS
+    lists (`rules`: config.network.rules; the key then travels unencrypted,
+    to a host the user listed); otherwise the API's own, and `note` says at
+    launch that and why the URL is not used, with the line to add. Pure."""
+    from urllib.parse import urlsplit
+
+    url = url.strip()
+    if not url:
+        return broker.upstream, ""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    host = parts.hostname if parts else None
+    if parts is None or not host or parts.query or parts.fragment or parts.username \
+            or parts.password or parts.scheme not in ("https", "http"):
+        return broker.upstream, (
+            f"{broker.base_url_var}={url} is not used — the broker takes an https:// or "
+            f"http:// URL (host[:port][/path]); the agent talks to {broker.upstream}")
+    if parts.scheme == "https":
+        return url.rstrip("/"), ""
+    from egress.hosts import match
+
+    port = port or 80
+    decision = match(_parsed_rules(rules), host, port)
+    if decision.allowed:
+        return url.rstrip("/"), ""
+    shown = f"[{host}]" if ":" in host else host
+    return broker.upstream, (
+        f"{broker.base_url_var}={url} is not used — the real key would go unencrypted "
+        f"(http) to {shown}:{port}, which ALLOWED_HOSTS does not list; the agent talks to "
+        f"{broker.upstream} instead. To use the gateway, add the line "
+        f"`ALLOWED_HOSTS+=({shown}:{port})` to ~/.config/agent-sandbox/sandbox.conf "
+        "(or use an https URL)")
+
+
+LOOPBACK_NAMES = ("localhost",)
+
+
+def proxy_bypass(rules) -> str:
+    """The sandbox's NO_PROXY: loopback, so that the relay's own broker URL
+    is asked directly — unless ALLOWED_HOSTS lists a loopback host (a
+    gateway or an ssh tunnel on the login node): inside, loopback is the
+    sandbox's own, so a client that bypassed the proxy for it would reach
+    nothing. Then nothing bypasses the proxy (it serves the broker route
+    asked through it too). Pure."""
+    import ipaddress
+
+    for rule in _parsed_rules(rules):
+        if rule.kind == "name" and rule.name in LOOPBACK_NAMES:
+            return ""
+        if rule.kind == "range" and rule.network.overlaps(
+                ipaddress.ip_network("127.0.0.0/8" if rule.network.version == 4 else "::1/128")):
+            return ""
+    return "localhost,127.0.0.1"
+
+
+def brokering(settings, policy, profile, port: int, rules=()) -> tuple[dict, dict, tuple,
+                                                                       tuple]:
+    """(environment changes, spec brokers, agent arguments, notes) for the
+    keys this session brokers: API_KEY_BROKERING on, a profile that names
+    the broker, the key set. Never without a network namespace of the
+    sandbox's own (landlock): the relay listens on the host's loopback
+    there, where any local user could reach the broker. A base URL the user
+    set is the upstream when `gateway` accepts it, else a note says why not."""
     from agent_sandbox.traits import traits
 
     names = profile.brokers if profile is not None else ()
     if not settings.API_KEY_BROKERING or not traits(policy.backend).network_namespace:
-        return {}, {}, ()
-    env, brokers, args = {}, {}, []
+        return {}, {}, (), ()
+    env, brokers, args, notes = {}, {}, [], []
     for name in names:
         broker = BROKERS.get(name)
         if broker is None or not policy.env.get(broker.key_var):
             continue
         # A base URL the user set outside (a gateway) stays the upstream.
-        upstream = policy.env.get(broker.base_url_var, "")
-        if not upstream.startswith("https://"):
-            upstream = broker.upstream
+        upstream, note = gateway(broker, policy.env.get(broker.base_url_var, ""), rules)
+        if note:
+            notes.append(note)
         stand_in = placeholder(broker.prefix)
         brokers[name] = {"upstream": upstream.rstrip("/"), "header": broker.header,
                          "scheme": broker.scheme, "placeholder": stand_in,
@@ -130,7 +208,7 @@ def brokering(settings, policy, profile, port: int) -> tuple[dict, dict, tuple]:
         env[broker.key_var] = stand_in
         env[broker.base_url_var] = url
         args += [a.replace("{url}", url) for a in broker.args]
-    return env, brokers, tuple(args)
+    return env, brokers, tuple(args), tuple(notes)
 
 
 def with_args(command: list[str], user_args: int, args) -> list[str]:
@@ -167,9 +245,10 @@ def plan(settings, policy, profile=None) -> EgressPlan:
     directory = os.path.join(session_parent(policy.home), f"egress-{policy.session_id}")
     # A fixed port on the sandbox's own loopback, else a free one of the host's.
     port = RELAY_PORT if traits(policy.backend).network_namespace else free_port()
-    env, brokers, args = brokering(settings, policy, profile, port)
+    listed = rules(settings)
+    env, brokers, args, notes = brokering(settings, policy, profile, port, listed)
     return EgressPlan(directory, os.path.join(directory, SOCKET_NAME), port, env, brokers,
-                      rules(settings), audit_path(policy.home), args)
+                      listed, audit_path(policy.home), args, notes, proxy_bypass(listed))
 
 
 class EgressSession:

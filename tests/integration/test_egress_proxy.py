@@ -330,7 +330,9 @@ def test_the_broker_route_through_the_proxy_itself(world):
     ("/broker/unknown/v1/messages", PLACEHOLDER, "404"),
     ("/broker/anthropic/v1/messages", "sk-ant-api03-some-other-key", "403"),
     ("/broker/anthropic/../../x", PLACEHOLDER, "400"),
-    ("/broker/internal/v1/messages", PLACEHOLDER, "403"),   # resolves to 127.0.0.1
+    # Resolves to 127.0.0.1: the upstream the launcher chose cannot be used —
+    # 502 with the reason, never a 403 that reads like a denial (issue 36).
+    ("/broker/internal/v1/messages", PLACEHOLDER, "502"),
     ("/v1/messages", PLACEHOLDER, "400"),
 ])
 def test_broker_route_refusals(world, path, key, code):

@@ -516,6 +516,44 @@ def test_a_brokered_key_reaches_the_api_and_never_the_sandbox(net, backend):
     user.set_config("")
 
 
+def test_a_listed_http_gateway_on_loopback_is_the_brokers_upstream(net):
+    """Issue 36 item 2: ANTHROPIC_BASE_URL=http://127.0.0.1:PORT (LiteLLM, an
+    ssh tunnel) listed in ALLOWED_HOSTS is where the broker sends the
+    agent's requests, the real key added outside; loopback is then not in
+    NO_PROXY (inside, loopback is the sandbox's own). Unlisted, the launch
+    says at once that and why it is not used, with the line to add."""
+    user = net.user
+    mock_agent(net)
+    gateway = serve("127.0.0.1", "gateway", expected_key=REAL_KEY)
+    port = gateway.server_address[1]
+    try:
+        env = user.env(ANTHROPIC_API_KEY=REAL_KEY, ANTHROPIC_BASE_URL=f"http://127.0.0.1:{port}")
+        user.set_config(net.config + f"ENABLED_AGENTS+=(mockagent)\n"
+                        f"ALLOWED_HOSTS+=(127.0.0.1:{port})\n")
+        result = user.run([INSTALLED, "mockagent", str(net.fixture / "broker_probe.py"),
+                           MARKER], env=env, cwd=net.project)
+        assert result.returncode == 0, result.stderr
+        data = json.loads(result.stdout)
+        assert data["answer"]["key_ok"] is True and data["answer"]["server"] == "gateway"
+        assert data["found"] == [] and MARKER not in data["key"]     # never inside
+        assert gateway.seen[-1]["headers"]["x-api-key"] == REAL_KEY
+        assert gateway.seen[-1]["path"] == "/v1/messages"
+        bypass = user.run([INSTALLED, "mockagent", "-c",
+                           "import os; print(repr(os.environ['NO_PROXY']))"],
+                          env=env, cwd=net.project)
+        assert bypass.stdout.strip() == "''", bypass
+        # Not listed: not used, said at launch (the command still runs).
+        user.set_config(net.config + "ENABLED_AGENTS+=(mockagent)\n")
+        unlisted = user.run([INSTALLED, "mockagent", "-c", "pass"], env=env, cwd=net.project)
+        assert unlisted.returncode == 0, unlisted.stderr
+        assert f"ANTHROPIC_BASE_URL=http://127.0.0.1:{port} is not used" in unlisted.stderr
+        assert f"`ALLOWED_HOSTS+=(127.0.0.1:{port})`" in unlisted.stderr
+        assert len(gateway.seen) == 1
+    finally:
+        gateway.shutdown()
+        user.set_config("")
+
+
 @pytest.mark.parametrize("job_mode,expected", [("open", "direct=ok"), ("allowlist", "direct=no")])
 def test_a_batch_job_from_an_allowlist_session_runs_in_the_job_mode(net, slurm_cluster,
                                                                      job_mode, expected):

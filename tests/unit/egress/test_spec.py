@@ -33,13 +33,22 @@ def test_a_good_spec(tmp_path):
     assert "sk-ant-REAL" not in repr(spec)      # the key is never printed
 
 
+def test_an_http_gateway_upstream_speaks_no_tls(tmp_path):
+    spec = load(_spec(tmp_path, brokers={"a": {**BROKER, "upstream": "http://127.0.0.1:4000"}}))
+    broker = spec.brokers["a"]
+    assert (broker.host, broker.port, broker.tls) == ("127.0.0.1", 4000, False)
+    assert spec.brokers["a"]._replace(port=80) and load(_spec(tmp_path, brokers={
+        "a": {**BROKER, "upstream": "http://gw.lab"}})).brokers["a"].port == 80
+
+
 @pytest.mark.parametrize("changes,message", [
     ({"extra": 1}, "exactly"),
     ({"socket": "relative.sock"}, "absolute"),
     ({"rules": [{"entry": "10.0.0.1/8", "origin": "conf:7"}]}, "ALLOWED_HOSTS (conf:7)"),
     ({"rules": [{"entry": "pypi.org"}]}, "each rule"),
-    ({"brokers": {"a": {**BROKER, "upstream": "http://api.anthropic.com"}}}, "https://"),
-    ({"brokers": {"a": {**BROKER, "upstream": "https://u:p@api.anthropic.com"}}}, "https://"),
+    # http is an upstream since issue 36 (a listed gateway; server.py checks the rules)
+    ({"brokers": {"a": {**BROKER, "upstream": "ftp://api.anthropic.com"}}}, "http(s)://"),
+    ({"brokers": {"a": {**BROKER, "upstream": "https://u:p@api.anthropic.com"}}}, "http(s)://"),
     ({"brokers": {"a": {**BROKER, "key": "a\r\nX-Evil: 1"}}}, "one line"),
     ({"brokers": {"a": {**BROKER, "placeholder": ""}}}, "must be set"),
     ({"brokers": {"a": {k: v for k, v in BROKER.items() if k != "key"}}}, "exactly"),

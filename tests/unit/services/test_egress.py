@@ -72,6 +72,52 @@ def test_a_gateway_the_user_set_outside_stays_the_upstream(home):
     assert planned.brokers["anthropic"]["upstream"] == "https://gw.example/v1"
 
 
+def rule(entry):
+    return {"entry": entry, "origin": "t:1"}
+
+
+@pytest.mark.parametrize("url,rules,used", [
+    ("", [], "https://api.anthropic.com"),
+    ("https://10.1.2.3:8443/v1", [], "https://10.1.2.3:8443/v1"),     # its addresses: the proxy's
+    ("http://127.0.0.1:4000", [rule("127.0.0.1:4000")], "http://127.0.0.1:4000"),
+    ("http://gw.lab:8080/", [rule("gw.lab:8080")], "http://gw.lab:8080"),
+    ("http://gw.lab/", [rule("gw.lab:80")], "http://gw.lab"),
+    ("http://127.0.0.1:4000", [], None),                             # not listed
+    ("http://127.0.0.1:4000", [rule("127.0.0.1:4001")], None),       # another port
+    ("ftp://gw.lab", [rule("gw.lab")], None),
+    ("http://user:pw@gw.lab:80", [rule("gw.lab:80")], None),
+])
+def test_a_gateway_is_the_upstream_when_https_or_listed_http(url, rules, used):
+    upstream, note = egress.gateway(egress.BROKERS["anthropic"], url, rules)
+    if used:
+        assert (upstream, note) == (used, "")
+    else:
+        assert upstream == "https://api.anthropic.com"
+        assert note.startswith(f"ANTHROPIC_BASE_URL={url} is not used — ")
+
+
+def test_the_unlisted_gateways_note_gives_the_line_to_add():
+    _, note = egress.gateway(egress.BROKERS["anthropic"], "http://127.0.0.1:4000", [])
+    assert "`ALLOWED_HOSTS+=(127.0.0.1:4000)`" in note and "unencrypted" in note
+
+
+@pytest.mark.parametrize("entries,bypass", [
+    ([], "localhost,127.0.0.1"), (["pypi.org", "10.0.0.0/8"], "localhost,127.0.0.1"),
+    (["127.0.0.1:4000"], ""), (["localhost:8000"], ""), (["127.0.0.0/8"], ""),
+    (["[::1]:4000"], ""),
+])
+def test_a_listed_loopback_host_is_not_shadowed_by_no_proxy(entries, bypass):
+    assert egress.proxy_bypass([rule(e) for e in entries]) == bypass
+
+
+def test_an_unlisted_http_gateway_is_a_warning_of_the_launch(home):
+    settings, policy = settings_and_policy(
+        home, env={"ANTHROPIC_API_KEY": REAL, "ANTHROPIC_BASE_URL": "http://127.0.0.1:4000"})
+    planned = egress.plan(settings, policy, Profile(("anthropic",)))
+    assert planned.brokers["anthropic"]["upstream"] == "https://api.anthropic.com"
+    assert len(planned.notes) == 1 and "is not used" in planned.notes[0]
+
+
 def test_landlock_takes_a_free_port_of_the_host(home):
     settings, policy = settings_and_policy(home, backend="landlock")
     planned = egress.plan(settings, policy)
