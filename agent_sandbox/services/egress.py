@@ -160,6 +160,31 @@ def gateway(broker: Broker, url: str, rules) -> tuple[str, str]:
 LOOPBACK_NAMES = ("localhost",)
 
 
+def unreachable(broker: Broker, url: str, rules) -> str:
+    """Without brokering: a note when the agent's base URL names a loopback
+    host ALLOWED_HOSTS does not list — inside, loopback is the sandbox's own,
+    so the agent would retry a connection nothing answers (a silent hang)."""
+    from urllib.parse import urlsplit
+    from egress.hosts import address, match
+
+    try:
+        parts = urlsplit(url.strip())
+        host, port = parts.hostname, parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return ""
+    if not host:
+        return ""
+    numeric = address(host)
+    loopback = host in LOOPBACK_NAMES or (numeric is not None and numeric.is_loopback)
+    if not loopback or match(_parsed_rules(rules), host, port).allowed:
+        return ""
+    shown = f"[{host}]" if ":" in host else host
+    return (f"{broker.base_url_var}={url} names a loopback address the sandbox cannot reach "
+            "(inside, loopback is the sandbox's own) — the agent's requests would fail. "
+            f"Add the line `ALLOWED_HOSTS+=({shown}:{port})` to "
+            "~/.config/agent-sandbox/sandbox.conf to reach it through the egress proxy")
+
+
 def proxy_bypass(rules) -> str:
     """The sandbox's NO_PROXY: loopback, so that the relay's own broker URL
     is asked directly — unless ALLOWED_HOSTS lists a loopback host (a
@@ -189,8 +214,12 @@ def brokering(settings, policy, profile, port: int, rules=()) -> tuple[dict, dic
     from agent_sandbox.traits import traits
 
     names = profile.brokers if profile is not None else ()
-    if not settings.API_KEY_BROKERING or not traits(policy.backend).network_namespace:
+    if not traits(policy.backend).network_namespace:
         return {}, {}, (), ()
+    if not settings.API_KEY_BROKERING:
+        notes = [note for note in (unreachable(BROKERS[n], policy.env.get(
+            BROKERS[n].base_url_var, ""), rules) for n in names if n in BROKERS) if note]
+        return {}, {}, (), tuple(notes)
     env, brokers, args, notes = {}, {}, [], []
     for name in names:
         broker = BROKERS.get(name)

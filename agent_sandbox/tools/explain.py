@@ -193,9 +193,34 @@ def is_env_name(target: str) -> bool:
             and not os.path.lexists(target))
 
 
+def brokering_note(name: str, settings, env) -> str:
+    """What API key brokering does to `name` (services/egress.py), when it
+    applies (NETWORK_MODE=allowlist, API_KEY_BROKERING): the key variable
+    holds a placeholder inside, the base URL variable the broker's URL, and
+    the user's base URL is the upstream — or not, and why. "" otherwise."""
+    from agent_sandbox.services.egress import BROKERS, gateway
+
+    if settings.NETWORK_MODE != "allowlist" or not settings.API_KEY_BROKERING:
+        return ""
+    from agent_sandbox.config.network import rules
+
+    for broker_name, broker in BROKERS.items():
+        if name == broker.key_var:
+            return (f"  brokered: an agent profile that brokers {broker_name} (AGENT_BROKERS) "
+                    f"sees a placeholder key in {name}; the egress proxy adds the real one "
+                    "outside, on the way to the API, so it never enters the sandbox "
+                    "(API_KEY_BROKERING=false turns this off)\n")
+        if name == broker.base_url_var:
+            upstream, note = gateway(broker, (env or {}).get(name, ""), rules(settings))
+            return (f"  brokered: for an agent profile that brokers {broker_name}, {name} "
+                    "points at the broker inside; the requests go on to "
+                    f"{upstream}" + (f" — {note}" if note else "") + "\n")
+    return ""
+
+
 def explain(target: str, settings, policy, ops, *, as_json: bool = False) -> str:
     if is_env_name(target):
-        text = explain_env(target, settings)
+        text = explain_env(target, settings) + brokering_note(target, settings, policy.env)
         if as_json:
             verdict = text.partition(": ")[2].partition(" —")[0]
             return json.dumps({"target": target, "kind": "env", "verdict": verdict,

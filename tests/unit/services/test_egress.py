@@ -297,3 +297,18 @@ def test_the_proxys_ready_is_not_waited_for_once_the_sandbox_has_ended():
     assert _read_ready(proxy_read, None) == b"ready\n"
     os.close(proxy_read)
     os.close(proxy_write)
+
+
+def test_without_brokering_an_unlisted_loopback_gateway_is_named_at_launch(home):
+    conf = "NETWORK_MODE=allowlist\nAPI_KEY_BROKERING=false\n"
+    settings, policy = settings_and_policy(
+        home, conf=conf, env={"ANTHROPIC_API_KEY": REAL,
+                              "ANTHROPIC_BASE_URL": "http://localhost:4000"})
+    planned = egress.plan(settings, policy, Profile(("anthropic",)))
+    assert planned.brokers == {} and len(planned.notes) == 1
+    assert "`ALLOWED_HOSTS+=(localhost:4000)`" in planned.notes[0]
+    settings, policy = settings_and_policy(
+        home, conf=conf + "ALLOWED_HOSTS+=(localhost:4000)\n",
+        env={"ANTHROPIC_API_KEY": REAL, "ANTHROPIC_BASE_URL": "http://localhost:4000"})
+    listed = egress.plan(settings, policy, Profile(("anthropic",)))
+    assert listed.notes == () and listed.no_proxy == ""

@@ -129,3 +129,19 @@ def test_config_show_origin_names_every_hosts_entry():
     assert "#   pypi.org from /d.conf:8\n#   *.githubusercontent.com from /d.conf:9" in text
     data = json.loads(config_show(settings(), origin=True, as_json=True))
     assert data["ALLOWED_HOSTS"]["entries"][0] == {"entry": "pypi.org", "origin": "/d.conf:8"}
+
+
+def test_explain_knows_what_brokering_does_to_a_key_and_a_base_url():
+    from agent_sandbox.tools.explain import brokering_note
+
+    listed = settings(hosts=("127.0.0.1:4000",))
+    key = brokering_note("ANTHROPIC_API_KEY", listed, {})
+    assert "placeholder" in key and "never enters the sandbox" in key
+    used = brokering_note("ANTHROPIC_BASE_URL", listed,
+                          {"ANTHROPIC_BASE_URL": "http://127.0.0.1:4000"})
+    assert "go on to http://127.0.0.1:4000" in used and "not used" not in used
+    ignored = brokering_note("ANTHROPIC_BASE_URL", settings(),
+                             {"ANTHROPIC_BASE_URL": "http://127.0.0.1:4000"})
+    assert "is not used" in ignored and "ALLOWED_HOSTS+=(127.0.0.1:4000)" in ignored
+    assert brokering_note("ANTHROPIC_BASE_URL", settings(mode="open"), {}) == ""
+    assert brokering_note("PATH", listed, {}) == ""
