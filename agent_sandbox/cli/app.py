@@ -378,6 +378,16 @@ def logs(
     network: bool = typer.Option(False, "--network", help="Only the egress proxy's records "
                                  "(NETWORK_MODE=allowlist): every connection allowed or "
                                  "refused, host, port, rule, bytes, duration."),
+    slurm: bool = typer.Option(False, "--slurm", help="Only the Slurm proxy's (chaperon's) "
+                               "records."),
+    since: Optional[str] = typer.Option(None, "--since", metavar="WHEN", help="Only records "
+                                        "since WHEN: a duration back from now (30s, 10m, 2h, "
+                                        "1d) or a time (2026-11-28 06:00, 06:00)."),
+    last: Optional[int] = typer.Option(None, "--last", metavar="N", min=1,
+                                       help="Only the newest N records."),
+    telemetry: bool = typer.Option(False, "--telemetry", help="With --denials: also the "
+                                   "refused background telemetry of the agents (left out "
+                                   "and counted otherwise)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing new records as "
                                 "they are written (Ctrl-C stops)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object a line, as the "
@@ -385,36 +395,59 @@ def logs(
 ) -> None:
     """The chaperon and network audit logs, oldest first: time, session, command, event
     and what happened (arguments of a request, reason and detail of a refusal, host,
-    rule and bytes of a connection through the egress proxy)."""
+    rule and bytes of a connection through the egress proxy). With --denials, repeats
+    are grouped (count, first time) and Slurm and network refusals shown apart."""
     import os
     import pwd
 
     import time
 
     from agent_sandbox.logfiles import log_directory
-    from agent_sandbox.tools.logs import as_json_lines, read_records, render, select, unseen
+    from agent_sandbox.tools.logs import (as_json_lines, parse_since, read_records, render,
+                                          render_denials, select, unseen)
 
     _hidden_here("the audit logs cannot be read")
+    if network and slurm:
+        raise typer.BadParameter("--network and --slurm exclude each other: leave both out "
+                                 "for both", param_hint="--slurm")
+    try:
+        cutoff = parse_since(since, time.time()) if since else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--since") from None
     directory = log_directory(pwd.getpwuid(os.getuid()).pw_dir)
-    show = as_json_lines if as_json else render
+    grouping = denials and not as_json and not follow
     if not os.path.isdir(directory) and not follow:
         typer.echo(f"agent-sandbox: no chaperon logs yet ({directory} does not exist): the "
                    "chaperon runs in sandboxes started on hosts with Slurm.", err=True)
         return
+    hide = denials and not telemetry     # the agents' background noise, counted apart
+
+    def chosen(*, telemetry_too: bool, newest=last):
+        return select(read_records(directory), session=session, denials=denials,
+                      network=network, slurm=slurm, since=cutoff, last=newest,
+                      telemetry=telemetry_too)
+
     seen: set = set()
-    entries = unseen(select(read_records(directory), session=session, denials=denials,
-                            network=network), seen)
+    entries = unseen(chosen(telemetry_too=not hide), seen)
+    hidden = (len(chosen(telemetry_too=True, newest=None))
+              - len(chosen(telemetry_too=False, newest=None))) if hide and grouping else 0
     if not entries and not follow:
-        what = ("network " if network else "") + ("refusals" if denials else "records")
+        what = ("network " if network else "Slurm " if slurm else "") + (
+            "refusals" if denials else "records")
         scope = f" for session {session}" if session else ""
-        typer.echo(f"agent-sandbox: no {what}{scope} in {directory}", err=True)
+        extra = f" ({hidden} of the agents' background telemetry: --telemetry shows them)" \
+            if hidden else ""
+        typer.echo(f"agent-sandbox: no {what}{scope} in {directory}{extra}", err=True)
         return
+    if grouping:
+        typer.echo(render_denials(entries, telemetry_hidden=hidden), nl=False)
+        return
+    show = as_json_lines if as_json else render
     typer.echo(show(entries), nl=False)
     try:
         while follow:
             time.sleep(0.5)
-            fresh = unseen(select(read_records(directory), session=session,
-                                  denials=denials, network=network), seen)
+            fresh = unseen(chosen(telemetry_too=not hide), seen)
             if fresh:
                 typer.echo(show(fresh), nl=False)
     except KeyboardInterrupt:

@@ -276,7 +276,21 @@ class Egress(Service):
         from agent_sandbox.services.egress import EgressSession
 
         launch.egress = EgressSession.start(launch.prepared.egress, launch.policy.session_id)
+        stack.callback(self.report, launch)      # after the stop: the log is complete
         stack.callback(launch.egress.stop)
+
+    @staticmethod
+    def report(launch: Launch) -> None:
+        """One line per destination the proxy refused this session (count,
+        the line to paste), telemetry counted apart (netreport.py); not in
+        a job (its output is the user's) nor when quiet."""
+        if launch.policy.quiet or launch.job or launch.job_shared:
+            return
+        from agent_sandbox.errors import say
+        from agent_sandbox.services.netreport import session_report
+
+        for line in session_report(launch.prepared.egress.audit, launch.policy.session_id):
+            say(line)
 
 
 class JobShm(Service):

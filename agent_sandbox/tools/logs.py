@@ -1,5 +1,8 @@
-"""`agent-sandbox logs [--session ID] [--denials] [--network]`: the chaperon
-and network audit logs, readable.
+"""`agent-sandbox logs [--session ID] [--denials] [--network|--slurm]
+[--since WHEN] [--last N] [--telemetry]`: the chaperon and network audit
+logs, readable. `--denials` groups repeats (count, first time) and puts the
+Slurm proxy's refusals and the network's apart; the agents' known background
+telemetry (services/netreport.py) is left out of it unless --telemetry.
 
 The egress proxy of NETWORK_MODE=allowlist (docs/network.md) writes one
 "network" record per connection into a file of its own in the same directory
@@ -90,15 +93,89 @@ def is_denial(record: dict) -> bool:
 
 
 def select(entries, *, session: str | None = None, denials: bool = False,
-           network: bool = False) -> list[Entry]:
+           network: bool = False, slurm: bool = False, since: float | None = None,
+           last: int | None = None, telemetry: bool = True) -> list[Entry]:
     """Filter and order: `session` matches a session id or its beginning (as
     `status` shows it); `denials` keeps refusals only; `network` the egress
-    proxy's records only. Oldest first."""
+    proxy's records only, `slurm` the chaperon's only; `since` (seconds
+    since the epoch) drops older records; `telemetry` False drops the
+    agents' known background traffic (services/netreport.py); `last` keeps
+    the newest N. Oldest first."""
+    from agent_sandbox.services.netreport import is_telemetry
+
     chosen = [e for e in entries
               if (not session or str(e.record.get("session", "")).startswith(session))
               and (not denials or is_denial(e.record))
-              and (not network or e.record.get("event") == "network")]
-    return sorted(chosen, key=lambda e: (e.when, e.order))
+              and (not network or e.record.get("event") == "network")
+              and (not slurm or e.record.get("event") != "network")
+              and (since is None or e.when >= since)
+              and (telemetry or not is_telemetry(e.record))]
+    chosen.sort(key=lambda e: (e.when, e.order))
+    return chosen[-last:] if last else chosen
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_since(text: str, now: float) -> float:
+    """--since: a duration back from now (`30s`, `10m`, `2h`, `1d`) or a
+    local time (`2026-11-28 06:00`, `2026-11-28T06:00:00`, `06:00` today).
+    ValueError saying what is accepted."""
+    text = text.strip()
+    if text[:-1].isdigit() and text[-1:] in _UNITS:
+        return now - int(text[:-1]) * _UNITS[text[-1]]
+    for form in ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M",
+                 "%Y-%m-%dT%H:%M", "%Y-%m-%d"):
+        try:
+            return datetime.strptime(text, form).timestamp()
+        except ValueError:
+            continue
+    for form in ("%H:%M:%S", "%H:%M"):
+        try:
+            clock = datetime.strptime(text, form).time()
+        except ValueError:
+            continue
+        return datetime.combine(datetime.fromtimestamp(now).date(), clock).timestamp()
+    raise ValueError(f"{text!r} is neither a duration (30s, 10m, 2h, 1d) nor a time "
+                     "(2026-11-28 06:00, 06:00)")
+
+
+def grouped(entries) -> list[tuple[Entry, int, Entry]]:
+    """Repeats grouped: (last entry, count, first entry) for each distinct
+    (session, command, event, what happened), in the order of their last."""
+    groups: dict[tuple, list] = {}
+    for entry in entries:
+        record = entry.record
+        key = (record.get("session"), record.get("command", record.get("client")),
+               record.get("event"), summary(record))
+        if key in groups:
+            groups[key][0] = entry
+            groups[key][1] += 1
+        else:
+            groups[key] = [entry, 1, entry]
+    return sorted((tuple(g) for g in groups.values()), key=lambda g: (g[0].when, g[0].order))
+
+
+def render_denials(entries, *, telemetry_hidden: int = 0) -> str:
+    """--denials: the Slurm proxy's refusals, then the network's, each
+    repeat once with its count and first time; the telemetry left out
+    counted at the end."""
+    slurm = [e for e in entries if e.record.get("event") != "network"]
+    network = [e for e in entries if e.record.get("event") == "network"]
+    out = []
+    for title, part in (("Slurm (the chaperon)", slurm), ("Network (the egress proxy)", network)):
+        if not part:
+            continue
+        out.append(f"{title}:\n")
+        for last, count, first in grouped(part):
+            line = format_entry(last)
+            if count > 1:
+                line += f"  (×{count}, first {_local_time(first)})"
+            out.append(line + "\n")
+    if telemetry_hidden:
+        out.append(f"({telemetry_hidden} refused connection(s) of the agents' known background "
+                   "telemetry not shown: --telemetry shows them)\n")
+    return "".join(out)
 
 
 # ---------------------------------------------------------------- formatting

@@ -516,6 +516,46 @@ def test_a_brokered_key_reaches_the_api_and_never_the_sandbox(net, backend):
     user.set_config("")
 
 
+def test_refused_destinations_are_named_at_the_end_of_the_session(net):
+    """Issue 36 item 5: the client shows only "403"; the session's end names
+    each refused destination once (count, the line to paste), the agents'
+    telemetry on one line of its own; `logs --denials` groups the repeats,
+    hides the telemetry unless --telemetry, and takes --since/--last."""
+    user = net.user
+    user.set_config(net.config)
+    script = ("for i in 1 2 3; do curl -s -o /dev/null https://refused-here.test/; done; "
+              f"curl -s -o /dev/null http://127.0.0.2:{net.lp}/; "
+              "curl -s -o /dev/null https://statsig.anthropic.com/v1/initialize; true")
+    result = user.run([INSTALLED, "run", "--", "/bin/sh", "-c", script],
+                      env=user.env(SANDBOX_QUIET=None), cwd=net.project)
+    assert result.returncode == 0, result.stderr
+    said = [l for l in result.stderr.splitlines() if "network:" in l]
+    assert said[0] == ("agent-sandbox: network: refused refused-here.test:443 (3×) — to "
+                       "allow it, add `ALLOWED_HOSTS+=(refused-here.test)` to "
+                       "~/.config/agent-sandbox/sandbox.conf"), result.stderr
+    assert f"`ALLOWED_HOSTS+=(127.0.0.2:{net.lp})`" in said[1]
+    assert "1 connection(s) of the agent's background telemetry refused" in said[2]
+    session = re.search(r"--session (\w+)", result.stderr).group(1)
+    shown = user.run([INSTALLED, "logs", "--denials", "--session", session], cwd=net.project)
+    lines = shown.stdout.splitlines()
+    assert lines[0] == "Network (the egress proxy):", shown.stdout
+    assert len([l for l in lines if "refused-here.test" in l]) == 1
+    assert "(×3, first " in shown.stdout and "statsig" not in shown.stdout
+    assert "1 refused connection(s) of the agents' known background telemetry" in lines[-1]
+    everything = user.run([INSTALLED, "logs", "--denials", "--telemetry", "--session",
+                           session], cwd=net.project)
+    assert "statsig.anthropic.com" in everything.stdout
+    newest = user.run([INSTALLED, "logs", "--network", "--last", "1", "--since", "10m",
+                       "--session", session], cwd=net.project)
+    assert newest.stdout.count("\n") == 1 and "statsig" in newest.stdout, newest
+    later = user.run([INSTALLED, "logs", "--since", "2099-01-01", "--session", session],
+                     cwd=net.project)
+    assert later.stdout == "" and "no records" in later.stderr
+    wrong = user.run([INSTALLED, "logs", "--since", "yesterday"], cwd=net.project)
+    assert wrong.returncode == 2 and "neither a duration" in wrong.stderr, wrong.stderr
+    user.set_config("")
+
+
 def test_a_listed_http_gateway_on_loopback_is_the_brokers_upstream(net):
     """Issue 36 item 2: ANTHROPIC_BASE_URL=http://127.0.0.1:PORT (LiteLLM, an
     ssh tunnel) listed in ALLOWED_HOSTS is where the broker sends the

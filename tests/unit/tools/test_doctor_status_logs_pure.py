@@ -383,3 +383,44 @@ def test_render_status_names_an_adopted_allocation():
                        allocation="8283")
     text = status.render(status.Status("login1", (s,), 0), now=1065.0)
     assert "session abc123def456 adopted your Slurm allocation 8283" in text
+
+
+def test_logs_since_last_slurm_and_telemetry():
+    entries = [logs.Entry(100.0, (0, 0), {"event": "refusal", "session": "a", "command": "sbatch",
+                                          "reason": "chdir", "detail": "x"}),
+               logs.Entry(200.0, (1, 0), {"event": "network", "session": "a", "decision":
+                                          "refused", "host": "statsig.anthropic.com", "port": 443}),
+               logs.Entry(300.0, (1, 1), {"event": "network", "session": "a", "decision":
+                                          "refused", "host": "x.test", "port": 443})]
+    assert [e.when for e in logs.select(entries, since=150.0)] == [200.0, 300.0]
+    assert [e.when for e in logs.select(entries, last=1)] == [300.0]
+    assert [e.when for e in logs.select(entries, slurm=True)] == [100.0]
+    assert [e.when for e in logs.select(entries, telemetry=False)] == [100.0, 300.0]
+
+
+def test_logs_since_reads_durations_and_times():
+    import datetime
+
+    now = 1_000_000.0
+    assert logs.parse_since("90s", now) == now - 90
+    assert logs.parse_since("2h", now) == now - 7200
+    assert logs.parse_since("1d", now) == now - 86400
+    day = datetime.datetime.fromtimestamp(now).date()
+    assert logs.parse_since("06:00", now) == datetime.datetime.combine(
+        day, datetime.time(6, 0)).timestamp()
+    assert logs.parse_since("2026-11-28 06:00", now) == datetime.datetime(
+        2026, 11, 28, 6, 0).timestamp()
+    with pytest.raises(ValueError, match="neither a duration"):
+        logs.parse_since("yesterday", now)
+
+
+def test_denials_group_repeats_and_keep_slurm_and_network_apart():
+    same = {"event": "network", "session": "a", "decision": "refused", "host": "x.test",
+            "port": 443, "reason": "not listed"}
+    entries = [logs.Entry(float(i), (0, i), dict(same)) for i in (1, 2, 3)]
+    entries.append(logs.Entry(4.0, (0, 4), {"event": "refusal", "session": "a",
+                                            "command": "srun", "reason": "pty", "detail": "d"}))
+    text = logs.render_denials(entries, telemetry_hidden=2).splitlines()
+    assert text[0] == "Slurm (the chaperon):" and "pty: d" in text[1]
+    assert text[2] == "Network (the egress proxy):" and "(×3, first " in text[3]
+    assert len(text) == 5 and "2 refused connection(s)" in text[4]
