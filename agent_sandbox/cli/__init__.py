@@ -100,6 +100,8 @@ def _dispatch(args: list[str]) -> int:
         # `agent-sandbox [LAUNCHER OPTIONS] NAME [ARGS]`: an agent profile, or a
         # usage error suggesting the closest command or profile.
         parsed = _fast_run(args)
+        if parsed is not None and parsed["command"][0] in _NOT_PROFILES:
+            _options_before_a_subcommand(args, parsed["command"])
         if (parsed is not None and parsed["command"][0] not in _NOT_PROFILES
                 and "job_shared" not in parsed and "job" not in parsed):
             from agent_sandbox.launch.run import run_profile
@@ -114,6 +116,27 @@ def _dispatch(args: list[str]) -> int:
     except SystemExit as exc:   # a non-int code is a message: exit 1, as the interpreter's
         return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else FAILED)
     return 0
+
+
+def _options_before_a_subcommand(args: list[str], command: list[str]) -> None:
+    """`agent-sandbox --dry-run run …`: launcher options go before a profile
+    name but after a subcommand — the usage error says the right order."""
+    from agent_sandbox.errors import UsageError
+
+    name = command[0]
+    options = args[:len(args) - len(command)]
+    if options and options[-1] == "--":
+        options = options[:-1]
+    shown = " ".join(options)
+    if name == "run":
+        rest = command[1:2] == ["--"] and command[2:] or command[1:]
+        right = f"agent-sandbox run {shown} -- {' '.join(rest) or 'CMD …'}"
+    else:
+        right = f"agent-sandbox {name} --help (the options {name} takes)"
+    raise UsageError(f"{shown} before the subcommand {name} is not understood — options of "
+                     f"a subcommand go "
+                     f"after its name: {right}. (Before an agent profile's name they go "
+                     "first: agent-sandbox --dry-run claude.)")
 
 
 def exit_now(code) -> None:

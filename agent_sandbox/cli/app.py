@@ -11,7 +11,12 @@ from agent_sandbox import __version__
 
 class _Group(TyperGroup):
     """The top-level group: completing its first word offers the agent
-    profiles beside the subcommands (profiles are config files, not commands)."""
+    profiles beside the subcommands (profiles are config files, not commands);
+    its help and every subcommand's is tidied (`_tidy`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        _tidy(self)
 
     def shell_complete(self, ctx, incomplete: str):
         import os
@@ -40,15 +45,84 @@ def _print_version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def _tidy(command) -> None:
+    """What --help shows of every parameter: a flag no type (typer prints
+    `<bool>`), a value its name in capitals rather than `<str>`; help text
+    without the backticks of the source (the terminal shows them literally)."""
+    for param in command.params:
+        if param.metavar is None:
+            if getattr(param, "is_flag", False):
+                param.metavar = ""
+            elif param.param_type_name == "option":
+                param.metavar = param.name.upper().replace("_", "-")
+            else:
+                param.metavar = param.name.upper() + ("..." if param.nargs != 1 else "")
+        if param.param_type_name == "argument":   # its metavar says it all (no <list[str]>)
+            param.display_type_rich = _no_type
+        if getattr(param, "help", None):
+            param.help = param.help.replace("`", "")
+    if command.help:
+        command.help = command.help.replace("`", "")
+    for sub in (getattr(command, "commands", None) or {}).values():
+        _tidy(sub)
+
+
+# (command, what it does): --help's epilog and the man page's EXAMPLES.
+def _no_type(ctx=None):
+    return None
+
+
+def _flags_show_no_type() -> None:
+    """typer >= 0.16 prints `<bool>` after every flag, the ones it adds
+    itself (--help, --install-completion) included: a flag takes no value."""
+    from typer.core import TyperOption
+
+    shown = getattr(TyperOption, "display_type_rich", None)
+    if shown is None or getattr(shown, "tidied", False):
+        return      # an older typer prints no types
+
+    def display_type_rich(self, ctx):
+        return None if self.is_flag else shown(self, ctx)
+
+    display_type_rich.tidied = True
+    TyperOption.display_type_rich = display_type_rich
+
+
+_flags_show_no_type()
+
+
+EXAMPLES = (
+    ("agent-sandbox claude", "Claude Code, the current directory its project."),
+    ("agent-sandbox --dry-run claude", "What that launch would do; runs nothing."),
+    ("agent-sandbox run -- make test", "Any command in the sandbox."),
+    ("agent-sandbox run --project-dir ~/src/app -- pytest", "Another project directory."),
+    ("agent-sandbox bash", "An interactive shell in the sandbox."),
+    ("salloc -t 60  (then, in it:)  agent-sandbox claude",
+     "Your allocation: srun inside runs sandboxed steps in it."),
+    ("agent-sandbox run --allocation 8283 -- bash", "The same for a job named by its id."),
+    ("srun --pty agent-sandbox bash", "A sandboxed interactive shell on a compute node."),
+    ("agent-sandbox explain ~/.ssh/id_rsa", "What the sandbox does with a path, and why."),
+    ("agent-sandbox explain --host pypi.org", "Whether a connection is let through."),
+    ("agent-sandbox logs --denials --since 1h", "What was refused in the last hour."),
+    ("agent-sandbox help claude", "What the claude profile changes."),
+    ("agent-sandbox doctor", "Check this host: backends, Slurm, configuration."),
+)
+
+
+def examples_text() -> str:
+    return "Examples:\n\n" + "\n".join(f"{command}\n    {what}" for command, what in EXAMPLES)
+
+
 app = typer.Typer(
     cls=_Group, no_args_is_help=True, context_settings={"help_option_names": ["-h", "--help"]},
     help="Run AI coding agents and other untrusted commands in a kernel-enforced jail: "
          "the project is writable, the rest of the system read-only, credentials invisible.\n\n"
-         "`agent-sandbox [--dry-run] [--project-dir DIR] [--backend B] NAME [ARGS]` runs the "
+         "agent-sandbox [--dry-run] [--project-dir DIR] [--backend B] NAME [ARGS] runs the "
          "agent profile NAME (claude, codex, gemini, aider, opencode, bash, or your own in "
          "~/.config/agent-sandbox/agents/). Launcher options go before NAME; everything after "
-         "NAME is the agent's own (`agent-sandbox claude --dry-run` hands --dry-run to "
-         "claude).")
+         "NAME is the agent's own (agent-sandbox claude --dry-run hands --dry-run to "
+         "claude). For a subcommand they go after it: agent-sandbox run --dry-run -- CMD.",
+    epilog=examples_text())
 
 
 @app.callback()
@@ -86,7 +160,7 @@ def run(
         False, "--job-shared", hidden=True, help="A Slurm job's launch (set by the chaperon): "
         "run in the job's one sandbox on this node."),
     job: bool = typer.Option(
-        False, "--job", help="A batch job or step on a compute node (what the Slurm "
+        False, "--job", hidden=True, help="A batch job or step on a compute node (what the Slurm "
         "proxy's job wrapper starts): JOB_NETWORK_MODE applies instead of NETWORK_MODE."),
 ) -> None:
     """Run CMD in the sandbox. Its exit code and signals pass through; 125 means the
@@ -127,10 +201,11 @@ def help_command(ctx: typer.Context, command: List[str] = typer.Argument(
     if len(names) == 1 and names[0] not in ctx.parent.command.commands:
         path = find(names[0], pwd.getpwuid(os.getuid()).pw_dir)
         if path is not None:
-            typer.echo(f"{names[0]}: an agent profile ({path}). Run it with "
-                       f"`agent-sandbox [--dry-run] [--project-dir DIR] {names[0]} [ARGS]`; "
-                       f"`agent-sandbox --dry-run {names[0]}` shows its plan and "
-                       f"`agent-sandbox config show --profile {names[0]}` its settings.")
+            from agent_sandbox.tools.profilehelp import summary
+
+            profiled = _settings(None, names[0])
+            typer.echo(summary(_profile(names[0]), _settings(None).values, profiled.values),
+                       nl=False)
             return
     try:
         app(args=[*names, "--help"], prog_name="agent-sandbox", standalone_mode=True)

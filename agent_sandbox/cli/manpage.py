@@ -52,7 +52,8 @@ def _walk(command, path: tuple[str, ...]):
             yield from _walk(sub, (*path, name))
 
 
-def render(root, *, version: str, date: str) -> str:
+def render(root, *, version: str, date: str, examples=(),
+           admin_config: str = "/etc/agent-sandbox/sandbox.conf") -> str:
     head = [f'.TH AGENT\\-SANDBOX 1 "{date}" "agent\\-sandbox {version}" "User Commands"',
             ".SH NAME", "agent\\-sandbox \\- " + _escape(
                 "run AI agents and untrusted commands in a kernel-enforced sandbox"),
@@ -72,12 +73,55 @@ def render(root, *, version: str, date: str) -> str:
     tail = [".SH EXIT STATUS",
             "The exit code of the command run in the sandbox; 125 when the sandbox could "
             "not be set up; 2 for a usage error; 126 and 127 when the command cannot be "
-            "executed or found.",
-            ".SH FILES", ".TP", "\\fI/etc/agent\\-sandbox/sandbox.conf\\fR", "Site settings.",
-            ".TP", "\\fI~/.config/agent\\-sandbox/sandbox.conf\\fR", "Your settings.",
-            ".TP", "\\fI~/.config/agent\\-sandbox/agents/\\fR", "Your agent profiles.",
-            ".SH SEE ALSO", "bwrap(1), firejail(1)"]
+            "executed or found.", ".SH EXAMPLES"]
+    for command, what in examples:
+        tail += [".TP", f"\\fB{_escape(command)}\\fR", _escape(what)]
+    tail.append(".SH ENVIRONMENT")
+    for name, what in ENVIRONMENT:
+        tail += [".TP", f"\\fB{_escape(name)}\\fR", _escape(what)]
+    tail.append(".SH FILES")
+    for name, what in files(admin_config):
+        tail += [".TP", f"\\fI{_escape(name)}\\fR", _escape(what)]
+    tail += [".SH SEE ALSO", "bwrap(1), firejail(1), sbatch(1), srun(1), salloc(1)"]
     return "\n".join(head + body + tail) + "\n"
+
+
+ENVIRONMENT = (
+    ("KEY=VALUE (any configuration key)", "Every key of sandbox.conf may be set in the "
+     "environment for one launch, e.g. NETWORK_MODE=open agent-sandbox claude; it applies "
+     "after the files, unless the admin locked the key. agent-sandbox config show --origin "
+     "says where each value comes from."),
+    ("SANDBOX_BACKEND", "auto, bwrap, firejail or landlock (--backend sets it too)."),
+    ("NETWORK_MODE", "open, allowlist (only ALLOWED_HOSTS, through the egress proxy) or "
+     "isolated."),
+    ("SANDBOX_QUIET", "true: no banner and no end-of-session report."),
+    ("SLURM_JOB_ID", "Set by salloc, srun --pty or a portal's interactive job: the launcher "
+     "adopts that allocation when Slurm confirms it is yours and running (--allocation "
+     "names one)."),
+    ("ANTHROPIC_API_KEY, OPENAI_API_KEY, GEMINI_API_KEY", "With NETWORK_MODE=allowlist and "
+     "API_KEY_BROKERING, a profile's key stays outside: a placeholder inside, the real key "
+     "added by the egress proxy."),
+    ("ANTHROPIC_BASE_URL, OPENAI_BASE_URL, GOOGLE_GEMINI_BASE_URL", "Your gateway: the "
+     "broker's upstream when https, or http to a host ALLOWED_HOSTS lists; otherwise the "
+     "launch says why it is not used."),
+    ("AGENT_SANDBOX=1, SANDBOX_BACKEND", "Set inside the sandbox, for the commands run "
+     "there."),
+)
+
+
+def files(admin_config: str) -> tuple:
+    return (
+        (admin_config, "The site's settings and locks (the admin's)."),
+        ("~/.config/agent-sandbox/sandbox.conf", "Your settings; conf.d/*.conf beside it "
+         "apply after it."),
+        ("~/.config/agent-sandbox/agents/", "Your agent profiles (NAME.conf), beside the "
+         "site's and the shipped ones."),
+        ("~/.local/state/agent-sandbox/", "Hidden inside every sandbox: the Slurm job ledger, "
+         "the chaperon's and the egress proxy's audit logs (agent-sandbox logs), the session "
+         "registry (agent-sandbox status), the compiled plan cache."),
+        ("~/.local/state/agent-sandbox-run/", "The running sessions' private directories "
+         "(the chaperon's pipes, the egress proxy's socket)."),
+    )
 
 
 def _context(command, path):
@@ -93,11 +137,12 @@ def main() -> int:
     import typer
 
     from agent_sandbox import __version__
-    from agent_sandbox.cli.app import app
+    from agent_sandbox.cli.app import EXAMPLES, app
+    from agent_sandbox.paths import ADMIN_CONFIG
 
     root = typer.main.get_command(app)
-    sys.stdout.write(render(root, version=__version__,
-                            date=datetime.date.today().isoformat()))
+    sys.stdout.write(render(root, version=__version__, date=datetime.date.today().isoformat(),
+                            examples=EXAMPLES, admin_config=ADMIN_CONFIG))
     return 0
 
 

@@ -111,17 +111,33 @@ def resolve_project(settings, ctx: LaunchContext, hidden: tuple[str, ...]) -> st
             why = f"it lies inside the hidden path {inside}"
         elif contains:
             why = f"it contains the hidden path {contains}"
+    instead = ("Start the sandbox from a project directory below your home (or an "
+               "ALLOWED_PROJECT_PARENTS entry) or pass --project-dir.")
     if why is None:
         parents = [os.path.realpath(p) for p in settings.ALLOWED_PROJECT_PARENTS]
-        if not any(_is_within(project, p) and project != p for p in parents):
+        if project in parents:
+            # The parent itself is not a project: its children are.
+            why = (f"it is the project parent {project} itself (ALLOWED_PROJECT_PARENTS), "
+                   "which holds projects but is none")
+            instead = (f"Start the sandbox in a project below it ({project}/NAME) or pass "
+                       "--project-dir DIR.")
+        elif not any(_is_within(project, p) for p in parents):
             why = ("it is not under an allowed project parent "
                    f"({' '.join(settings.ALLOWED_PROJECT_PARENTS) or 'none configured'})")
+            instead += (" To allow projects here, add the line "
+                        f"`ALLOWED_PROJECT_PARENTS+=({_quoted(os.path.dirname(project))})` to "
+                        "~/.config/agent-sandbox/sandbox.conf (an admin may cap the list).")
     if why:
-        raise PolicyError(f"refusing project directory {project} — {why}. Start the sandbox "
-                          "from a project directory below your home (or an "
-                          "ALLOWED_PROJECT_PARENTS entry) or pass --project-dir.",
+        raise PolicyError(f"refusing project directory {project} — {why}. {instead}",
                           reason="bad_project_dir")
     return project
+
+
+def _quoted(path: str) -> str:
+    """A path as the configuration syntax reads it back (shell-like words)."""
+    import shlex
+
+    return shlex.quote(path)
 
 
 def _existing(paths) -> tuple[str, ...]:

@@ -89,3 +89,73 @@ def test_explain_takes_an_existing_file_over_a_variable(tmp_path, monkeypatch):
     assert is_env_name("keylink")
     (tmp_path / "keylink").symlink_to("/nonexistent")
     assert not is_env_name("keylink") and not is_env_name("./x") and not is_env_name("a/b")
+
+
+# ---------------------------------------------------------------- issue 36 item 8
+def _help(capsys, *args) -> str:
+    assert cli.main([*args, "--help"]) == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("args", [(), ("run",), ("logs",), ("explain",), ("config", "show"),
+                                  ("sbatch",), ("status",)])
+def test_help_shows_no_types_no_backticks_no_internal_options(capsys, args):
+    text = _help(capsys, *args)
+    for wrong in ("<bool>", "<str>", "<int>", "<list[str]>", "`", "--job ", "--job-shared"):
+        assert wrong not in text, (args, wrong)
+
+
+def test_the_top_help_has_examples_and_says_where_options_go(capsys):
+    text = " ".join(_help(capsys).split())
+    assert "Examples:" in text and "agent-sandbox run -- make test" in text
+    assert "srun --pty agent-sandbox bash" in text
+    assert "For a subcommand they go after it: agent-sandbox run --dry-run -- CMD" in text
+
+
+def test_the_man_page_has_examples_environment_and_files():
+    import typer
+
+    from agent_sandbox.cli.app import EXAMPLES, app
+    from agent_sandbox.cli.manpage import render
+
+    text = render(typer.main.get_command(app), version="9.9", date="2000-01-01",
+                  examples=EXAMPLES, admin_config="/etc/x/sandbox.conf")
+    sections = [line[4:] for line in text.splitlines() if line.startswith(".SH ")]
+    for wanted in ("NAME", "SYNOPSIS", "DESCRIPTION", "OPTIONS", "COMMANDS", "EXIT STATUS",
+                   "EXAMPLES", "ENVIRONMENT", "FILES", "SEE ALSO"):
+        assert wanted in sections, wanted
+    examples = text.split(".SH EXAMPLES")[1].split(".SH ")[0]
+    assert examples.count(".TP") == len(EXAMPLES)
+    assert "SLURM_JOB_ID" in text and "ANTHROPIC_BASE_URL" in text
+    assert "/etc/x/sandbox.conf" in text and "\\-\\-job\\fR" not in text and "`" not in text
+
+
+@pytest.mark.parametrize("args,right", [
+    (["--dry-run", "run", "true"], "agent-sandbox run --dry-run -- true"),
+    (["--project-dir", "/p", "run", "--", "ls", "-l"], "agent-sandbox run --project-dir /p -- ls -l"),
+    (["--dry-run", "status"], "agent-sandbox status --help"),
+])
+def test_options_before_a_subcommand_say_the_right_order(profile_launches, capsys, args, right):
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert right in err and "options of a subcommand go after its name" in err
+    assert profile_launches == []
+
+
+def test_help_of_a_profile_says_what_it_changes():
+    from agent_sandbox.config.profiles import Profile
+    from agent_sandbox.tools.profilehelp import summary
+
+    profile = Profile("claude", "/p/claude.conf", "", ("claude", "--x"), "", "",
+                      (".claude/",), brokers=("anthropic",),
+                      settings=("settings.json=.claude/settings.json",))
+    text = summary(profile, {"NETWORK_MODE": "open", "ALLOWED_HOSTS": ("pypi.org",),
+                             "HOME_WRITABLE": (), "QUIET": False},
+                   {"NETWORK_MODE": "allowlist", "ALLOWED_HOSTS": ("pypi.org", "api.x"),
+                    "HOME_WRITABLE": (".claude",), "QUIET": False})
+    assert "runs: claude --x ARGS" in text
+    assert "  NETWORK_MODE: open → allowlist" in text
+    assert "  ALLOWED_HOSTS: +api.x" in text and "HOME_WRITABLE: +.claude" in text
+    assert "QUIET" not in text
+    assert "API keys brokered (NETWORK_MODE=allowlist): anthropic" in text
+    assert "agent state kept between sessions: .claude/" in text

@@ -176,6 +176,19 @@ def test_project_outside_allowed_parents_is_refused(home, tmp_path):
     assert "not under an allowed project parent" in message
     assert str(home) in message                         # names the configured parents
     assert "ALLOWED_PROJECT_PARENTS" in message
+    # The line to paste (issue 36 item 8).
+    assert f"`ALLOWED_PROJECT_PARENTS+=({outside.parent})` to " \
+        "~/.config/agent-sandbox/sandbox.conf" in message
+
+
+def test_the_project_parent_itself_is_refused_without_contradiction(home, tmp_path):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    settings = settings_for(home, f"ALLOWED_PROJECT_PARENTS+=({scratch})\n")
+    message = str(refused(home, settings, project_dir=scratch))
+    assert f"it is the project parent {scratch} itself" in message
+    assert "not under an allowed project parent" not in message
+    assert f"a project below it ({scratch}/NAME)" in message
 
 
 def test_allowed_parent_added_by_the_user_admits_a_project(home, tmp_path):
