@@ -75,7 +75,9 @@ def test_launcher_options_go_before_the_profile_and_never_reach_the_agent(user, 
     assert argv_line.endswith("' --resume --dry-run"), argv_line
     assert " claude --settings " in argv_line, argv_line
     refused = cli(user, project, "--dry-run", "doctor")
-    assert refused.returncode == 2 and "No such option: --dry-run" in refused.stderr
+    # The usage error says the right order (issue 36 item 8; was typer's "No such option").
+    assert refused.returncode == 2 and "options of a subcommand go after its name: " \
+        "agent-sandbox doctor --help" in refused.stderr, refused.stderr
 
 
 # ---------------------------------------------------------------- completion
