@@ -64,6 +64,28 @@ def test_claude_bash_tool_runs_inside_with_its_own_sandbox_off(user, project, ho
     assert list((home / ".claude/projects" / entry).glob("*.jsonl")), result.stderr
 
 
+def test_claude_through_a_listed_http_gateway_gets_the_real_key_added_outside(user, project,
+                                                                             clis):
+    """Issue 36 item 2: the user's http gateway on loopback (the mock API),
+    listed in ALLOWED_HOSTS, receives Claude Code's requests through the
+    broker, the real key added outside; inside, Claude had a placeholder."""
+    real = "sk-ant-api03-GATEWAYREAL-" + "7" * 40
+    with MockAPI() as api:
+        port = api.url.rsplit(":", 1)[1]
+        user.set_config(f"ALLOWED_HOSTS+=(127.0.0.1:{port})\n")
+        env = agent_env(user, clis, ANTHROPIC_BASE_URL=api.url, ANTHROPIC_API_KEY=real)
+        env["NETWORK_MODE"] = "allowlist"
+        try:
+            result = run_agent(user, project, ["claude", "-p", "say hello"], env)
+        finally:
+            user.set_config("")
+        headers = list(api.headers)
+    assert result.returncode == 0, result.stderr
+    assert FINAL in result.stdout
+    assert headers and all(h.get("x-api-key") == real for h in headers), headers
+    assert "is not used" not in result.stderr
+
+
 def test_codex_exec_shell_tool_runs_inside_with_its_own_sandbox_off(user, project, home, clis):
     config = user.write(".codex/config.toml",
                         '# mine\nsandbox_mode = "workspace-write"\napproval_policy = "on-request"\n')

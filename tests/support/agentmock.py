@@ -117,6 +117,7 @@ class MockAPI:
 
     def __init__(self):
         self.requests: list[tuple[str, dict]] = []
+        self.headers: list[dict] = []       # each POST's headers (lower-case names)
         mock = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -140,6 +141,7 @@ class MockAPI:
                     body = {}
                 path = self.path.split("?")[0]
                 mock.requests.append((path, body))
+                mock.headers.append({k.lower(): v for k, v in self.headers.items()})
                 if path.endswith("/messages/count_tokens"):
                     self._json({"input_tokens": 10})
                 elif path.endswith("/messages"):
