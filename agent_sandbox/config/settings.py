@@ -25,6 +25,10 @@ class Settings(NamedTuple):
     SANDBOX_BACKEND: Literal["auto", "bwrap", "firejail", "landlock"] = "auto"
     ALLOWED_BACKENDS: tuple[Backend, ...] = BACKENDS
     REQUIRE: tuple[str, ...] = ()
+    # Admin only: the bwrap / firejail program to use ("" = the first on PATH
+    # the user cannot write), e.g. one a site module provides.
+    BWRAP_PATH: str = ""
+    FIREJAIL_PATH: str = ""
 
     ALLOWED_PROJECT_PARENTS: tuple[str, ...] = ()
 
