@@ -1,0 +1,85 @@
+"""Issue 30, on the real programs: Debian 11's bubblewrap 0.4.1 (no
+--disable-userns, no --perms) and firejail 0.9.64 (no --restrict-namespaces,
+--keep-fd, --tab), named by the admin keys BWRAP_PATH / FIREJAIL_PATH, run
+as the unprivileged test user. The sandbox works on them with its
+guarantees: a nested user namespace — what --disable-userns and
+--restrict-namespaces refuse on newer versions — is refused by the seccomp
+filter instead. On the code before issue 30 the probe failed on the first
+unknown option (`bwrap: Unknown option --disable-userns`) and no launch ran.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.support.install import ADMIN_FILE
+
+NESTED = "unshare -U true && echo NESTED-USERNS-MADE || echo nested-refused"
+
+
+@pytest.fixture
+def old_admin(admin, old_bwrap, old_firejail):
+    admin(f"BWRAP_PATH={old_bwrap}\nFIREJAIL_PATH={old_firejail}\n")
+    return old_bwrap, old_firejail
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_a_nested_user_namespace_is_refused_on_the_old_programs(user, old_admin, backend):
+    result = user.sandbox("sh", "-c", f"{NESTED}; exit 3", options=("--backend", backend))
+    assert result.returncode == 3, result.stderr
+    assert "nested-refused" in result.stdout and "NESTED-USERNS-MADE" not in result.stdout
+    assert "Operation not permitted" in result.stderr
+
+
+def test_bwrap_0_4_1_runs_the_sandbox_with_its_guarantees(user, old_admin):
+    """Hidden paths stay hidden, the project is writable and the rest read-only,
+    the Slurm stub (an executable file bwrap 0.4 cannot give a mode) runs."""
+    user.write(".ssh/id_test", "secret\n", mode=0o600)
+    script = ("test ! -e ~/.ssh/id_test && echo hidden; "
+              "touch ./made-inside && echo project-writable; "
+              "touch /usr/x 2>/dev/null || echo usr-readonly; "
+              "touch /tmp/t && echo tmp-writable; "
+              "test -x /run/agent-sandbox/bin/.stub && echo stub-executable")
+    result = user.sandbox("sh", "-c", script, options=("--backend", "bwrap"))
+    assert result.returncode == 0, result.stderr
+    for word in ("hidden", "project-writable", "usr-readonly", "tmp-writable",
+                 "stub-executable"):
+        assert word in result.stdout, (word, result.stdout, result.stderr)
+    dry = user.run([user_installed(), "run", "--backend", "bwrap",
+                    "--dry-run", "--", "true"])
+    assert dry.returncode == 0, dry.stderr
+    argv = dry.stdout.split("\nargv:", 1)[1]
+    assert old_admin[0] in argv and "--disable-userns" not in argv and "--perms" not in argv
+    assert "bubblewrap 0.4.1 has no --perms (0.5.0)" in dry.stdout
+    assert "clone" in dry.stdout and "unshare" in dry.stdout     # the filter's userns rules
+
+
+def test_firejail_0_9_64_leaves_out_what_it_does_not_have(user, old_admin):
+    dry = user.run([user_installed(), "run", "--backend", "firejail", "--dry-run", "--", "true"])
+    assert dry.returncode == 0, dry.stderr
+    argv = dry.stdout.split("\nargv:", 1)[1]
+    assert old_admin[1] in argv
+    for option in ("--restrict-namespaces", "--keep-fd", "--tab "):
+        assert option not in argv
+
+
+def test_doctor_names_a_bwrap_the_user_can_write(user, admin, old_bwrap):
+    """Issue 30: a bwrap in ~/.local/bin was skipped silently and doctor said
+    "not found on PATH"; an admin key naming a writable program is refused
+    with the reason."""
+    mine = user.write(".local/bin/bwrap", "#!/bin/sh\nexec /usr/bin/bwrap \"$@\"\n", mode=0o755)
+    admin(f"BWRAP_PATH={mine}\n")
+    result = user.run([user_installed(), "doctor"])
+    assert f"BWRAP_PATH={mine} is writable by you" in result.stdout, result.stdout
+    refused = user.sandbox("true", options=("--backend", "bwrap"))
+    assert refused.returncode == 125
+    assert f"BWRAP_PATH={mine} is writable by you" in refused.stderr
+    ADMIN_FILE.unlink()
+    result = user.run([user_installed(), "doctor"],
+                      env=user.env(PATH=f"{user.home}/.local/bin:/nowhere"))
+    assert f"{mine}, skipped: you can write it" in result.stdout, result.stdout
+
+
+def user_installed() -> str:
+    from tests.support.install import INSTALLED
+
+    return INSTALLED
