@@ -78,6 +78,11 @@ PRIVATE_MOUNTS = ("/usr/bin/unshare", "--user", "--map-current-user", "--mount",
                   "--propagation", "private", "--")
 
 
+def private_mounts(unshare: str = PRIVATE_MOUNTS[0]) -> list:
+    """PRIVATE_MOUNTS with the unshare the admin names (UNSHARE_PATH)."""
+    return [unshare or PRIVATE_MOUNTS[0], *PRIVATE_MOUNTS[1:]]
+
+
 def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False, keep_fds=(),
                features=None):
     """(provides, partial, cannot) for this policy on a kernel with the given
@@ -185,8 +190,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         # dotfile managers make these symlinks; the policy checked the target
         payloads[f"seed-{index}"] = Payload(path=os.path.realpath(path))
 
-    private_mounts = policy.private_mounts and not context.program_setuid
-    argv: list = [*(PRIVATE_MOUNTS if private_mounts else ()), context.program,
+    private = policy.private_mounts and not context.program_setuid
+    argv: list = [*(private_mounts(policy.unshare) if private else ()), context.program,
                   "--unshare-user", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     if policy.private_ipc:
         argv.append("--unshare-ipc")
@@ -264,11 +269,12 @@ def probe_argv(path: str = BWRAP, features=None) -> list[str]:
             "--ro-bind", "/", "/", "--die-with-parent", "--new-session", "--", "/bin/true"]
 
 
-def private_mounts_probe_argv(path: str = BWRAP, features=None) -> list[str]:
+def private_mounts_probe_argv(path: str = BWRAP, features=None,
+                              unshare: str = PRIVATE_MOUNTS[0]) -> list[str]:
     """The probe behind PRIVATE_MOUNTS: where unprivileged user namespaces are
-    allowed for bwrap but not for util-linux's unshare (an AppArmor policy),
-    bwrap works and PRIVATE_MOUNTS cannot."""
-    return list(PRIVATE_MOUNTS) + probe_argv(path, features)
+    allowed for bwrap but not for util-linux's unshare (an AppArmor policy,
+    an unshare older than 2.35), bwrap works and PRIVATE_MOUNTS cannot."""
+    return private_mounts(unshare) + probe_argv(path, features)
 
 
 def refuse(policy: Policy, *, context: PlanContext) -> None:
@@ -281,13 +287,14 @@ def refuse(policy: Policy, *, context: PlanContext) -> None:
     if policy.private_mounts and not context.program_setuid and context.private_mounts_failure:
         fix = context.private_mounts_fix or (
             "ask your admin to allow unprivileged user namespaces for /usr/bin/unshare")
+        if "PRIVATE_MOUNTS=false" not in fix:
+            fix += (". Or set PRIVATE_MOUNTS=false (in ~/.config/agent-sandbox/sandbox.conf or "
+                    "the environment; mounts the host makes after the start then appear "
+                    "inside: fs.write_confined partial)")
         raise PolicyError(
             "PRIVATE_MOUNTS=true, but bwrap cannot run in a mount namespace of its own here "
             f"(`unshare --user --mount` failed: {context.private_mounts_failure}) — "
-            f"{fix}. Or set PRIVATE_MOUNTS=false (in ~/.config/agent-sandbox/sandbox.conf or "
-            "the environment; mounts the host makes after the start then appear inside: "
-            "fs.write_confined partial), or use --backend landlock.",
-            reason="private_mounts_unavailable")
+            f"{fix}; or use --backend landlock.", reason="private_mounts_unavailable")
 
 
 # A blanked copy of a home file stands in for it (--ro-bind-data from a descriptor).

@@ -58,7 +58,10 @@ def _unknown_option(out: str, f: Facts, match) -> tuple:
     cause = f"{who} is too old for {option}" + (f" ({since} or newer has it)" if since else "")
     if program == "unshare":
         fix = ("PRIVATE_MOUNTS=true needs `unshare --map-current-user` (util-linux 2.35 or "
-               "newer): ask your admin for a newer util-linux")
+               "newer): ask your admin for a newer util-linux (UNSHARE_PATH names it), or set "
+               "PRIVATE_MOUNTS=false in ~/.config/agent-sandbox/sandbox.conf or the "
+               "environment (mounts the host makes after the start then appear inside: "
+               "fs.write_confined partial)")
     else:
         fix = (f"install a newer {f.backend} or have the admin name one with "
                f"{f.backend.upper()}_PATH; agent-sandbox supports {MINIMUM.get(f.backend, '')} "

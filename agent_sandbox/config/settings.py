@@ -29,6 +29,8 @@ class Settings(NamedTuple):
     # the user cannot write), e.g. one a site module provides.
     BWRAP_PATH: str = ""
     FIREJAIL_PATH: str = ""
+    # Admin only: util-linux's unshare, which PRIVATE_MOUNTS runs bwrap under.
+    UNSHARE_PATH: str = "/usr/bin/unshare"
 
     ALLOWED_PROJECT_PARENTS: tuple[str, ...] = ()
 

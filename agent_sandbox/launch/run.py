@@ -123,7 +123,8 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
 
         passed, detail, *hint = probe_backend(
             selection.name, selection.path, policy.home, kind="private-mounts",
-            argv=backend.private_mounts_probe_argv(selection.path, selection.features))
+            argv=backend.private_mounts_probe_argv(selection.path, selection.features,
+                                                   policy.unshare))
         failure, fix = ("", "") if passed else (detail, hint[0] if hint else "")
     context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(policy),
                           program_setuid=setuid, host_mounts=mounts,

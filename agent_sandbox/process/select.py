@@ -52,7 +52,7 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
         if verdict[0] and n == "bwrap" and settings.PRIVATE_MOUNTS:
             # auto treats a bwrap that cannot run as the configuration
             # demands (PRIVATE_MOUNTS) like a failed probe
-            verdict = private_mounts_probe(n, path, home)
+            verdict = private_mounts_probe(n, path, home, settings.UNSHARE_PATH)
         return verdict
 
     try:
@@ -63,7 +63,8 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
     return selection._replace(features=program_features(selection.name, selection.path, home))
 
 
-def private_mounts_probe(name: str, path: str, home: str) -> tuple:
+def private_mounts_probe(name: str, path: str, home: str,
+                         unshare: str = "/usr/bin/unshare") -> tuple:
     """The PRIVATE_MOUNTS probe (bwrap in a user and mount namespace of its
     own, backends/bwrap.py) — passed for a setuid bwrap, which keeps the
     host's propagation and says so in its report."""
@@ -74,7 +75,8 @@ def private_mounts_probe(name: str, path: str, home: str) -> tuple:
             return True, ""
     except OSError:
         pass
-    argv = BACKENDS[name].private_mounts_probe_argv(path, program_features(name, path, home))
+    argv = BACKENDS[name].private_mounts_probe_argv(path, program_features(name, path, home),
+                                                    unshare)
     passed, detail, *hint = probe_backend(name, path, home, argv=argv, kind="private-mounts")
     if passed:
         return passed, detail
@@ -203,7 +205,6 @@ def probe_backend(name: str, path: str, home: str, *, argv=None,
     options, cached under its `kind`); (passed, detail) or, failed,
     (False, the observed cause, its fix) from backends/hints.py."""
     from agent_sandbox.backends import BACKENDS
-    from agent_sandbox.backends.hints import explain
     from agent_sandbox.config.load import load_cache, store_cache
 
     features = program_features(name, path, home)
@@ -233,6 +234,8 @@ def probe_backend(name: str, path: str, home: str, *, argv=None,
         # inputs, so a remembered failure could outlive it.
         store_cache(cache, inputs, (True, ""))
         return True, ""
+    from agent_sandbox.backends.hints import explain
+
     _rule, cause, fix = explain(output, probe_facts(name, argv[0], features))
     return False, cause, fix
 

@@ -434,7 +434,8 @@ def gather(project_dir: str | None, environ) -> Report:
             if ok and name == "bwrap" and settings is not None and settings.PRIVATE_MOUNTS:
                 from agent_sandbox.process.select import private_mounts_probe
 
-                ok, detail, *hint = private_mounts_probe(name, path, ctx.home)
+                ok, detail, *hint = private_mounts_probe(name, path, ctx.home,
+                                                         settings.UNSHARE_PATH)
                 fix = hint[0] if hint else ""
             if not traits(name).landlock_enforced:
                 code, text = _run([path, "--version"])

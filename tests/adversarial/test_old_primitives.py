@@ -83,3 +83,35 @@ def user_installed() -> str:
     from tests.support.install import INSTALLED
 
     return INSTALLED
+
+
+def test_private_mounts_without_map_current_user_is_refused_naming_the_cause(
+        user, admin, old_unshare):
+    """util-linux 2.32 (RHEL 8): the refusal named only unshare's last line
+    ("Try 'unshare --help'"), PRIVATE_MOUNTS=false in the environment was
+    ignored, and auto did not fall back."""
+    admin(f"UNSHARE_PATH={old_unshare}\n")
+    refused = user.sandbox("true", options=("--backend", "bwrap"))
+    assert refused.returncode == 125
+    assert "util-linux's unshare is too old for --map-current-user (2.35 or newer has it)" \
+        in refused.stderr, refused.stderr
+    assert "PRIVATE_MOUNTS=false" in refused.stderr
+    off = user.sandbox("sh", "-c", "echo ran", options=("--backend", "bwrap"),
+                       env=user.env(PRIVATE_MOUNTS="false"))
+    assert off.returncode == 0 and "ran" in off.stdout, off.stderr
+    auto = user.run([user_installed(), "run", "--dry-run", "--", "true"])
+    assert auto.returncode == 0, auto.stderr
+    assert "bwrap probe failed (PRIVATE_MOUNTS=true, but util-linux's unshare is too old" \
+        in auto.stdout, auto.stdout
+
+
+def test_a_failed_private_mounts_probe_is_not_served_after_its_cause_is_gone(
+        user, admin, old_unshare):
+    """Issue 30: after the cause was fixed every launch was still refused
+    until `doctor` ran."""
+    admin(f"UNSHARE_PATH={old_unshare}\n")
+    assert user.sandbox("true", options=("--backend", "bwrap")).returncode == 125
+    ADMIN_FILE.unlink()
+    admin("UNSHARE_PATH=/usr/bin/unshare\n")
+    fixed = user.sandbox("sh", "-c", "echo ran", options=("--backend", "bwrap"))
+    assert fixed.returncode == 0 and "ran" in fixed.stdout, fixed.stderr

@@ -86,3 +86,31 @@ def old_bwrap() -> str:
 @pytest.fixture(scope="session")
 def old_firejail() -> str:
     return old_program("firejail")
+
+
+# util-linux 2.32 (RHEL 8) has no `unshare --map-current-user` (2.35): a
+# stand-in that answers it as 2.32 does and passes everything else on.
+UNSHARE_232 = """#!/bin/sh
+for arg in "$@"; do
+    case "$arg" in
+        --map-current-user)
+            echo "unshare: unrecognized option '--map-current-user'" >&2
+            echo "Try 'unshare --help' for more information." >&2
+            exit 1;;
+        --) break;;
+    esac
+done
+exec /usr/bin/unshare "$@"
+"""
+
+
+@pytest.fixture(scope="session")
+def old_unshare() -> str:
+    """A root-owned stand-in for util-linux 2.32's unshare (UNSHARE_PATH)."""
+    directory = CACHE / "unshare-2.32"
+    directory.mkdir(mode=0o755, parents=True, exist_ok=True)
+    path = directory / "unshare"
+    path.write_text(UNSHARE_232)
+    path.chmod(0o755)
+    _root_owned(path.parent)
+    return str(path)
