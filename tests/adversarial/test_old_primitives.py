@@ -9,6 +9,8 @@ unknown option (`bwrap: Unknown option --disable-userns`) and no launch ran.
 """
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.install import ADMIN_FILE
@@ -115,3 +117,35 @@ def test_a_failed_private_mounts_probe_is_not_served_after_its_cause_is_gone(
     admin("UNSHARE_PATH=/usr/bin/unshare\n")
     fixed = user.sandbox("sh", "-c", "echo ran", options=("--backend", "bwrap"))
     assert fixed.returncode == 0 and "ran" in fixed.stdout, fixed.stderr
+
+
+def test_a_cached_plan_is_compiled_again_for_another_bwrap_at_the_same_path(user, admin,
+                                                                            old_bwrap):
+    """The plan cache keys on the program's identity (its stat, taken where
+    its features are read): a plan compiled for bubblewrap 0.4.1 (the filter
+    refusing user namespaces itself) is not reused once the site replaces it
+    with 0.8.0 at the same path (--disable-userns, which answers ENOSPC)."""
+    import shutil
+
+    from tests.support.oldprimitives import CACHE
+
+    directory = str(CACHE / "replaced-bwrap")
+    shutil.rmtree(directory, ignore_errors=True)
+    os.mkdir(directory, 0o755)
+    program = os.path.join(directory, "bwrap")
+    try:
+        shutil.copy2(old_bwrap, program)
+        admin(f"BWRAP_PATH={program}\nCHAPERON=false\n")
+        runs = [user.sandbox("sh", "-c", "unshare -U true", options=("--backend", "bwrap"))
+                for _ in range(2)]
+        for result in runs:
+            assert "Operation not permitted" in result.stderr, result.stderr
+        dry = user.run([user_installed(), "run", "--backend", "bwrap", "--dry-run", "--", "true"])
+        assert "from the compiled plan cache" in dry.stdout
+        replacement = program + ".new"
+        shutil.copy2("/usr/bin/bwrap", replacement)
+        os.rename(replacement, program)
+        fresh = user.sandbox("sh", "-c", "unshare -U true", options=("--backend", "bwrap"))
+        assert "No space left on device" in fresh.stderr, fresh.stderr
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
