@@ -52,6 +52,9 @@ class PlanContext(NamedTuple):   # not a dataclass: dataclasses imports inspect 
     # (bwrap's PRIVATE_MOUNTS probe); "": it can, or it was not asked.
     private_mounts_failure: str = ""
     private_mounts_fix: str = ""    # what to do about it (backends/hints.py)
+    # How: "unshare" (util-linux's, 2.35+), "helper" (helper/privmounts.py,
+    # where unshare has no --map-current-user).
+    private_mounts_via: str = "unshare"
     # This launch's facts, never the Policy's (a compiled Policy is the
     # cache's; these are the plan cache's key, launch/run.py _template):
     # the inherited descriptors the command keeps (--keep-fd and Slurm's

@@ -78,8 +78,14 @@ PRIVATE_MOUNTS = ("/usr/bin/unshare", "--user", "--map-current-user", "--mount",
                   "--propagation", "private", "--")
 
 
-def private_mounts(unshare: str = PRIVATE_MOUNTS[0]) -> list:
-    """PRIVATE_MOUNTS with the unshare the admin names (UNSHARE_PATH)."""
+def private_mounts(unshare: str = PRIVATE_MOUNTS[0], helper_python: str = "") -> list:
+    """PRIVATE_MOUNTS with the unshare the admin names (UNSHARE_PATH); with
+    `helper_python`, the helper that does the same where unshare has no
+    --map-current-user (util-linux < 2.35: helper/privmounts.py)."""
+    if helper_python:
+        from agent_sandbox.paths import helper_path
+
+        return [helper_python, "-I", "-S", helper_path("privmounts"), "--"]
     return [unshare or PRIVATE_MOUNTS[0], *PRIVATE_MOUNTS[1:]]
 
 
@@ -191,7 +197,9 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         payloads[f"seed-{index}"] = Payload(path=os.path.realpath(path))
 
     private = policy.private_mounts and not context.program_setuid
-    argv: list = [*(private_mounts(policy.unshare) if private else ()), context.program,
+    via_helper = python if context.private_mounts_via == "helper" else ""
+    argv: list = [*(private_mounts(policy.unshare, via_helper) if private else ()),
+                  context.program,
                   "--unshare-user", "--unshare-pid", "--unshare-uts", "--unshare-cgroup-try"]
     if policy.private_ipc:
         argv.append("--unshare-ipc")
@@ -270,11 +278,13 @@ def probe_argv(path: str = BWRAP, features=None) -> list[str]:
 
 
 def private_mounts_probe_argv(path: str = BWRAP, features=None,
-                              unshare: str = PRIVATE_MOUNTS[0]) -> list[str]:
+                              unshare: str = PRIVATE_MOUNTS[0],
+                              helper_python: str = "") -> list[str]:
     """The probe behind PRIVATE_MOUNTS: where unprivileged user namespaces are
-    allowed for bwrap but not for util-linux's unshare (an AppArmor policy,
-    an unshare older than 2.35), bwrap works and PRIVATE_MOUNTS cannot."""
-    return private_mounts(unshare) + probe_argv(path, features)
+    allowed for bwrap but not for util-linux's unshare (an AppArmor policy),
+    bwrap works and PRIVATE_MOUNTS cannot. With `helper_python`: the
+    helper's way, for an unshare older than 2.35."""
+    return private_mounts(unshare, helper_python) + probe_argv(path, features)
 
 
 def refuse(policy: Policy, *, context: PlanContext) -> None:

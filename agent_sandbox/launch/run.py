@@ -118,17 +118,17 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
     backend = BACKENDS[selection.name]
     mounts, recorder = _host_mounts()
     failure = fix = ""
+    via = "unshare"
+    python = helper_python(policy)
     if hasattr(backend, "private_mounts_probe_argv") and policy.private_mounts and not setuid:
-        from agent_sandbox.process.select import probe_backend
+        from agent_sandbox.process.select import private_mounts_way
 
-        passed, detail, *hint = probe_backend(
-            selection.name, selection.path, policy.home, kind="private-mounts",
-            argv=backend.private_mounts_probe_argv(selection.path, selection.features,
-                                                   policy.unshare))
-        failure, fix = ("", "") if passed else (detail, hint[0] if hint else "")
-    context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(policy),
+        via, failure, fix = private_mounts_way(selection.name, selection.path, policy.home,
+                                               policy.unshare, python)
+    context = PlanContext(program=selection.path, landlock_abi=abi, python=python,
                           program_setuid=setuid, host_mounts=mounts,
                           private_mounts_failure=failure, private_mounts_fix=fix,
+                          private_mounts_via=via or "unshare",
                           keep_fds=tuple(keep_fds), terminal=terminal,
                           features=getattr(selection, "features", None))
     backend.refuse(policy, context=context)

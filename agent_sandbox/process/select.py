@@ -68,19 +68,44 @@ def private_mounts_probe(name: str, path: str, home: str,
     """The PRIVATE_MOUNTS probe (bwrap in a user and mount namespace of its
     own, backends/bwrap.py) — passed for a setuid bwrap, which keeps the
     host's propagation and says so in its report."""
-    from agent_sandbox.backends import BACKENDS
-
     try:
         if os.stat(path).st_mode & 0o4000:
             return True, ""
     except OSError:
         pass
-    argv = BACKENDS[name].private_mounts_probe_argv(path, program_features(name, path, home),
-                                                    unshare)
-    passed, detail, *hint = probe_backend(name, path, home, argv=argv, kind="private-mounts")
+    try:
+        python = helper_python()
+    except Exception:   # noqa: BLE001 - no helper interpreter: unshare's way only
+        python = ""
+    way, cause, fix = private_mounts_way(name, path, home, unshare, python)
+    if way:
+        return True, ""
+    return False, f"PRIVATE_MOUNTS=true, but {cause}", fix
+
+
+def private_mounts_way(name: str, path: str, home: str, unshare: str,
+                       python: str) -> tuple:
+    """(how, "", "") when bwrap can run in a private mount namespace here —
+    "unshare" (util-linux's) or "helper" (helper/privmounts.py, where
+    unshare has no --map-current-user: util-linux < 2.35) —, else
+    ("", cause, fix)."""
+    from agent_sandbox.backends import BACKENDS
+
+    backend, features = BACKENDS[name], program_features(name, path, home)
+    passed, detail, *hint = probe_backend(
+        name, path, home, kind="private-mounts",
+        argv=backend.private_mounts_probe_argv(path, features, unshare))
     if passed:
-        return passed, detail
-    return (False, f"PRIVATE_MOUNTS=true, but {detail}", *hint)
+        return "unshare", "", ""
+    if "--map-current-user" in detail and python:
+        helped, helper_detail, *helper_hint = probe_backend(
+            name, path, home, kind="private-mounts-helper",
+            argv=backend.private_mounts_probe_argv(path, features, helper_python=python))
+        if helped:
+            return "helper", "", ""
+        return "", f"{detail}, and the helper's own namespace failed: {helper_detail}", \
+            helper_hint[0] if helper_hint else ""
+    return "", detail, hint[0] if hint else ""
 
 
 def landlock_abi() -> int:
@@ -145,8 +170,10 @@ def _probe_inputs(name: str, path: str, argv=()) -> tuple:
 
         extra = (stat_of(helper_path()), landlock_abi())
     sysctls = tuple(read(p) for p in USERNS_SYSCTLS)
-    ran = tuple(stat_of(a) for a in dict.fromkeys((argv[0], argv[-1])) if a.startswith("/")) \
-        if argv else ()
+    # each program the probe runs: the first (bwrap, unshare, the helper's
+    # python and its script) and the command inside
+    ran = tuple(stat_of(a) for a in dict.fromkeys([*argv[:4], argv[-1]])
+                if a.startswith("/")) if argv else ()
     return (__version__, name, stat_of(path), read("/proc/sys/kernel/random/boot_id"), userns,
             os.getuid(), tuple(status), sysctls, _apparmor_state(), ran, extra)
 
@@ -252,7 +279,7 @@ def forget_probe(backend: str) -> None:
     """A backend that failed to start is probed afresh next time (its
     options' probes too)."""
     home = pwd.getpwuid(os.getuid()).pw_dir
-    for kind in ("", "private-mounts"):
+    for kind in ("", "private-mounts", "private-mounts-helper"):
         try:
             os.unlink(_probe_cache(f"{backend}-{kind}" if kind else backend, home))
         except OSError:
