@@ -49,7 +49,8 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
 
     def probe(n, path):
         verdict = probe_backend(n, path, home)
-        if verdict[0] and n == "bwrap" and settings.PRIVATE_MOUNTS:
+        if (verdict[0] and settings.PRIVATE_MOUNTS
+                and hasattr(BACKENDS[n], "private_mounts_probe_argv")):
             # auto treats a bwrap that cannot run as the configuration
             # demands (PRIVATE_MOUNTS) like a failed probe
             verdict = private_mounts_probe(n, path, home, settings.UNSHARE_PATH)

@@ -431,7 +431,8 @@ def gather(project_dir: str | None, environ) -> Report:
             forget_probe(name)
             ok, detail, *hint = probe_backend(name, path, ctx.home)
             fix = hint[0] if hint else ""
-            if ok and name == "bwrap" and settings is not None and settings.PRIVATE_MOUNTS:
+            if (ok and settings is not None and settings.PRIVATE_MOUNTS
+                    and hasattr(backend, "private_mounts_probe_argv")):
                 from agent_sandbox.process.select import private_mounts_probe
 
                 ok, detail, *hint = private_mounts_probe(name, path, ctx.home,

@@ -149,7 +149,7 @@ def test_the_userns_rule_refuses_nested_user_namespaces_and_keeps_fork_and_threa
     script = textwrap.dedent("""
         import ctypes, os, sys, threading
         sys.path.insert(0, sys.argv[1])
-        from agent_sandbox.helper.sandbox_exec import load_seccomp
+        from sandbox_exec import load_seccomp
         load_seccomp(open(sys.argv[2], "rb").read())
         libc = ctypes.CDLL(None, use_errno=True)
         out = []
@@ -170,8 +170,9 @@ def test_the_userns_rule_refuses_nested_user_namespaces_and_keeps_fork_and_threa
     with tempfile.NamedTemporaryFile() as handle:
         handle.write(bpf)
         handle.flush()
-        root = os.path.dirname(os.path.dirname(os.path.abspath(bwrap.__file__)))
-        result = subprocess.run([sys.executable, "-c", script, os.path.dirname(root),
+        from agent_sandbox.paths import HELPER_DIR
+
+        result = subprocess.run([sys.executable, "-c", script, HELPER_DIR,
                                  handle.name], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str([errno.EPERM, errno.EPERM, errno.ENOSYS, True, 7])
