@@ -149,7 +149,7 @@ class FunctionBackend:
         return self.locate(path_env)[0]
 
     def locate(self, path_env: str | None = None, configured: str = "") -> tuple:
-        """(program, "") or (None, why not): the admin's `configured` path
+        """(program, "") or (None, why not; "": not on PATH): the admin's `configured` path
         (BWRAP_PATH, FIREJAIL_PATH) when set, else the first `program` on
         PATH that the user cannot have written. A candidate passed over
         because the user can write it is named in the why."""
@@ -175,7 +175,7 @@ class FunctionBackend:
             return None, (f"not found on PATH but for {', '.join(skipped)}, skipped: you can "
                           "write it (it runs outside the sandbox, so a session could replace "
                           f"it) — have it installed root-owned, or the admin name one with {key}")
-        return None, "not found on PATH"
+        return None, ""
 
     def refuse(self, policy, *, context: PlanContext) -> None:
         return None
