@@ -41,6 +41,7 @@ def choose_backend(settings, requested: str | None, *, home: str | None = None,
     origin = settings.origins.get("SANDBOX_BACKEND", "")
     origin = {"flag": "with --backend", "env": "by SANDBOX_BACKEND in the environment"}.get(
         origin, f"by SANDBOX_BACKEND at {origin}" if origin else "")
+
     def find(n):
         backend = BACKENDS[n]
         if hasattr(backend, "locate"):
