@@ -58,6 +58,7 @@ class Selection(NamedTuple):
     path: str                       # the backend's program (for landlock: the helper's python)
     reason: str                     # why this one, for --dry-run and the banner
     passed_over: tuple[tuple[str, str], ...] = ()   # (backend, why not), auto only
+    features: object = None         # what the program supports (base.Features); None: unknown
 
 
 class Unavailable(Exception):
@@ -66,8 +67,9 @@ class Unavailable(Exception):
 
 def select(requested: str, allowed, *, find: Callable[[str], str | None],
            probe: Callable[[str, str], tuple[bool, str]], origin: str = "") -> Selection:
-    """The backend to use. `find(name)` returns its program or None;
-    `probe(name, path)` runs a trivial sandbox and returns (ok, detail);
+    """The backend to use. `find(name)` returns its program, or None or
+    (None, why not); `probe(name, path)` runs a trivial sandbox and returns
+    (ok, detail) or (ok, detail, the fix for the observed cause);
     `origin` says who asked for an explicit backend ("with --backend")."""
     candidates = AUTO_ORDER if requested == "auto" else (requested,)
     passed_over = []          # (backend, why not, what to do)
@@ -75,13 +77,17 @@ def select(requested: str, allowed, *, find: Callable[[str], str | None],
         if name not in allowed:
             passed_over.append((name, "not in ALLOWED_BACKENDS", "ask your site admin"))
             continue
-        path = find(name)
+        path, missing = find(name), "not found"
+        if isinstance(path, tuple):          # (None, why not) from Backend.locate
+            path, missing = path[0], path[1] or missing
         if path is None:
-            passed_over.append((name, "not found", TRAITS[name].install_hint))
+            passed_over.append((name, missing, TRAITS[name].install_hint))
             continue
-        ok, detail = probe(name, path)
+        ok, detail, *hint = probe(name, path)
         if not ok:
-            passed_over.append((name, f"probe failed ({detail})", TRAITS[name].probe_hint))
+            # the probe's own hint names the observed cause (backends/hints.py)
+            passed_over.append((name, f"probe failed ({detail})",
+                                hint[0] if hint and hint[0] else TRAITS[name].probe_hint))
             continue
         if requested != "auto":
             reason = f"requested {origin}" if origin else "requested"

@@ -51,6 +51,10 @@ class PlanContext(NamedTuple):   # not a dataclass: dataclasses imports inspect 
     # Why the backend cannot run in a mount namespace of its own here
     # (bwrap's PRIVATE_MOUNTS probe); "": it can, or it was not asked.
     private_mounts_failure: str = ""
+    private_mounts_fix: str = ""    # what to do about it (backends/hints.py)
+    # How: "unshare" (util-linux's, 2.35+), "helper" (helper/privmounts.py,
+    # where unshare has no --map-current-user).
+    private_mounts_via: str = "unshare"
     # This launch's facts, never the Policy's (a compiled Policy is the
     # cache's; these are the plan cache's key, launch/run.py _template):
     # the inherited descriptors the command keeps (--keep-fd and Slurm's
@@ -58,6 +62,43 @@ class PlanContext(NamedTuple):   # not a dataclass: dataclasses imports inspect 
     # pseudo-terminal the command takes as controlling terminal.
     keep_fds: tuple[int, ...] = ()
     terminal: bool = False
+    # What the installed program supports (its --version and --help, read
+    # by the launcher and cached with the binary's identity,
+    # process/select.py program_features); None: unknown, the newest assumed.
+    features: "Features | None" = None
+
+
+class Features(NamedTuple):
+    """What an installed backend program supports: its version (a tuple of
+    ints, () when it printed none) and the options its --help names. A
+    backend asks `has(option, since)`: named in --help, or the version is
+    at least `since` (a --help that leaves options out is not taken as the
+    program lacking them)."""
+    version: tuple = ()
+    options: frozenset = frozenset()
+    text: str = ""                  # the version line as printed ("bubblewrap 0.4.1")
+
+    def has(self, option: str, since: tuple) -> bool:
+        return option in self.options or (bool(self.version) and self.version >= since)
+
+    @property
+    def known(self) -> bool:
+        return bool(self.version or self.options)
+
+
+def parse_features(version_text: str, help_text: str) -> Features:
+    """Features from a program's --version and --help output (pure)."""
+    import re
+
+    line = next((ln.strip() for ln in version_text.splitlines() if ln.strip()), "")
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", line)
+    version = tuple(int(x) for x in match.groups(default="0")) if match else ()
+    options = frozenset(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9.-]*[a-z0-9])", help_text))
+    return Features(version, options, line)
+
+
+def version_text(version: tuple) -> str:
+    return ".".join(str(x) for x in version)
 
 
 class Backend(Protocol):
@@ -105,14 +146,36 @@ class FunctionBackend:
     def find(self, path_env: str | None = None) -> str | None:
         """The first `program` on PATH that the user (so no sandbox of theirs)
         cannot have written: it runs outside the sandbox (paths.runnable_outside)."""
+        return self.locate(path_env)[0]
+
+    def locate(self, path_env: str | None = None, configured: str = "") -> tuple:
+        """(program, "") or (None, why not; "": not on PATH): the admin's `configured` path
+        (BWRAP_PATH, FIREJAIL_PATH) when set, else the first `program` on
+        PATH that the user cannot have written. A candidate passed over
+        because the user can write it is named in the why."""
         from agent_sandbox.paths import runnable_outside
 
+        key = f"{self.name.upper()}_PATH"
+        if configured:
+            if not os.access(configured, os.X_OK):
+                return None, f"{key}={configured} in the admin configuration is not an executable"
+            if not runnable_outside(configured):
+                return None, (f"{key}={configured} is writable by you (it runs outside the "
+                              "sandbox, so a session could replace it)")
+            return configured, ""
+        skipped = []
         for directory in (path_env or os.environ.get("PATH", "/usr/bin:/bin")).split(":"):
             candidate = os.path.join(directory, self.program)
-            if (directory.startswith("/") and os.access(candidate, os.X_OK)
-                    and runnable_outside(candidate)):
-                return candidate
-        return None
+            if directory.startswith("/") and os.access(candidate, os.X_OK):
+                if runnable_outside(candidate):
+                    return candidate, ""
+                if candidate not in skipped:
+                    skipped.append(candidate)
+        if skipped:
+            return None, (f"not found on PATH but for {', '.join(skipped)}, skipped: you can "
+                          "write it (it runs outside the sandbox, so a session could replace "
+                          f"it) — have it installed root-owned, or the admin name one with {key}")
+        return None, ""
 
     def refuse(self, policy, *, context: PlanContext) -> None:
         return None

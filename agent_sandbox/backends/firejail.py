@@ -52,7 +52,7 @@ from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, Fu
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
                                          egress_guarantee, fd_hygiene, helper_argv,
                                          namespace_scoping, own_network, relay_args,
-                                         self_protection, socket_guarantee)
+                                         self_protection, socket_guarantee, version_text)
 from agent_sandbox.errors import PolicyError
 from agent_sandbox.policy.resolve import Policy, _is_within
 from agent_sandbox.policy.view import (Grant, ProfileLine, Stop, ViewBuilder, carve_walk,
@@ -76,6 +76,36 @@ DEVICE_CLASSES = (
 )
 FIXED = ("--quiet", "--tab", "--keep-fd=all", "--deterministic-exit-code", "--nonewprivs",
          "--caps.drop=all", "--restrict-namespaces", "--private-dev")
+# The oldest firejail the plans are compiled for, and the options they use
+# that came later (firejail's RELNOTES). Before 0.9.68 firejail closes no
+# inherited descriptor (so --keep-fd is not needed); --tab only completes
+# paths in an interactive shell; without --restrict-namespaces the seccomp
+# filter refuses new user namespaces (policy/seccomp.py USERNS_DENY); without
+# --noinput /dev/input is not among --private-dev's classes anyway.
+MIN_VERSION = (0, 9, 64)
+SINCE = {"--keep-fd": (0, 9, 68), "--tab": (0, 9, 70), "--restrict-namespaces": (0, 9, 72),
+         "--noinput": (0, 9, 66), "--deterministic-exit-code": (0, 9, 64)}
+
+
+def supports(features, option: str) -> bool:
+    return features is None or features.has(option, SINCE[option])
+
+
+def fixed_args(features) -> list:
+    """FIXED, less what this firejail does not have (each stood in for above)."""
+    return [a for a in FIXED if a.split("=", 1)[0] not in SINCE
+            or supports(features, a.split("=", 1)[0])]
+
+
+def needs_userns_filter(features) -> bool:
+    return not supports(features, "--restrict-namespaces")
+
+
+def too_old(features) -> str:
+    if features is not None and features.version and features.version < MIN_VERSION:
+        return (f"{features.text or 'firejail ' + version_text(features.version)} is too old: "
+                f"the sandbox needs firejail {version_text(MIN_VERSION)} or newer")
+    return ""
 # Characters firejail interprets in path options (glob, macros, escapes) or
 # that would break a profile line.
 UNSAFE = frozenset("*?[]$\\\n\r\t")
@@ -305,7 +335,8 @@ def device_args(policy: Policy) -> tuple[list[str], list[str], list[str]]:
     return args, lines, unavailable
 
 
-def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=(), keep_fds=()):
+def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=(), keep_fds=(),
+               features=None):
     g = Guarantees()
     if blacklisted_hidden:
         g.partial("fs.hidden", "these hidden paths outside $HOME can only be blacklisted "
@@ -320,7 +351,11 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=(), 
     g.partial("fs.write_confined", PROPAGATION_GAP
               + ("firejail keeps the host's mount propagation (bwrap and landlock do not)"
                  if policy.private_mounts else "PRIVATE_MOUNTS=false"))
-    g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration")
+    nested = "" if supports(features, "--restrict-namespaces") else (
+        f" (and {(features.text if features is not None else '') or 'this firejail'} has no "
+        "--restrict-namespaces (0.9.72), which the filter stands in for: nested user "
+        "namespaces are allowed)")
+    g.either("seccomp", policy.seccomp, "SECCOMP=false in the configuration" + nested)
     g.either("ipc.isolated", policy.private_ipc, "PRIVATE_IPC=false in the configuration")
     if policy.filter_passwd:
         g.partial("passwd.filtered", "firejail reduces /etc/passwd and /etc/group to system "
@@ -366,8 +401,14 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     view = View(policy, sorted(os.listdir("/")) if root_entries is None else root_entries)
     lines = view.build()
     devices, device_lines, unavailable = device_args(policy)
+    devices = [d for d in devices if d != "--noinput" or supports(context.features, d)]
     lines += device_lines
-    argv: list = [context.program, *FIXED]
+    old = too_old(context.features)
+    if old:
+        raise PolicyError(f"firejail at {context.program} cannot be used — {old}. Install a "
+                          "newer firejail, have the admin name one with FIREJAIL_PATH, or use "
+                          "--backend bwrap or landlock.", reason="backend_too_old")
+    argv: list = [context.program, *fixed_args(context.features)]
     argv.append("--ipc-namespace") if policy.private_ipc else argv.append("--keep-dev-shm")
     argv.append("--private-tmp") if policy.private_tmp else argv.append("--keep-var-tmp")
     if own_network(policy):
@@ -395,7 +436,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                                 keep_fds=context.keep_fds, relay=relay_args(policy))]
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
                                            blacklisted_hidden=view.blacklisted_hidden,
-                                           keep_fds=context.keep_fds)
+                                           keep_fds=context.keep_fds,
+                                           features=context.features)
     # firejail itself gets a minimal environment; the command's comes on --env.
     spawn_env = {"PATH": "/usr/local/bin:/usr/bin:/bin"}
     for name in ("TERM", "LANG", "LC_ALL"):
@@ -409,12 +451,13 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                 notes=notes(policy, view, unavailable))
 
 
-def probe_argv(path: str = FIREJAIL) -> list[str]:
+def probe_argv(path: str = FIREJAIL, features=None) -> list[str]:
     """A trivial sandbox with the options every launch relies on."""
-    return [path, "--noprofile", *FIXED, "--ipc-namespace", "--private-tmp",
+    return [path, "--noprofile", *fixed_args(features), "--ipc-namespace", "--private-tmp",
             "--whitelist=/var/tmp", "--", "/bin/true"]
 
 
 # No blanked copy of a home file: an unprivileged user cannot bind one.
 BACKEND = FunctionBackend(NAME, FIREJAIL, traits=TRAITS[NAME], guarantees=guarantees,
                           plan=plan, probe_argv=probe_argv)
+BACKEND.needs_userns_filter = needs_userns_filter

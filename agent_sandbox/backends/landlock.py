@@ -320,7 +320,7 @@ def find(path_env: str | None = None, python: str | None = None) -> str | None:
     return python if os.access(python, os.X_OK) and os.path.exists(helper_path()) else None
 
 
-def probe_argv(python: str = HELPER_PYTHON) -> list[str]:
+def probe_argv(python: str = HELPER_PYTHON, features=None) -> list[str]:
     return helper_command(python) + ["--probe"]
 
 

@@ -36,7 +36,8 @@ PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PAT
                           "AGENT_CONFIG_PER_PROJECT", "AGENT_LOGINS"})
 # Keys the environment may override (SPEC §4 layer 5).
 ENV_OVERRIDES = ("SANDBOX_BACKEND", "HOME_ACCESS", "SLURM_SCOPE", "PRIVATE_TMP",
-                 "PRIVATE_IPC", "FILTER_PASSWD", "NETWORK_MODE", "SANDBOX_QUIET")
+                 "PRIVATE_IPC", "FILTER_PASSWD", "NETWORK_MODE", "SANDBOX_QUIET",
+                 "PRIVATE_MOUNTS")
 
 
 def _read(path: str) -> str | None:
@@ -214,8 +215,9 @@ class Merged:
             return
         if key in locks.ADMIN_VALUES and kind not in ("default", "profile", "admin"):
             self.warnings.append(f"{key}={value} from {origin} ignored — only the site admin "
-                                 f"sets it (in {ADMIN_CONFIG}); export SLURM_CONF outside the "
-                                 "sandbox to use another cluster")
+                                 f"sets it (in {ADMIN_CONFIG})" + (
+                                     "; export SLURM_CONF outside the sandbox to use another "
+                                     "cluster" if key == "SLURM_CONF_PATH" else ""))
             return
         if key in locks.ADMIN_LISTS and kind not in ("default", "admin"):
             self.warnings.append(f"{key} from {origin} ignored — only the site admin sets it "

@@ -47,7 +47,7 @@ ADMIN_ONLY = ("SLURM_ALLOW_MAIL", "JOB_ALLOW_WEAKER_BACKEND", "LANDLOCK_ALLOWLIS
 # Values only the admin file (or the shipped files) may set at all: which Slurm
 # the chaperon talks to is the site's (a user picks another cluster through the
 # SLURM_CONF of their own shell, outside any sandbox).
-ADMIN_VALUES = ("SLURM_CONF_PATH",)
+ADMIN_VALUES = ("SLURM_CONF_PATH", "BWRAP_PATH", "FIREJAIL_PATH", "UNSHARE_PATH")
 CAP = ("ALLOWED_HOSTS",)
 # Lists only the admin file (or the shipped files) sets; any other layer's
 # assignment is ignored with a warning.

@@ -126,7 +126,8 @@ class _Validators(BaseModel):
                 raise ValueError(f"{name!r} is not a syscall name")
         return value
 
-    @field_validator("SLURM_CONF_PATH", check_fields=False)
+    @field_validator("SLURM_CONF_PATH", "BWRAP_PATH", "FIREJAIL_PATH", "UNSHARE_PATH",
+                     check_fields=False)
     @classmethod
     def _absolute_or_empty(cls, value: str) -> str:
         if value and not value.startswith("/"):

@@ -25,6 +25,12 @@ class Settings(NamedTuple):
     SANDBOX_BACKEND: Literal["auto", "bwrap", "firejail", "landlock"] = "auto"
     ALLOWED_BACKENDS: tuple[Backend, ...] = BACKENDS
     REQUIRE: tuple[str, ...] = ()
+    # Admin only: the bwrap / firejail program to use ("" = the first on PATH
+    # the user cannot write), e.g. one a site module provides.
+    BWRAP_PATH: str = ""
+    FIREJAIL_PATH: str = ""
+    # Admin only: util-linux's unshare, which PRIVATE_MOUNTS runs bwrap under.
+    UNSHARE_PATH: str = "/usr/bin/unshare"
 
     ALLOWED_PROJECT_PARENTS: tuple[str, ...] = ()
 

@@ -211,11 +211,17 @@ def join_plan(policy, command: list[str], selection, spec: dict, *, pid: int, pi
         # member could rewrite before the helper starts. Without it firejail
         # execs the (absolute) interpreter path directly; --join takes what
         # follows it as the command, so nothing after it is a firejail option.
-        argv = ([selection.path, "--quiet", "--keep-fd=all", f"--join={pid}"]
+        from agent_sandbox.backends.firejail import supports
+
+        features = getattr(selection, "features", None)
+        keep = ["--keep-fd=all"] if supports(features, "--keep-fd") else []  # 0.9.68
+        argv = ([selection.path, "--quiet", *keep, f"--join={pid}"]
                 + helper[:-1] + join + ["--"])
     payloads = {"env": env_payload(policy.env), "argv": argv_payload(command)}
     if policy.seccomp:
-        payloads["seccomp"] = seccomp_payload(policy, policy.home)[0]
+        needs = getattr(BACKENDS[selection.name], "needs_userns_filter", None)
+        payloads["seccomp"] = seccomp_payload(policy, policy.home, no_user_namespaces=bool(
+            needs and needs(getattr(selection, "features", None))))[0]
     provides, partial, cannot = BACKENDS[selection.name].guarantees(
         policy, landlock_abi=0, keep_fds=keep_fds)
     return Plan(backend=selection.name, argv=tuple(argv), payloads=payloads,

@@ -50,7 +50,7 @@ def identity_payloads(policy) -> dict:
     }
 
 
-def seccomp_payload(policy, home: str):
+def seccomp_payload(policy, home: str, *, no_user_namespaces: bool = False):
     """The BPF program for the policy's deny list, cached in the hidden state
     directory (generating it loads libseccomp, which costs more than a launch)."""
     from agent_sandbox.traits import traits
@@ -60,7 +60,8 @@ def seccomp_payload(policy, home: str):
     from agent_sandbox.policy.seccomp import compile_filter, deny_list
 
     denied = deny_list(policy.seccomp_extra,
-                       no_pid_namespace=not traits(policy.backend).pid_namespace)
+                       no_pid_namespace=not traits(policy.backend).pid_namespace,
+                       no_user_namespaces=no_user_namespaces)
     inputs = (__version__, os.uname().machine, denied)
     path = os.path.join(state_dir(home), "cache", "seccomp.marshal")
     data = load_cache(path, inputs)
@@ -70,7 +71,8 @@ def seccomp_payload(policy, home: str):
     return Payload(data=data), denied
 
 
-def base_payloads(policy, backend: str, *, seccomp=None) -> tuple[dict, tuple[str, ...]]:
+def base_payloads(policy, backend: str, *, seccomp=None,
+                  no_user_namespaces: bool = False) -> tuple[dict, tuple[str, ...]]:
     """(payloads, denied syscalls) every plan of `policy` on `backend` needs:
     the session marker, the seccomp program, and where the backend binds
     generated files (bwrap) the filtered identity files. `seccomp`
@@ -80,7 +82,11 @@ def base_payloads(policy, backend: str, *, seccomp=None) -> tuple[dict, tuple[st
     payloads = {"marker": marker_payload(policy)}
     denied: tuple[str, ...] = ()
     if policy.seccomp:
-        payloads["seccomp"], denied = (seccomp or seccomp_payload)(policy, policy.home)
+        if seccomp is None:
+            payloads["seccomp"], denied = seccomp_payload(
+                policy, policy.home, no_user_namespaces=no_user_namespaces)
+        else:
+            payloads["seccomp"], denied = seccomp(policy, policy.home)
     if policy.filter_passwd and traits(backend).generated_files:
         payloads.update(identity_payloads(policy))
     return payloads, denied

@@ -117,18 +117,20 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
         setuid = False
     backend = BACKENDS[selection.name]
     mounts, recorder = _host_mounts()
-    failure = ""
-    probe = getattr(backend, "private_mounts_probe_argv", None)
-    if probe is not None and policy.private_mounts and not setuid:
-        from agent_sandbox.process.select import probe_backend
+    failure = fix = ""
+    via = "unshare"
+    python = helper_python(policy)
+    if hasattr(backend, "private_mounts_probe_argv") and policy.private_mounts and not setuid:
+        from agent_sandbox.process.select import private_mounts_way
 
-        passed, detail = probe_backend(selection.name, selection.path, policy.home,
-                                       argv=probe(selection.path), kind="private-mounts")
-        failure = "" if passed else detail
-    context = PlanContext(program=selection.path, landlock_abi=abi, python=helper_python(policy),
+        via, failure, fix = private_mounts_way(selection.name, selection.path, policy.home,
+                                               policy.unshare, python)
+    context = PlanContext(program=selection.path, landlock_abi=abi, python=python,
                           program_setuid=setuid, host_mounts=mounts,
-                          private_mounts_failure=failure, keep_fds=tuple(keep_fds),
-                          terminal=terminal)
+                          private_mounts_failure=failure, private_mounts_fix=fix,
+                          private_mounts_via=via or "unshare",
+                          keep_fds=tuple(keep_fds), terminal=terminal,
+                          features=getattr(selection, "features", None))
     backend.refuse(policy, context=context)
     plan = backend.plan(policy, command, payloads, context=context)
     if recorder is not None and mounts is not None and mounts.asked:
@@ -362,7 +364,13 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
         # path, with the text the check left (a token blanked, payloads.py).
         policy, payloads["note-0"] = _with_note(policy, profile, payloads,
                                                 slurm=chaperon)
-    base, denied = base_payloads(policy, selection.name)
+    from agent_sandbox.backends import BACKENDS
+
+    # A program without its own refusal of nested user namespaces (an older
+    # bwrap or firejail): the seccomp filter refuses them (policy/seccomp.py).
+    needs = getattr(BACKENDS[selection.name], "needs_userns_filter", None)
+    base, denied = base_payloads(policy, selection.name, no_user_namespaces=bool(
+        needs and needs(getattr(selection, "features", None))))
     payloads.update(base)
     abi = landlock_abi()
     plan = backend_plan(selection, policy, command, payloads, abi, keep_fds=keep_fds,

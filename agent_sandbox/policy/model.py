@@ -146,6 +146,8 @@ _POLICY = (
     ("network_mode", "open"),
     # PRIVATE_MOUNTS: no mount the host makes after the start propagates in (bwrap).
     ("private_mounts", True),
+    # The util-linux unshare that makes that namespace (UNSHARE_PATH, admin).
+    ("unshare", "/usr/bin/unshare"),
     ("egress_socket", None),
     ("relay_port", 0), ("landlock_partial", False),
     # Pathname unix sockets in the trees shown from the host (policy/sockets.py):

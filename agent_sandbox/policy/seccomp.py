@@ -93,10 +93,21 @@ DEFAULT_DENY: tuple[str, ...] = (
 #: Added when the backend has no PID namespace (landlock).
 LANDLOCK_EXTRA_DENY: tuple[str, ...] = ("ptrace", "process_vm_readv", "process_vm_writev")
 
+#: Added where the backend has no refusal of its own for nested user
+#: namespaces (bubblewrap before 0.8.0 has no --disable-userns, firejail
+#: before 0.9.72 no --restrict-namespaces): a namespace made inside would give
+#: the sandbox's processes capabilities over mounts of their own.
+USERNS_DENY: tuple[str, ...] = ("clone", "clone3", "unshare")
+CLONE_NEWUSER = 0x10000000
+
 #: Names whose rule is conditional, with a human description (for --dry-run).
 CONDITIONAL: dict[str, str] = {
     "personality": "denied unless arg0 == 0xffffffff (query)",
     "ioctl": "denied only for request TIOCSTI (0x5412) or TIOCLINUX (0x541c), low 32 bits",
+    "clone": "denied only when its flags include CLONE_NEWUSER (a nested user namespace)",
+    "unshare": "denied only when its flags include CLONE_NEWUSER (a nested user namespace)",
+    "clone3": "answers ENOSYS (its flags lie in memory the filter cannot read; libc falls "
+              "back to clone, which the filter checks)",
 }
 
 _NAME_RE = re.compile(r"[a-z_][a-z0-9_]*\Z")
@@ -116,12 +127,14 @@ def _check_names(names: Iterable[str]) -> None:
             raise ValueError(f"unknown syscall name {name!r}")
 
 
-def deny_list(extra: Iterable[str] = (), *, no_pid_namespace: bool = False) -> tuple[str, ...]:
+def deny_list(extra: Iterable[str] = (), *, no_pid_namespace: bool = False,
+              no_user_namespaces: bool = False) -> tuple[str, ...]:
     """The sorted, de-duplicated set of denied syscall names.
 
     ``extra`` is ``SECCOMP_EXTRA_DENY``; every name must be a syscall known to
     libseccomp (on at least one architecture), else ``ValueError`` names it.
-    ``no_pid_namespace`` adds :data:`LANDLOCK_EXTRA_DENY`.
+    ``no_pid_namespace`` adds :data:`LANDLOCK_EXTRA_DENY`,
+    ``no_user_namespaces`` :data:`USERNS_DENY` (conditional rules).
     """
     if isinstance(extra, (str, bytes)):
         raise TypeError("extra must be an iterable of syscall names, not a single string")
@@ -132,6 +145,8 @@ def deny_list(extra: Iterable[str] = (), *, no_pid_namespace: bool = False) -> t
     names.update(extra)
     if no_pid_namespace:
         names.update(LANDLOCK_EXTRA_DENY)
+    if no_user_namespaces:
+        names.update(USERNS_DENY)
     return tuple(sorted(names))
 
 
@@ -145,6 +160,13 @@ def _arches(pyseccomp) -> list[tuple[int, bool]]:
         A.S390X: [(A.S390, False)],
     }
     return compat.get(native, [])
+
+
+def _S390(pyseccomp) -> tuple:
+    A = pyseccomp.Arch
+    native = pyseccomp.system_arch()
+    s390 = tuple(a for a in (getattr(A, "S390", None), getattr(A, "S390X", None)) if a)
+    return s390 + ((A.NATIVE,) if native in s390 else ())
 
 
 def _arch_filter(pyseccomp, arch: int, names: Sequence[str]):
@@ -169,6 +191,13 @@ def _arch_filter(pyseccomp, arch: int, names: Sequence[str]):
         elif name == "ioctl":
             for req in (TIOCSTI, TIOCLINUX):
                 f.add_rule(deny, name, pyseccomp.Arg(1, pyseccomp.MASKED_EQ, 0xFFFFFFFF, req))
+        elif name == "clone3":
+            f.add_rule(pyseccomp.ERRNO(errno.ENOSYS), name)
+        elif name in ("clone", "unshare"):
+            # s390's clone takes the stack first and the flags second.
+            index = 1 if name == "clone" and arch in _S390(pyseccomp) else 0
+            f.add_rule(deny, name, pyseccomp.Arg(index, pyseccomp.MASKED_EQ, CLONE_NEWUSER,
+                                                 CLONE_NEWUSER))
         else:
             f.add_rule(deny, name)
     return f

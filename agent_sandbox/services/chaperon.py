@@ -235,8 +235,10 @@ class ChaperonSession:
             made = True
             os.mkfifo(os.path.join(directory, ANNOUNCE_FIFO), 0o600)
             os.mkdir(os.path.join(directory, CONN_DIR), 0o700)
-            if not config["fixed_mount_points"]:   # else mounted from the install
-                _write_stubs(directory, cls.stub_script())
+            # Also for bwrap: one older than 0.5.0 cannot give a generated
+            # file an executable mode (no --perms), so its view links the
+            # stub here (backends/bwrap.py _without_perms).
+            _write_stubs(directory, cls.stub_script())
             os.makedirs(staging, mode=0o700, exist_ok=True)
             # Opened now (not inheritable: nothing else started before the
             # chaperon gets it), so the FIFO has a reader from the first

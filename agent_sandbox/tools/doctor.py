@@ -46,6 +46,7 @@ class Backend(NamedTuple):
     partial: tuple = ()         # (guarantee, what is missing)
     cannot: tuple = ()          # (guarantee, why not)
     refusal: str = ""           # this backend would refuse the policy (and why)
+    probe_fix: str = ""         # the fix for the probe's observed failure (backends/hints.py)
 
     @property
     def usable(self) -> bool:
@@ -309,7 +310,10 @@ def _guarantees(name: str, path: str | None, policy, home: str, abi: int):
         # Not installed: what it would give once installed (the plan needs the program).
         return (*BACKENDS[name].guarantees(policy, landlock_abi=abi), "")
     try:
-        plan = backend_plan(Selection(name, path, ""), policy, ["true"], payloads, abi)
+        from agent_sandbox.process.select import program_features
+
+        selection = Selection(name, path, "", features=program_features(name, path, home))
+        plan = backend_plan(selection, policy, ["true"], payloads, abi)
     except SandboxError as exc:
         return (*BACKENDS[name].guarantees(policy, landlock_abi=abi), str(exc))
     return plan.provides, plan.partial, plan.cannot, ""
@@ -333,13 +337,17 @@ def backend_items(backends, abi: int) -> list[Item]:
                 extra += f" (missing: {'; '.join(lost)})"
             extra += ", "
         if b.path is None:
+            # why: not on PATH, or only where the user can write it, or the
+            # admin's BWRAP_PATH / FIREJAIL_PATH unusable (Backend.locate)
+            why = b.probe_detail if b.probe_detail != "not run" else "not found on PATH"
             items.append(Item(b.name, unusable_status(any_usable),
-                              f"{extra}{label} not found on PATH", known.install_hint))
+                              f"{extra}{label} {why}", known.install_hint))
             continue
         what = f"{extra}{b.version or label} ({b.path})"
         if not b.probe_ok:
             items.append(Item(b.name, unusable_status(any_usable),
-                              f"{what}: probe failed — {b.probe_detail}", known.probe_hint))
+                              f"{what}: probe failed — {b.probe_detail}",
+                              b.probe_fix or known.probe_hint))
             continue
         if b.refusal:
             items.append(Item(b.name, GAPS, f"{what}: probe passed, but it would refuse this "
@@ -412,11 +420,24 @@ def gather(project_dir: str | None, environ) -> Report:
     path_env = environ.get("PATH", "/usr/bin:/bin")
     reports = []
     for name in ORDER:
-        path = BACKENDS[name].find(path_env)
-        version, ok, detail = "", False, "not run"
+        backend, fix = BACKENDS[name], ""
+        if hasattr(backend, "locate"):
+            configured = getattr(settings, f"{name.upper()}_PATH", "") if settings else ""
+            path, missing = backend.locate(path_env, configured)
+        else:
+            path, missing = backend.find(path_env), ""
+        version, ok, detail = "", False, missing or "not run"
         if path is not None:
             forget_probe(name)
-            ok, detail = probe_backend(name, path, ctx.home)
+            ok, detail, *hint = probe_backend(name, path, ctx.home)
+            fix = hint[0] if hint else ""
+            if (ok and settings is not None and settings.PRIVATE_MOUNTS
+                    and hasattr(backend, "private_mounts_probe_argv")):
+                from agent_sandbox.process.select import private_mounts_probe
+
+                ok, detail, *hint = private_mounts_probe(name, path, ctx.home,
+                                                         settings.UNSHARE_PATH)
+                fix = hint[0] if hint else ""
             if not traits(name).landlock_enforced:
                 code, text = _run([path, "--version"])
                 version = version_line(text) if code == 0 else ""
@@ -429,7 +450,7 @@ def gather(project_dir: str | None, environ) -> Report:
             provides, partial, cannot, refusal_text = _guarantees(name, path, policy,
                                                                   ctx.home, abi)
         reports.append(Backend(name, name in settings.ALLOWED_BACKENDS, path, version, ok,
-                               detail, provides, partial, cannot, refusal_text))
+                               detail, provides, partial, cannot, refusal_text, fix))
 
     ok, detail = userns_check()
     any_usable = any(b.usable for b in reports)

@@ -45,9 +45,10 @@ def policy_for(home: Path, conf: str = "", *, backend="bwrap", install=()):
 
 
 def plan_for(name: str, policy, abi: int = 7, command=("claude",), *, keep_fds=(),
-             terminal: bool = False):
-    """The backend's plan; `keep_fds`, `terminal`: the launch's facts (PlanContext)."""
-    launch = {"keep_fds": tuple(keep_fds), "terminal": terminal}
+             terminal: bool = False, features=None):
+    """The backend's plan; `keep_fds`, `terminal`: the launch's facts
+    (PlanContext); `features`: what the program supports (None: the newest)."""
+    launch = {"keep_fds": tuple(keep_fds), "terminal": terminal, "features": features}
     payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m")}
     if name == "bwrap":
         for item in ("etc-passwd", "etc-group", "etc-nsswitch.conf"):

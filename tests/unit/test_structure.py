@@ -190,6 +190,7 @@ EXIT_LITERALS_ALLOWED = {
     "agent_sandbox/helper/sandbox_exec.py": "stdlib-only jail side",
     "agent_sandbox/helper/jobstart.py": "stdlib-only jail side",
     "agent_sandbox/helper/netrelay.py": "stdlib-only jail side",
+    "agent_sandbox/helper/privmounts.py": "stdlib-only, run by path before bwrap",
     # The chaperon and the stubs never import the launcher (guarded above):
     # their own exit codes are named once, there.
     "chaperon/wire/session.py": "the chaperon's and stubs' own table of exit codes",

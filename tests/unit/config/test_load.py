@@ -142,6 +142,7 @@ ENV_VALUES = {
     "FILTER_PASSWD": ("false", False),
     "NETWORK_MODE": ("isolated", "isolated"),
     "SANDBOX_QUIET": ("1", True),
+    "PRIVATE_MOUNTS": ("false", False),     # issue 30: it was ignored in the environment
 }
 
 

@@ -27,7 +27,7 @@ def test_a_policy_is_built_like_a_named_tuple():
     assert p.network_mode == "open" and p.install_links == (0, ()) and p.private_mounts is True
     assert Policy(*p) == p and Policy._make(tuple(p)) == p and type(Policy._make(p)) is Policy
     assert p._replace(backend="landlock").backend == "landlock" and p.backend == "bwrap"
-    assert p._asdict()["home"] == "/h/u" and len(p) == len(Policy._fields) == 50
+    assert p._asdict()["home"] == "/h/u" and len(p) == len(Policy._fields) == 51
     assert Protected("/a", False, True) == ("/a", False, True, b"")
     assert BoundFileReport("off", 0) == ("off", 0, ())
     with pytest.raises(AttributeError):

@@ -45,7 +45,9 @@ def test_default_deny_matches_spec():
     assert set(DEFAULT_DENY) == SPEC_NAMES
     assert len(DEFAULT_DENY) == len(set(DEFAULT_DENY))
     assert LANDLOCK_EXTRA_DENY == ("ptrace", "process_vm_readv", "process_vm_writev")
-    assert set(seccomp.CONDITIONAL) == {"personality", "ioctl"}
+    assert set(seccomp.CONDITIONAL) == {"personality", "ioctl"} | set(seccomp.USERNS_DENY)
+    assert not set(seccomp.USERNS_DENY) & set(deny_list())      # only where asked for
+    assert set(seccomp.USERNS_DENY) <= set(deny_list(no_user_namespaces=True))
 
 
 def test_deny_list_default_is_sorted_and_unique():
