@@ -14,4 +14,5 @@ pytest_plugins = [
     "tests.support.homes",        # home: a fake home (pure tests) or the user's, cleaned
     "tests.support.clusters",     # slurm_cluster, slurm_multinode, sessions, jobs
     "tests.support.agents",       # clis: the pinned agent CLIs
+    "tests.support.platformroot", # platform_root: a Debian root of another release
 ]
