@@ -81,12 +81,15 @@ def setup(wheelhouse):
 
 
 def run(backend):
-    # Inside: the project writable, the home outside it not, the command's
-    # exit code passed through.
-    script = ("echo inside > note && cat note && "
-              "(touch $HOME/outside 2>/dev/null && echo home-writable || echo home-read-only); "
-              "exit 7")
-    return user_run([LAUNCHER, "run", "--backend", backend, "--", "/bin/sh", "-c", script])
+    # Inside: the project writable; a file made in the home (HOME_ACCESS=
+    # tmpwrite: a tmpfs home on bwrap and firejail, EACCES on landlock) never
+    # reaches the real home; the command's exit code passed through.
+    script = "echo inside > note && cat note; touch $HOME/outside 2>/dev/null; exit 7"
+    result = user_run([LAUNCHER, "run", "--backend", backend, "--", "/bin/sh", "-c", script])
+    result["home_file_outside"] = os.path.exists(HOME + "/outside")
+    if result["home_file_outside"]:
+        os.unlink(HOME + "/outside")
+    return result
 
 
 def dry_run(backend):

@@ -23,6 +23,11 @@ from tests.support.install import PREFIX
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "scripts" / "platform-root.sh"
 SMOKE = REPO / "tests" / "probes" / "platform_smoke.py"
+# What each suite brings (docs/platforms.md's measured rows, checked by
+# tests/unit/test_platforms_doc.py and, against the root, by test_platform_roots.py).
+CLAIMED = {"bullseye": {"python3": "3.9.", "bubblewrap": "0.4.1", "firejail": "0.9.64",
+                        "util-linux": "2.36"},
+           "sid": {"python3": "3.14.", "bubblewrap": "0.13", "firejail": "0.9.80"}}
 SUITES = os.environ.get("AGENT_SANDBOX_TEST_PLATFORM_SUITES", "bullseye").split()
 
 
