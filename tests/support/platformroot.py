@@ -27,6 +27,7 @@ SMOKE = REPO / "tests" / "probes" / "platform_smoke.py"
 # tests/unit/test_platforms_doc.py and, against the root, by test_platform_roots.py).
 CLAIMED = {"bullseye": {"python3": "3.9.", "bubblewrap": "0.4.1", "firejail": "0.9.64",
                         "util-linux": "2.36"},
+           "trixie": {"python3": "3.13.", "bubblewrap": "0.12", "firejail": "0.9.74"},
            "sid": {"python3": "3.14.", "bubblewrap": "0.13", "firejail": "0.9.80"}}
 SUITES = os.environ.get("AGENT_SANDBOX_TEST_PLATFORM_SUITES", "bullseye").split()
 

@@ -49,7 +49,8 @@ def test_every_measured_row_names_a_test_that_exists():
 
 def test_the_root_rows_state_the_versions_the_smoke_set_asserts():
     rows = {row[0].split(" (")[0]: row for row in measured_rows(DOC.read_text())}
-    for suite, title in (("bullseye", "Debian 11 root"), ("sid", "Debian sid root")):
+    for suite, title in (("bullseye", "Debian 11 root"), ("trixie", "Debian 13 root"),
+                         ("sid", "Debian sid root")):
         versions = rows[title][1]
         for package, prefix in CLAIMED[suite].items():
             word = {"python3": "Python"}.get(package, package)
