@@ -48,6 +48,15 @@ trap stop_slurm EXIT
 "$repo/scripts/slurm-cluster.sh" start
 "$repo/scripts/slurm-multinode.sh" start
 
+# The older distribution the smoke set runs in (tests/integration/test_platform_roots.py,
+# issue 30): a Debian 11 root made with debootstrap once (a few minutes on a
+# fresh machine, cached under /var/cache/agent-sandbox-roots), before pytest so
+# that its time does not count against a test's timeout.
+# AGENT_SANDBOX_TEST_PLATFORM_SUITES="bullseye sid" adds Python 3.14 (issue 29).
+for suite in ${AGENT_SANDBOX_TEST_PLATFORM_SUITES:-bullseye}; do
+    "$repo/scripts/platform-root.sh" build "$suite" >/dev/null
+done
+
 rc=0
 /opt/agent-sandbox/venv/bin/python -m pytest -p no:cacheprovider -ra "$@" tests || rc=$?
 # The unit suite under the oldest and the newest other CPython the package

@@ -15,4 +15,5 @@ pytest_plugins = [
     "tests.support.clusters",     # slurm_cluster, slurm_multinode, sessions, jobs
     "tests.support.agents",       # clis: the pinned agent CLIs
     "tests.support.oldprimitives",  # old_bwrap, old_firejail: Debian 11's, unpacked once
+    "tests.support.platformroot", # platform_root: a Debian root of another release
 ]

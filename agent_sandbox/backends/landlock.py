@@ -70,8 +70,14 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
     g = Guarantees()
     g.no("fs.hidden", "Landlock leaves hidden paths out of its allow-list: they answer "
                       "EACCES, and their names stay visible")
-    for name in ("fs.write_confined", "env.scrubbed", "tty.safe"):
+    for name in ("env.scrubbed", "tty.safe"):
         g.yes(name)
+    if 0 < landlock_abi < 3:
+        g.partial("fs.write_confined", f"Landlock ABI {landlock_abi} cannot restrict "
+                  "truncate(2) (ABI 3, Linux 6.2): a file outside the writable paths that "
+                  "your permissions let you write can be truncated")
+    else:
+        g.yes("fs.write_confined")
     g.no("fs.protected", "Landlock cannot make a path read-only below a writable one "
                          "without carving it: PROTECTED_PATHS (and DENIED_WRITABLE_PATHS) "
                          "inside the project (agents' configuration included) or a "
@@ -224,8 +230,21 @@ def ruleset(policy: Policy, *, landlock_abi: int, tmpdir: str | None) -> dict:
                       paths=rules(policy, tmpdir=tmpdir), ports=ports)
 
 
+def abi_note(landlock_abi: int) -> str | None:
+    """What this kernel's Landlock ABI lacks (the helper's degradation table),
+    or None when it lacks nothing the sandbox uses. The banner repeats the
+    part before the colon (launch/report.py)."""
+    lost = list(dict.fromkeys(text for need, _, _, text in ll.FEATURES if landlock_abi < need))
+    if landlock_abi <= 0 or not lost:
+        return None
+    return f"Landlock ABI {landlock_abi} lacks: " + "; ".join(lost)
+
+
 def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     out = []
+    lacking = abi_note(landlock_abi)
+    if lacking:
+        out.append(lacking)
     if policy.home_access in ("tmpwrite", "restricted"):
         out.append(f"HOME_ACCESS={policy.home_access}: no tmpfs home without a mount "
                    "namespace — HOME_READONLY and seeded files are read-only, HOME_WRITABLE "

@@ -71,7 +71,9 @@ def _replace(path: str, data: bytes, mode: int) -> None:
 
 
 def write_entry(venv: str) -> str:
-    site_packages = sysconfig.get_path("purelib", "venv", vars={"base": venv})
+    # The "venv" scheme is Python 3.11's; before, a venv's is posix_prefix.
+    scheme = "venv" if "venv" in sysconfig.get_scheme_names() else "posix_prefix"
+    site_packages = sysconfig.get_path("purelib", scheme, vars={"base": venv, "platbase": venv})
     path = os.path.join(venv, "bin", "agent-sandbox")
     _replace(path, entry_script(venv, site_packages).encode(), 0o755)
     return path

@@ -71,7 +71,7 @@ DEVICE = READ_FILE | WRITE_FILE | TRUNCATE | IOCTL_DEV
 
 # (ABI, field, bits, what a person loses without it) — the degradation table.
 FEATURES = (
-    (2, "fs", REFER, "renaming and linking files across directories (denied on ABI 1)"),
+    (2, "fs", REFER, "renaming and linking files across directories (denied on ABI 1: EXDEV)"),
     (3, "fs", TRUNCATE, "truncation of files outside the writable paths"),
     (4, "net", NET_BIND_TCP | NET_CONNECT_TCP, "TCP bind/connect restrictions"),
     (5, "fs", IOCTL_DEV, "ioctl restrictions on devices"),

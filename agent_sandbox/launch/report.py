@@ -198,4 +198,7 @@ def banner(policy, plan) -> str:
         text += f"; not enforced: {missing}"
     if plan.notes:
         text += f"; {len(plan.notes)} differences from the policy (see --dry-run)"
+    # A lower Landlock ABI than the sandbox uses (backends/landlock.py's abi_note).
+    text += "".join(f"; {n.split(':', 1)[0]} (see --dry-run)" for n in plan.notes
+                    if n.startswith("Landlock ABI "))
     return text + "\n" + bound_file_banner(policy, plan.backend)

@@ -323,7 +323,7 @@ class Recorder:
             def wrapper(*args, **kwargs):
                 note(args[0] if args else kwargs.get("path", "."), kwargs.get("dir_fd"), kind)
                 return real(*args, **kwargs)
-            return wrapper
+            return _Unbound(wrapper)
 
         def starting(module, name):
             real = getattr(module, name)
@@ -383,6 +383,21 @@ class Recorder:
 
     def pause(self) -> "Paused":
         return Paused(self)
+
+
+class _Unbound:
+    """A wrapper that, like the builtin it stands for, does not become a
+    method when a class body copies it: Python 3.9's pathlib, first imported
+    during a compile (pydantic's importlib.metadata), copies os.open & co.
+    into its accessor class, and a plain function there was called with the
+    accessor as its first argument (TypeError on Debian 11, issue 30)."""
+    __slots__ = ("function",)
+
+    def __init__(self, function):
+        self.function = function
+
+    def __call__(self, *args, **kwargs):
+        return self.function(*args, **kwargs)
 
 
 class Paused:

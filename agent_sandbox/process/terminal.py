@@ -29,6 +29,7 @@ sequences — are plain functions; the loop is the thin shell around them.
 """
 from __future__ import annotations
 
+import errno
 import os
 import select
 import signal
@@ -150,7 +151,7 @@ def relay(pty: Pty, pid: int, *, title: str = "", stdin: int = 0, stdout: int = 
     reach of the signals forwarded to the sandbox's process group)."""
     saved = termios.tcgetattr(stdin)
     start, end = title_sequences(title)
-    pidfd = os.pidfd_open(pid)
+    exit_watch = ExitWatch(pid)
 
     def resize(_signum, _frame):
         try:
@@ -179,16 +180,65 @@ def relay(pty: Pty, pid: int, *, title: str = "", stdin: int = 0, stdout: int = 
         tty.setraw(stdin, termios.TCSANOW)   # TCSANOW: keep what was typed ahead
         resize(None, None)                   # a resize before the handler was in place
         _write_all(stdout, start)
-        return _pump(pty, pidfd, pid, stdin, stdout)
+        return _pump(pty, exit_watch, stdin, stdout)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
         _write_all(stdout, end)
-        os.close(pidfd)
+        exit_watch.close()
 
 
-def _pump(pty: Pty, pidfd: int, pid: int, stdin: int, stdout: int) -> int:
+class ExitWatch:
+    """A descriptor that becomes readable when the child `pid` exits: its
+    pidfd, or on a kernel without pidfd_open (Linux < 5.3: RHEL 8's 4.18;
+    ENOSYS crashed every interactive session, issue 30) a pipe that a SIGCHLD
+    handler writes to. `status()` is the wait status once it has exited,
+    else None (a SIGCHLD of another child, e.g. the chaperon's)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.pipe = None
+        self.previous = None
+        try:
+            self.fd = os.pidfd_open(pid)
+        except OSError as exc:
+            if exc.errno not in (errno.ENOSYS, errno.EPERM):
+                raise
+            read, write = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+            self.fd, self.pipe = read, write
+            self.previous = signal.signal(signal.SIGCHLD, self._child)
+            os.write(write, b"c")    # look once: it may have exited already
+
+    def _child(self, signum, frame):
+        try:
+            os.write(self.pipe, b"c")
+        except OSError:
+            pass                     # full: a wake-up is pending anyway
+        if callable(self.previous):
+            self.previous(signum, frame)
+
+    def status(self) -> int | None:
+        if self.pipe is None:
+            return os.waitpid(self.pid, 0)[1]
+        try:
+            while os.read(self.fd, 512):
+                pass
+        except BlockingIOError:
+            pass
+        pid, status = os.waitpid(self.pid, os.WNOHANG)
+        return status if pid == self.pid else None
+
+    def close(self) -> None:
+        if self.pipe is not None:
+            signal.signal(signal.SIGCHLD, self.previous if self.previous is not None
+                          else signal.SIG_DFL)
+            os.close(self.pipe)
+        os.close(self.fd)
+
+
+def _pump(pty: Pty, exit_watch: ExitWatch, stdin: int, stdout: int) -> int:
+    pidfd = exit_watch.fd
     os.set_blocking(pty.master, False)
     pending = b""             # keystrokes not yet taken by the pty
     slave_open = True         # False once no process inside holds the pty (EIO)
@@ -221,9 +271,15 @@ def _pump(pty: Pty, pidfd: int, pid: int, stdin: int, stdout: int) -> int:
             except OSError:
                 pending = b""
         if pidfd in ready:
-            if pty.master is not None and slave_open:
-                _drain(pty.master, stdout)
-            return os.waitpid(pid, 0)[1]
+            if exit_watch.pipe is None:     # a pidfd: the exit is certain, reaped below
+                if pty.master is not None and slave_open:
+                    _drain(pty.master, stdout)
+                return exit_watch.status()
+            status = exit_watch.status()
+            if status is not None:
+                if pty.master is not None and slave_open:
+                    _drain(pty.master, stdout)
+                return status
 
 
 def _forward_output(master: int, stdout: int) -> bool:

@@ -205,6 +205,26 @@ def test_landlock_network_isolation_is_tcp_only_and_needs_abi_4(home):
     assert "ABI 4" in landlock_backend.network_refusal(policy, landlock_abi=3)
 
 
+@pytest.mark.parametrize("abi,lost", [(1, "across directories (denied on ABI 1: EXDEV)"),
+                                      (2, "truncation"), (3, "TCP"), (5, "scoping of signals")])
+def test_what_a_lower_landlock_abi_lacks_is_in_the_notes_and_the_banner(home, abi, lost):
+    """Landlock ABI 1 (Linux 5.13–5.18) denies renames across directories
+    with EXDEV, < 3 cannot restrict truncate(2), < 4 has no TCP rules, < 6
+    no scoping: --dry-run's notes and the banner say so (issue 30)."""
+    from agent_sandbox.launch.report import banner
+
+    policy = policy_for(home, backend="landlock")
+    plan = plan_for("landlock", policy, abi=abi)
+    note, = [n for n in plan.notes if n.startswith(f"Landlock ABI {abi} lacks: ")]
+    assert lost in note
+    assert f"; Landlock ABI {abi} lacks (see --dry-run)" in banner(policy, plan)
+    partial = dict(plan.partial)
+    assert ("fs.write_confined" in partial) == (abi < 3)
+    latest = plan_for("landlock", policy, abi=ll.LATEST)
+    assert not any(n.startswith("Landlock ABI") for n in latest.notes)
+    assert "Landlock ABI" not in banner(policy, latest)
+
+
 def test_landlock_plan_runs_the_helper_with_seccomp_session_and_lifeline(home):
     plan = plan_for("landlock", policy_for(home, backend="landlock"))
     argv = list(plan.argv)

@@ -104,6 +104,22 @@ def test_the_recorder_notes_what_a_compile_observes(tmp_path):
     assert os.stat is recorder._real["stat"] and os.path.exists.__module__ == "genericpath"
 
 
+def test_a_class_body_that_copies_os_open_while_recording_still_works(tmp_path):
+    """Python 3.9's pathlib, imported for the first time inside a compile,
+    copies os.open & co. into its accessor class: the recorder's stand-ins
+    must not turn into methods there (Debian 11's launcher died with
+    "open() takes at most 3 positional arguments (4 given)"; issue 30)."""
+    (tmp_path / "f").write_text("x")
+    with Recorder() as recorder:
+        class Accessor:
+            open = os.open
+            stat = os.stat
+        fd = Accessor().open(str(tmp_path / "f"), os.O_RDONLY, 0o666)
+        os.close(fd)
+        assert Accessor().stat(str(tmp_path / "f")).st_size == 1
+    assert (str(tmp_path / "f"), CONTENT) in set(recorder.seen)
+
+
 def test_a_file_rewritten_by_rename_is_the_same_to_type_questions_only(tmp_path):
     """os.path's type questions (and realpath) are recorded by type: an
     agent's history rewritten through a rename (new inode, size and times)

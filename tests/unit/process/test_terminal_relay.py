@@ -38,8 +38,18 @@ def _read_until(fd: int, wanted: bytes, timeout: float = 10.0) -> bytes:
     return seen
 
 
+def _no_pidfd_open(pid):
+    raise OSError(38, "Function not implemented")   # Linux < 5.3 (RHEL 8's 4.18)
+
+
+@pytest.mark.parametrize("kernel", ["pidfd", "no pidfd_open"])
 @pytest.mark.parametrize("ending", ["exit", "sigkill"])
-def test_relay_carries_bytes_both_ways_and_restores_the_outer_modes(ending):
+def test_relay_carries_bytes_both_ways_and_restores_the_outer_modes(ending, kernel,
+                                                                     monkeypatch):
+    """Also without pidfd_open: the relay waits for the sandbox's exit by
+    SIGCHLD instead (it crashed with OSError [Errno 38]; issue 30)."""
+    if kernel != "pidfd":
+        monkeypatch.setattr(os, "pidfd_open", _no_pidfd_open)
     user_side, outer = os.openpty()          # outer: the launcher's stdin/stdout
     terminal.set_window_size(user_side, (30, 100))
     before = termios.tcgetattr(outer)

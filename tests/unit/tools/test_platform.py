@@ -140,3 +140,16 @@ def test_a_launch_from_the_user_site_is_refused_with_what_why_and_fix():
     assert user_site_refusal("/home/u/venv/lib/python3.11/site-packages/agent_sandbox",
                              site) is None
     assert user_site_refusal(f"{site}/agent_sandbox", "") is None      # no user site
+
+
+def test_write_entry_finds_the_venvs_site_packages_on_every_python(tmp_path):
+    """sysconfig's "venv" scheme is Python 3.11's: on 3.9 and 3.10 userinstall
+    died with KeyError: 'venv' (Debian 11's user install; issue 30)."""
+    import sys
+
+    from agent_sandbox.cli.userinstall import write_entry
+    (tmp_path / "bin").mkdir()
+    text = open(write_entry(str(tmp_path))).read()
+    version = "%d.%d" % sys.version_info[:2]
+    assert f"sys.path.append({str(tmp_path / 'lib' / ('python' + version) / 'site-packages')!r})" \
+        in text
