@@ -496,6 +496,12 @@ def gather(project_dir: str | None, environ) -> Report:
     except SandboxError as exc:
         pick, reason = None, str(exc)
     require = tuple(settings.REQUIRE)
+    if any_policy is not None:
+        # On a Slurm host auto requires slurm.boundary (launch/run.py).
+        from agent_sandbox.launch.run import implied_require
+
+        require = tuple(dict.fromkeys(require + implied_require(settings, any_policy,
+                                                                agent=False)))
     verdict, message, fix, code = decide(items, reports, require, pick)
     import pwd
 
