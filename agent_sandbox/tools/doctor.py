@@ -16,7 +16,8 @@ fix. An unusable backend is GAPS while another one is usable, NO-GO when none
 is. `decide` turns the items and backend reports into the verdict; the exit
 code is 0 exactly when some allowed, working backend gives every REQUIREd
 guarantee (REQUIRE as in effect: the admin's entries always, plus the
-user's), and the configuration loads.
+user's, plus slurm.boundary where auto implies it on a Slurm host:
+launch/run.py implied_require), and the configuration loads.
 
 Gathering (`gather`) touches the system; deciding and rendering are pure.
 """
