@@ -7,8 +7,15 @@ a PyTorch DataLoader with workers where torch is installed for the system
 python (it is not by default: the probe then says so). On landlock /dev/shm
 is granted for regular files only: it cannot be listed, and no directory,
 symlink, fifo or socket can be made there, nor a file run from it
-(docs/backends.md "Shared memory on landlock")."""
+(docs/backends.md "Shared memory on landlock"). benchmarks/gpu.py, which
+measures CUDA inside each backend on a GPU node, says there is no GPU here
+and exits 0."""
 from __future__ import annotations
+
+import glob
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +68,8 @@ ls /dev/shm >/dev/null 2>&1 && echo listed
 mkdir /dev/shm/as31-dir-$$ 2>/dev/null && echo "made a directory"
 ln -s /etc/passwd /dev/shm/as31-link-$$ 2>/dev/null && echo "made a symlink"
 mkfifo /dev/shm/as31-fifo-$$ 2>/dev/null && echo "made a fifo"
+python3 -c "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])" \
+  /dev/shm/as31-sock-$$ 2>/dev/null && echo "made a socket"
 cp /bin/true /dev/shm/as31-exe-$$ && chmod +x /dev/shm/as31-exe-$$ \
   && { /dev/shm/as31-exe-$$ 2>/dev/null && echo "ran a file"; }
 rm -f /dev/shm/as31-exe-$$ && echo "files: made and removed"
@@ -74,3 +83,16 @@ def test_landlock_grants_dev_shm_for_regular_files_only(user: SandboxUser, proje
     report = user.sandbox("true", options=("--backend", "landlock", "--dry-run"), cwd=project)
     assert "/dev/shm is the host's, granted for files but not listable" in report.stdout
     assert "metadata.confined" in report.stdout
+
+
+def test_the_gpu_benchmark_says_there_is_no_gpu_here_and_succeeds():
+    """No GPU in CI: benchmarks/gpu.py must say so clearly and exit 0 (on a
+    GPU node it measures; docs/backends.md)."""
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu.py"
+    result = subprocess.run([sys.executable, str(script), "--python", sys.executable],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    if glob.glob("/dev/nvidia[0-9]*"):
+        assert "CUDA in the sandbox" in result.stdout or "no GPU/torch here" in result.stdout
+    else:
+        assert result.stdout.startswith("no GPU/torch here: no NVIDIA device"), result.stdout
