@@ -12,6 +12,8 @@ real kernel:
 Both failed on the code before (landlock wrote the files; auto ran)."""
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from tests.support.launcher import SandboxUser
@@ -65,3 +67,46 @@ def test_auto_on_a_slurm_host_never_lands_silently_on_landlock(user: SandboxUser
     assert dry.returncode == 125 and "slurm.boundary" in dry.stderr, dry.stdout + dry.stderr
     chosen = user.sandbox("true", options=("--backend", "landlock"), cwd=project)
     assert chosen.returncode == 0, chosen.stdout + chosen.stderr
+
+
+METADATA = r"""
+for target in ~/.bashrc ~/.ssh/id_rsa ~/.config/agent-sandbox; do
+  chmod 666 "$target" 2>/dev/null && echo "chmod $target"
+  python3 -c "import os, sys; os.utime(sys.argv[1], (1, 1))" "$target" 2>/dev/null \
+    && echo "utime $target"
+  python3 -c "import os, sys; os.setxattr(sys.argv[1], 'user.as31', b'1')" "$target" \
+    2>/dev/null && echo "xattr $target"
+done
+: > mine.txt && chmod 600 mine.txt && touch -d 2001-01-01 mine.txt && echo "project ok"
+"""
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "firejail"])
+def test_metadata_outside_the_writable_set_is_refused_by_the_mount_view(user: SandboxUser,
+                                                                       project, backend):
+    """metadata.confined on a mount view (issue 31 item 2): the home shown
+    read-only, a hidden key and the user config tree keep their mode, times
+    and xattrs on the host; the project's files do not. (firejail copies the
+    shell's start-up files in: a change to that copy is the sandbox's own.
+    Landlock says no: its report.)"""
+    targets = [user.home / ".bashrc", user.home / ".ssh/id_rsa",
+               user.home / ".config/agent-sandbox"]
+    user.set_config("")
+    before = {t: (t.stat().st_mode, t.stat().st_mtime_ns) for t in targets}
+    result = user.sandbox("sh", "-c", METADATA, options=("--backend", backend), cwd=project,
+                          env=user.env(HOME_ACCESS="read"))
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "project ok" in result.stdout.splitlines(), result.stdout + result.stderr
+    assert f"chmod {user.home}/.ssh/id_rsa" not in result.stdout
+    assert {t: (t.stat().st_mode, t.stat().st_mtime_ns) for t in targets} == before
+    assert not any("user.as31" in os.listxattr(t) for t in targets)
+
+
+def test_landlock_reports_metadata_and_shared_memory_as_they_are(user: SandboxUser, project):
+    report = user.sandbox("true", options=("--backend", "landlock", "--dry-run"), cwd=project)
+    assert report.returncode == 0, report.stdout + report.stderr
+    lines = [line for line in report.stdout.splitlines() if "metadata.confined" in line]
+    assert lines, report.stdout
+    for backend in ("bwrap", "firejail"):
+        shown = user.sandbox("true", options=("--backend", backend, "--dry-run"), cwd=project)
+        assert "metadata.confined" in shown.stdout, shown.stdout
