@@ -19,7 +19,8 @@ no deny rule, so everything follows from that:
   read-only and HOME_WRITABLE writable, and nothing else in $HOME (writes
   elsewhere fail with EACCES instead of vanishing); read grants all of $HOME
   read-only minus hidden paths; write grants it writable, carved around the
-  hidden paths and the user config tree.
+  hidden paths, the user config tree and the home's protected paths (the
+  agents' guarded files), which stay read-only as on bwrap and firejail.
 * PRIVATE_TMP: /tmp is shared, so the sandbox gets a fresh per-session
   directory as $TMPDIR (the launcher creates and removes it) and /tmp itself
   is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is granted for
