@@ -34,6 +34,7 @@ GUARANTEES = {
     "abstract_unix.scoped": "abstract unix sockets outside are unreachable",
     "unix_sockets.confined": "no pathname unix socket outside the sandbox's own is "
                              "connectable (tmux, ssh-agent, D-Bus, name services)",
+    "metadata.confined": "no chmod/chown/utime/xattr change outside the writable paths",
     "signals.scoped": "processes outside cannot be signalled",
     "self.protected": "install dir and user config read-only",
     "tty.safe": "no TIOCSTI/TIOCLINUX injection into your terminal",

@@ -259,6 +259,20 @@ def self_protection(g: Guarantees, policy) -> None:
         g.yes("self.protected")
 
 
+def metadata_guarantee(g: Guarantees) -> None:
+    """metadata.confined on a backend with a mount view: what is not
+    writable inside is a read-only mount (chmod, chown, utime and the xattr
+    calls answer EROFS) or not there at all (hidden), so metadata follows
+    fs.write_confined exactly — call it after that row is set."""
+    state, why = g.rows.get("fs.write_confined", ("no", "fs.write_confined is not given"))
+    if state == "yes":
+        g.yes("metadata.confined")
+    else:
+        (g.partial if state == "partial" else g.no)(
+            "metadata.confined", "read-only mounts refuse chmod, chown, utime and xattr "
+            "changes, with the same gap as fs.write_confined: " + why)
+
+
 def fd_hygiene(g: Guarantees, kept: tuple) -> None:
     """fd.clean: the launcher marks every descriptor it did not open close-on-exec
     and the helper closes the rest before exec; `--keep-fd N` is the only way

@@ -22,7 +22,8 @@ from agent_sandbox.backends.base import HELPER_PYTHON
 from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef,
                                          FunctionBackend, Guarantees,
                                          Payload, Plan, PlanContext, egress_guarantee,
-                                         fd_hygiene, helper_argv, namespace_scoping,
+                                         fd_hygiene, metadata_guarantee, helper_argv,
+                                         namespace_scoping,
                                          self_protection,
                                          own_network, relay_args, socket_guarantee,
                                          version_text)
@@ -114,6 +115,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, setuid: bool = False, k
     socket_guarantee(g, policy)
     egress_guarantee(g, policy)
     self_protection(g, policy)
+    metadata_guarantee(g)
     fd_hygiene(g, keep_fds)
     return g.split()
 

@@ -50,7 +50,8 @@ from agent_sandbox.backends.base import HELPER_PYTHON
 from agent_sandbox.backends.base import (PROPAGATION_GAP, SCOPING_ABI, FdRef, FunctionBackend,
                                          Guarantees,
                                          Payload, Plan, PlanContext, argv_payload, env_payload,
-                                         egress_guarantee, fd_hygiene, helper_argv,
+                                         egress_guarantee, fd_hygiene, metadata_guarantee,
+                                         helper_argv,
                                          namespace_scoping, own_network, relay_args,
                                          self_protection, socket_guarantee, version_text)
 from agent_sandbox.errors import PolicyError
@@ -369,6 +370,7 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, blacklisted_hidden=(), 
                                        "has one (firejail's --private-dev keeps it)",))
     egress_guarantee(g, policy)
     self_protection(g, policy)
+    metadata_guarantee(g)
     fd_hygiene(g, keep_fds)
     return g.split()
 

@@ -19,11 +19,13 @@ no deny rule, so everything follows from that:
   read-only and HOME_WRITABLE writable, and nothing else in $HOME (writes
   elsewhere fail with EACCES instead of vanishing); read grants all of $HOME
   read-only minus hidden paths; write grants it writable, carved around the
-  hidden paths and the user config tree.
+  hidden paths, the user config tree and the home's protected paths (the
+  agents' guarded files), which stay read-only as on bwrap and firejail.
 * PRIVATE_TMP: /tmp is shared, so the sandbox gets a fresh per-session
   directory as $TMPDIR (the launcher creates and removes it) and /tmp itself
-  is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is not granted
-  (a job's launch gets its own directory there, by descriptor: jobs/shm.py).
+  is not granted. PRIVATE_IPC: SysV IPC is shared; /dev/shm is granted for
+  regular files only, unlisted (SHM below; a job's launch also gets its own
+  directory there, by descriptor: jobs/shm.py).
 * PROTECTED_PATHS inside the project cannot be kept read-only: carving the
   project would forbid creating anything at its top level and in .git. This
   is reported (fs.protected: no), never silently claimed.
@@ -56,7 +58,19 @@ DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom",
 # Reading and writing procfs files is the process's own business; another
 # process's /proc entries are guarded by ptrace access checks, which Landlock
 # also applies (a sandboxed process cannot ptrace-read one outside it).
-PROC = ll.READ_FILE | ll.READ_DIR | ll.WRITE_FILE
+# TRUNCATE: a shell's `echo 0 > /proc/self/oom_score_adj` and CUDA's cuInit
+# open procfs files with O_TRUNC (without it cuInit answers 304 and no CUDA
+# program sees a GPU); procfs ignores the truncation itself.
+PROC = ll.READ_FILE | ll.READ_DIR | ll.WRITE_FILE | ll.TRUNCATE
+# PRIVATE_IPC on landlock (docs/backends.md "Shared memory on landlock"):
+# glibc's sem_open and shm_open use /dev/shm by fixed path, and without a
+# mount namespace there is no private one to give. /dev/shm is granted for
+# regular files only — made, opened, truncated, removed — but not listed
+# (no READ_DIR), nor directories, symlinks, sockets or fifos made there, nor
+# anything executed: multiprocessing's semaphores, shm_open and PyTorch's
+# shared tensors work; what it exposes is in ipc.isolated's line.
+SHM = ll.READ_FILE | ll.WRITE_FILE | ll.TRUNCATE | ll.MAKE_REG | ll.REMOVE_FILE
+SHM_DIR = "/dev/shm"
 RW = ll.READ | ll.WRITE
 
 
@@ -80,8 +94,9 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
         g.yes("fs.write_confined")
     g.no("fs.protected", "Landlock cannot make a path read-only below a writable one "
                          "without carving it: PROTECTED_PATHS (and DENIED_WRITABLE_PATHS) "
-                         "inside the project (agents' configuration included) or a "
-                         "HOME_ACCESS=write home stay writable, and the project's git "
+                         "inside the project (agents' configuration included) stay "
+                         "writable (those in the home are carved out read-only, also "
+                         "with HOME_ACCESS=write), and the project's git "
                          "repository can be moved or rewritten: git settings that run "
                          "commands and agents' configuration are only detected and "
                          "reported when the session ends")
@@ -89,7 +104,15 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
     g.no("pid.isolated", "no PID namespace: processes outside are visible (ptrace and "
                          "process_vm_readv/writev are denied)")
     g.no("ipc.isolated", "no IPC namespace: SysV IPC is shared with the host"
-         + ("" if policy.private_ipc else "; /dev/shm is shared (PRIVATE_IPC=false)"))
+         + ("; /dev/shm is the host's, granted for files but not listable: POSIX "
+            "semaphores and shm_open work, and a shared-memory file of your processes "
+            "outside (other sessions' and jobs' included) whose name the sandbox knows or "
+            "guesses can be read, written or removed" if policy.private_ipc
+            else "; /dev/shm is shared (PRIVATE_IPC=false)"))
+    g.no("metadata.confined", "Landlock does not restrict chmod, chown, utime or extended "
+                              "attributes: files you own outside the writable paths (hidden "
+                              "and read-only ones included) can have their mode, times and "
+                              "xattrs changed (the supervisor of SPEC §5a is not built)")
     g.no("passwd.filtered", "the host's /etc/passwd and NSS services answer")
     g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
                            "connecting to unix sockets)")
@@ -149,12 +172,17 @@ class Rules:
 def _guarded_state(policy: Policy) -> tuple[str, ...]:
     """Protected paths inside a declared writable directory (an agent's
     writable state: opencode's plugins/ and tools/ in ~/.config/opencode, code
-    it runs outside): carved out read-only like the user config tree. The
-    project is not carved (nothing could be created at its top level): its
-    protected paths are reported at the end instead (services/configcheck.py,
-    services/gitcheck.py)."""
+    it runs outside) or, with HOME_ACCESS=write, anywhere in the home (the
+    agents' guarded files: ~/.claude/settings.json, ~/.claude.json,
+    ~/.claude/hooks/ …, as a profile's PROTECTED_PATHS name them): carved out
+    read-only like the user config tree, as bwrap and firejail bind them
+    read-only. The project is not carved (nothing could be created at its
+    top level): its protected paths are reported at the end instead
+    (services/configcheck.py, services/gitcheck.py)."""
     roots = tuple(w for w in policy.home_writable + policy.extra_writable
                   if not is_hidden(w, policy.hidden))
+    if policy.home_access == "write":
+        roots += (policy.home,)
     return tuple(p.path for p in policy.protected
                  if p.path not in roots and beneath(p.path, roots)
                  and not beneath(p.path, (policy.project_dir,))   # a writable parent of it
@@ -176,8 +204,7 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
         r.grant(path, ll.DEVICE | (ll.READ_DIR if path == "/dev/pts" else 0))
     for path in policy.devices:
         r.grant(path, ll.DEVICE)
-    if not policy.private_ipc:
-        r.grant("/dev/shm", RW)
+    r.grant(SHM_DIR, SHM if policy.private_ipc else RW)
     for path in policy.run_binds:
         r.grant(path, ll.READ)
     if tmpdir:
@@ -251,8 +278,12 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
                    "writable, the rest of $HOME answers EACCES (writes fail instead of "
                    "vanishing)")
     elif policy.home_access == "write":
-        out.append("HOME_ACCESS=write: $HOME is carved around hidden paths, so nothing new "
-                   "can be created at its top level")
+        out.append("HOME_ACCESS=write: $HOME is carved around hidden paths and the "
+                   "protected ones (the agents' guarded files, the user config tree), which "
+                   "stay read-only: its entries are granted one by one, so nothing new can "
+                   "be created at its top level (nor at the top of a carved directory such "
+                   "as ~/.claude), and an entry made there outside after the launch is not "
+                   "reachable inside")
     else:
         out.append("HOME_ACCESS=read: $HOME is carved around hidden paths, so it cannot be "
                    "listed (its entries can be read)")

@@ -43,7 +43,8 @@ LIMIT = ("SLURM_MAX_JOBS",)
 AT_LEAST = ("CHAPERON_LOG_RETAIN_DAYS",)
 # Switches only the admin file (or the shipped files) may turn on; any other
 # layer may only turn them off. The choice is the site's.
-ADMIN_ONLY = ("SLURM_ALLOW_MAIL", "JOB_ALLOW_WEAKER_BACKEND", "LANDLOCK_ALLOWLIST_PARTIAL")
+ADMIN_ONLY = ("SLURM_ALLOW_MAIL", "JOB_ALLOW_WEAKER_BACKEND", "LANDLOCK_ALLOWLIST_PARTIAL",
+              "SLURM_BOUNDARY_OPTIONAL")
 # Values only the admin file (or the shipped files) may set at all: which Slurm
 # the chaperon talks to is the site's (a user picks another cluster through the
 # SLURM_CONF of their own shell, outside any sandbox).

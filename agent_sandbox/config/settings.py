@@ -81,6 +81,9 @@ class Settings(NamedTuple):
     SLURM_MAX_JOBS: int = 0
     SLURM_ALLOW_MAIL: bool = False
     JOB_ALLOW_WEAKER_BACKEND: bool = False
+    # Admin only: on a Slurm host, agent profiles and SANDBOX_BACKEND=auto may
+    # run on a backend without slurm.boundary (launch/run.py implied_require).
+    SLURM_BOUNDARY_OPTIONAL: bool = False
     SLURM_CONF_PATH: str = ""       # admin only: the site's slurm.conf ("" = Slurm's default)
     # Admin only: accounts besides root and the user that may own the site's
     # Slurm configuration (a site whose /etc/slurm belongs to SlurmUser).

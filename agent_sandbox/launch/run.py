@@ -153,13 +153,54 @@ def _host_mounts():
     return (None if points is None else MountPoints(points)), recorder
 
 
-def check_required(plan, policy, settings, abi: int) -> None:
+def implied_require(settings, policy, *, agent: bool, job: bool = False) -> tuple[str, ...]:
+    """What a launch requires beyond REQUIRE (SPEC §5a): on a host with Slurm
+    (real Slurm commands found: policy.slurm_binaries), an agent profile and
+    SANDBOX_BACKEND=auto require slurm.boundary — a backend without it
+    (landlock: the munge socket is reachable, so the real srun runs an
+    unsandboxed job) would be a full escape, never picked silently. An explicit
+    --backend for a plain `run` is the user's choice (the report says no).
+    The admin lifts it with SLURM_BOUNDARY_OPTIONAL=true; a batch job's own
+    launch, with JOB_ALLOW_WEAKER_BACKEND=true (already the admin's word)."""
+    if not policy.slurm_binaries or settings.SLURM_BOUNDARY_OPTIONAL:
+        return ()
+    if job and settings.JOB_ALLOW_WEAKER_BACKEND:
+        return ()
+    if agent or settings.SANDBOX_BACKEND == "auto":
+        return ("slurm.boundary",)
+    return ()
+
+
+def _boundary_refusal(plan, policy, settings, abi: int, *, agent: bool) -> PolicyError:
+    from agent_sandbox.backends import would_provide
+
+    why = dict(plan.cannot + plan.partial).get("slurm.boundary", "not provided")
+    who = "an agent profile" if agent else "SANDBOX_BACKEND=auto"
+    givers = [b for b in would_provide("slurm.boundary", policy, landlock_abi=abi,
+                                       allowed=settings.ALLOWED_BACKENDS) if b != plan.backend]
+    chosen = f" ({plan.chosen_because})" if plan.chosen_because else ""
+    fix = (f"Make {' or '.join(givers)} work here (`agent-sandbox doctor` says what it "
+           f"lacks)" if givers else "No allowed backend gives it here")
+    plain = "" if agent else (f", or choose --backend {plan.backend} explicitly for a plain "
+                              "`run` to accept the gap")
+    return PolicyError(
+        f"the {plan.backend} backend{chosen} cannot keep Slurm's boundary on this Slurm host, "
+        f"and {who} requires it — slurm.boundary: {why}; the real srun would run an "
+        f"unsandboxed job. {fix}{plain}; the site admin may accept it with "
+        "SLURM_BOUNDARY_OPTIONAL=true.", reason="requirement_unmet")
+
+
+def check_required(plan, policy, settings, abi: int, *, agent: bool = False,
+                   job: bool = False) -> None:
     """REQUIRE: every listed guarantee must be fully provided, else refuse,
-    naming the backends that would give it."""
+    naming the backends that would give it; then what the launch implies
+    (implied_require: slurm.boundary on a Slurm host)."""
     from agent_sandbox.backends import would_provide
 
     missing = plan.missing(policy.require)
     if not missing:
+        if plan.missing(implied_require(settings, policy, agent=agent, job=job)):
+            raise _boundary_refusal(plan, policy, settings, abi, agent=agent)
         return
     reasons = dict(plan.cannot + plan.partial)
     parts, suggestion = [], None
@@ -278,7 +319,7 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
         command = with_args(command, user_args, egress_plan.args)   # Codex: -c openai_base_url
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=chaperon is not None, keep_fds=kept,
-                                    terminal=terminal)
+                                    terminal=terminal, job=job)
     from agent_sandbox.policy.view import placeholder_candidates
 
     mounted = {getattr(op, "dest", None) for op in plan.mounts}
@@ -347,7 +388,8 @@ def _make_store(home: str, place: str) -> None:
 
 
 def plan_for(settings, selection, policy, command: list[str], *, profile=None,
-             chaperon: bool = False, keep_fds=(), terminal: bool = False) -> tuple:
+             chaperon: bool = False, keep_fds=(), terminal: bool = False,
+             job: bool = False) -> tuple:
     """(policy with the profile's note, plan, denied syscalls) for `policy`;
     `chaperon`: the Slurm stubs are in it (their script, a payload);
     `keep_fds`, `terminal`: the launch's facts (backends.PlanContext)."""
@@ -375,7 +417,7 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
     abi = landlock_abi()
     plan = backend_plan(selection, policy, command, payloads, abi, keep_fds=keep_fds,
                         terminal=terminal)
-    check_required(plan, policy, settings, abi)
+    check_required(plan, policy, settings, abi, agent=profile is not None, job=job)
     return policy, plan, denied
 
 

@@ -204,6 +204,8 @@ def report(policy, *, extra: tuple[str, ...] = ()) -> str:
             + (" and in the resolver's /run directories" if run_trees(
                 policy.network_mode, policy.run_binds) else "")
             + " as they were at the launch (one made there later, e.g. a tmux server started "
-            "during the session, is reachable until the session ends)"
+            "during the session, is reachable until the session ends); the project is left "
+            "as it is (the sandbox's own sockets live there), so a socket a program outside "
+            "made in it (a `tmux -S` socket, git's fsmonitor daemon in .git) is connectable"
             + ("; these trees are shown without being searched, so a socket in them stays "
                "connectable: " + "; ".join(left) if left else ""))

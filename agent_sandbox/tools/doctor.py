@@ -16,7 +16,8 @@ fix. An unusable backend is GAPS while another one is usable, NO-GO when none
 is. `decide` turns the items and backend reports into the verdict; the exit
 code is 0 exactly when some allowed, working backend gives every REQUIREd
 guarantee (REQUIRE as in effect: the admin's entries always, plus the
-user's), and the configuration loads.
+user's, plus slurm.boundary where auto implies it on a Slurm host:
+launch/run.py implied_require), and the configuration loads.
 
 Gathering (`gather`) touches the system; deciding and rendering are pure.
 """
@@ -517,7 +518,20 @@ def gather(project_dir: str | None, environ) -> Report:
     except SandboxError as exc:
         pick, reason = None, str(exc)
     require = tuple(settings.REQUIRE)
+    implied: tuple[str, ...] = ()
+    if any_policy is not None:
+        # On a Slurm host auto requires slurm.boundary (launch/run.py).
+        from agent_sandbox.launch.run import implied_require
+
+        implied = tuple(g for g in implied_require(settings, any_policy, agent=False)
+                        if g not in require)
+        require += implied
     verdict, message, fix, code = decide(items, reports, require, pick)
+    if implied and any(g in message for g in implied):
+        fix = (fix + "; " if fix else "") + (
+            "slurm.boundary is required on this Slurm host for SANDBOX_BACKEND=auto and "
+            "agent profiles (the real srun would escape): a plain `run --backend landlock` "
+            "is still allowed, and the site admin may set SLURM_BOUNDARY_OPTIONAL=true")
     import pwd
 
     return Report(host=os.uname().nodename, user=pwd.getpwuid(os.getuid()).pw_name,

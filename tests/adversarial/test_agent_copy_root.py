@@ -26,6 +26,9 @@ import pytest
 
 from tests.support.install import INSTALLED, PREFIX
 
+# Agents on landlock on this Slurm host: the admin's word (issue 31).
+pytestmark = pytest.mark.usefixtures("slurm_boundary_optional")
+
 BACKENDS = ["bwrap", "firejail", "landlock"]
 GRANTS = ["HOME_WRITABLE+=(.cache)", "HOME_WRITABLE+=(.local)", "HOME_ACCESS=write"]
 HOME_STATE = (".claude", ".claude.json", "tools", ".cache/agent-sandbox", ".vim",

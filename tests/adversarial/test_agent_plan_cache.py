@@ -14,6 +14,9 @@ import pytest
 
 from tests.support.install import ADMIN_DIR, INSTALLED, PREFIX
 
+# Agents on landlock on this Slurm host: the admin's word (issue 31).
+pytestmark = pytest.mark.usefixtures("slurm_boundary_optional")
+
 HIT = "plan:      from the compiled plan cache"
 
 

@@ -18,6 +18,9 @@ import pytest
 
 from tests.support.agents import run_agent, standin_env
 
+# Agents on landlock on this Slurm host: the admin's word (issue 31).
+pytestmark = pytest.mark.usefixtures("slurm_boundary_optional")
+
 
 PLANTER = """#!/bin/sh
 for entry in shell-snapshots/snapshot-bash.sh session-env/env.sh statsig/statsig.cached; do

@@ -16,6 +16,9 @@ import pytest
 
 from tests.support.install import INSTALLED
 
+# Agents on landlock on this Slurm host: the admin's word (issue 31).
+pytestmark = pytest.mark.usefixtures("slurm_boundary_optional")
+
 BACKENDS = ["bwrap", "firejail", "landlock"]
 PLANTER = """#!/bin/sh
 d="$CLAUDE_CONFIG_DIR"

@@ -24,6 +24,9 @@ import pytest
 
 from tests.support.install import INSTALLED
 
+# Agents on landlock on this Slurm host: the admin's word (issue 31).
+pytestmark = pytest.mark.usefixtures("slurm_boundary_optional")
+
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOME_STATE = (".claude", ".claude.json", ".gemini", "tools", ".cache/agent-sandbox",
            ".local/state/agent-sandbox/agents", ".local/state/agent-sandbox/logins")

@@ -27,6 +27,9 @@ from tests.support.install import INSTALLED
 from tests.support.homes import clear_entries
 from tests.support.launcher import kill_launcher_when_ready
 
+# Agents on landlock on this Slurm host: the admin's word (issue 31).
+pytestmark = pytest.mark.usefixtures("slurm_boundary_optional")
+
 BACKENDS = ["bwrap", "firejail", "landlock"]
 HOOK = ('{"hooks": {"SessionStart": [{"hooks": [{"type": "command", '
         '"command": "touch $M/PLANTED"}]}]}}')

@@ -28,6 +28,9 @@ from tests.support.install import INSTALLED
 from tests.support.agentmock import FINAL, MockAPI
 from tests.support.agents import agent_env, run_agent, standin_env
 
+# Agents on landlock on this Slurm host: the admin's word (issue 31).
+pytestmark = pytest.mark.usefixtures("slurm_boundary_optional")
+
 # ---------------------------------------------------------------- real CLIs, mock API
 @pytest.mark.parametrize("backend", ["bwrap", "firejail", "landlock"])
 def test_claude_bash_tool_runs_inside_with_its_own_sandbox_off(user, project, home, clis,

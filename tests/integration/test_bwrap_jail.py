@@ -725,8 +725,16 @@ def test_auto_picks_bwrap_here(user, project):
     (("env",), "landlock", "auto: bwrap not found; firejail not found; landlock passed its "
                            "probe"),
 ])
-def test_auto_falls_back_when_bwrap_is_not_on_path(user, project, tools, expected, reason):
+def test_auto_falls_back_when_bwrap_is_not_on_path(user, project, admin, tools, expected,
+                                                   reason):
     env = user.env(PATH=str(_bin_dir(user, project, tools)))
+    if expected == "landlock":
+        # This is a Slurm host: auto never lands silently on landlock, whose
+        # munge socket is reachable (issue 31) — unless the admin says so.
+        refused = user.sandbox("true", options=["--dry-run"], env=env, cwd=project)
+        assert refused.returncode == 125, refused.stdout + refused.stderr
+        assert "slurm.boundary" in refused.stderr and reason in refused.stderr
+        admin("SLURM_BOUNDARY_OPTIONAL=true\n")
     dry = user.sandbox("true", options=["--dry-run"], env=env, cwd=project)
     assert f"backend:   {expected} ({reason})" in dry.stdout, dry.stdout + dry.stderr
     result = user.sandbox("/bin/sh", "-c", "echo $SANDBOX_BACKEND", env=env, cwd=project)
@@ -737,10 +745,17 @@ def test_auto_falls_back_when_bwrap_is_not_on_path(user, project, tools, expecte
 def test_auto_falls_back_when_user_namespaces_are_blocked(user, project):
     outer = ["bwrap", "--unshare-user", "--disable-userns", "--bind", "/", "/", "--dev", "/dev",
              "--proc", "/proc", "--", INSTALLED, "run"]
-    dry = user.run(outer + ["--dry-run", "--", "true"], cwd=project)
-    assert "backend:   landlock (auto: bwrap probe failed (" in dry.stdout, dry.stdout
-    assert "firejail probe failed (" in dry.stdout
-    result = user.run(outer + ["--", "/bin/sh", "-c", "echo $SANDBOX_BACKEND"], cwd=project)
+    # On this Slurm host auto refuses the landlock it falls back to (issue 31),
+    # saying why it got there; the user may still choose it for a plain run.
+    # (The admin's SLURM_BOUNDARY_OPTIONAL cannot be shown here: in the outer
+    # user namespace the admin file is nobody's, and refused as such.)
+    refused = user.run(outer + ["--dry-run", "--", "true"], cwd=project)
+    assert refused.returncode == 125, refused.stdout + refused.stderr
+    assert "the landlock backend (auto: bwrap probe failed (" in refused.stderr, refused.stderr
+    assert "firejail probe failed (" in refused.stderr
+    assert "slurm.boundary" in refused.stderr and "SLURM_BOUNDARY_OPTIONAL" in refused.stderr
+    result = user.run(outer + ["--backend", "landlock", "--", "/bin/sh", "-c",
+                               "echo $SANDBOX_BACKEND"], cwd=project)
     assert result.returncode == 0 and result.stdout.strip() == "landlock", result.stderr
 
 

@@ -54,3 +54,14 @@ def admin():
     ADMIN_FILE.unlink(missing_ok=True)
     if created_dir:
         ADMIN_DIR.rmdir()
+
+
+@pytest.fixture
+def slurm_boundary_optional(admin):
+    """The admin's word that agent profiles may run on landlock on this Slurm
+    host (SLURM_BOUNDARY_OPTIONAL=true): without it an agent launch on
+    landlock is refused here, its munge socket being reachable (issue 31,
+    launch/run.py implied_require; tests/adversarial/test_landlock_closed.py
+    proves the refusal). For the tests of agents' own behaviour on landlock;
+    when the supervisor gives landlock slurm.boundary it is no longer needed."""
+    admin("SLURM_BOUNDARY_OPTIONAL=true\n")

@@ -186,6 +186,61 @@ def test_landlock_carves_protected_paths_out_of_a_declared_writable_directory(ho
     assert landlock_rules(plan_for("landlock", policy))[str(home / "proj")] == "rw"
 
 
+def test_landlock_home_write_keeps_the_agents_guarded_files_read_only(home):
+    """Issue 31: HOME_ACCESS=write on landlock carves the protected paths of
+    the home (a profile's guarded files) out read-only, as bwrap and firejail
+    bind them; a missing one's directory is carved too, so it cannot be made."""
+    claude = home / ".claude"
+    (claude / "hooks").mkdir(parents=True)
+    (claude / "settings.json").write_text("{}")
+    (claude / "history.jsonl").write_text("")
+    (home / ".claude.json").write_text("{}")
+    policy = policy_for(home, "HOME_ACCESS=write\nPROTECTED_PATHS+=(~/.claude/settings.json "
+                              "~/.claude/hooks/ ~/.claude.json ~/.claude/agents/)\n",
+                        backend="landlock")
+    rules = landlock_rules(plan_for("landlock", policy))
+    assert str(home) not in rules and str(claude) not in rules          # carved
+    for guarded in (claude / "settings.json", claude / "hooks", home / ".claude.json"):
+        assert rules[str(guarded)] == "ro", guarded
+    assert rules[str(claude / "history.jsonl")] == "rw"
+    assert rules[str(home / "notes.txt")] == "rw" and rules[str(home / "proj")] == "rw"
+    assert not any(_is_within(p, str(claude / "agents")) for p in rules)   # missing: not made
+    assert not any(_is_within(p, str(home / ".ssh")) for p in rules)
+    _, partial, cannot = landlock_backend.guarantees(policy)
+    assert "HOME_ACCESS=write home stay" not in dict(cannot)["fs.protected"]
+
+
+def test_landlock_grants_proc_with_truncate_and_dev_shm_for_files_only(home):
+    """Issue 31: /proc with TRUNCATE (`echo 0 > /proc/self/oom_score_adj`,
+    CUDA's cuInit); with PRIVATE_IPC (the default) /dev/shm for regular files
+    only — no listing, no directories, links, sockets, fifos, nothing run."""
+    spec = marshal.loads(plan_for("landlock", policy_for(home, backend="landlock"),
+                                  abi=7).payloads["landlock"].data)
+    granted = {path: access for access, path in spec["paths"]}
+    assert granted["/proc"] == ll.READ_FILE | ll.READ_DIR | ll.WRITE_FILE | ll.TRUNCATE
+    assert granted["/dev/shm"] == (ll.READ_FILE | ll.WRITE_FILE | ll.TRUNCATE | ll.MAKE_REG
+                                   | ll.REMOVE_FILE)
+    for right in (ll.READ_DIR, ll.MAKE_DIR, ll.MAKE_SYM, ll.MAKE_SOCK, ll.MAKE_FIFO,
+                  ll.EXECUTE, ll.REFER, ll.MAKE_CHAR, ll.MAKE_BLOCK):
+        assert not granted["/dev/shm"] & right, right
+    assert spec["fs"] & ll.TRUNCATE              # handled, so the rule's right matters
+    _, _, cannot = landlock_backend.guarantees(policy_for(home, backend="landlock"))
+    assert "/dev/shm is the host's, granted for files but not listable" in \
+        dict(cannot)["ipc.isolated"]
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_metadata_confined_follows_each_backends_view(home, name):
+    provides, partial, cannot = TABLE[name].guarantees(policy_for(home, backend=name))
+    rows_ = {**{g: "yes" for g in provides}, **{g: "partial" for g, _ in partial},
+             **{g: "no" for g, _ in cannot}}
+    assert rows_["metadata.confined"] == {"bwrap": "yes", "firejail": "partial",
+                                          "landlock": "no"}[name]
+    assert rows_["metadata.confined"] == rows_["fs.write_confined"] or name == "landlock"
+    if name == "landlock":
+        assert "chmod" in dict(cannot)["metadata.confined"]
+
+
 def test_landlock_private_tmp_off_grants_the_shared_tmp(home):
     policy = policy_for(home, "PRIVATE_TMP=false\nPRIVATE_IPC=false\n", backend="landlock")
     plan = plan_for("landlock", policy)
@@ -467,6 +522,50 @@ def test_an_explicit_backend_is_probed_too():
 # ---------------------------------------------------------------- REQUIRE
 class FakeSettings:
     ALLOWED_BACKENDS = BACKENDS
+    SANDBOX_BACKEND = "landlock"        # explicit: no implied requirement
+    SLURM_BOUNDARY_OPTIONAL = False
+    JOB_ALLOW_WEAKER_BACKEND = False
+
+    def __init__(self, **changes):
+        self.__dict__.update(changes)
+
+
+SLURM_HOST = ("/usr/bin/sbatch", "/usr/bin/srun")
+
+
+@pytest.mark.parametrize("agent, requested", [(True, "landlock"), (False, "auto"),
+                                              (True, "auto")])
+def test_a_slurm_host_refuses_landlock_for_agents_and_auto(home, agent, requested):
+    """SPEC §5a: on a host with Slurm, agent profiles and auto never run
+    without slurm.boundary (landlock: the real srun escapes); the refusal
+    says why, what would give it and the admin's switch."""
+    policy = policy_for(home, backend="landlock")._replace(slurm_binaries=SLURM_HOST)
+    settings = FakeSettings(SANDBOX_BACKEND=requested)
+    plan = plan_for("landlock", policy)._replace(chosen_because="auto: bwrap probe failed")
+    assert launcher.implied_require(settings, policy, agent=agent) == ("slurm.boundary",)
+    with pytest.raises(PolicyError) as info:
+        launcher.check_required(plan, policy, settings, 7, agent=agent)
+    text = str(info.value)
+    assert info.value.reason == "requirement_unmet"
+    assert "Slurm host" in text and "slurm.boundary" in text and "munge" in text
+    assert "bwrap or firejail" in text and "SLURM_BOUNDARY_OPTIONAL=true" in text
+    assert ("--backend landlock explicitly" in text) is (not agent)
+    launcher.check_required(plan_for("bwrap", policy), policy, settings, 7, agent=agent)
+
+
+@pytest.mark.parametrize("changes, slurm, agent, job", [
+    ({}, (), True, False),                                    # no Slurm here
+    ({}, SLURM_HOST, False, False),                           # explicit --backend, plain run
+    ({"SLURM_BOUNDARY_OPTIONAL": True}, SLURM_HOST, True, False),     # the admin's word
+    ({"JOB_ALLOW_WEAKER_BACKEND": True, "SANDBOX_BACKEND": "auto"}, SLURM_HOST, False, True),
+])
+def test_landlock_without_the_boundary_runs_where_nothing_requires_it(home, changes, slurm,
+                                                                      agent, job):
+    policy = policy_for(home, backend="landlock")._replace(slurm_binaries=slurm)
+    settings = FakeSettings(**changes)
+    assert launcher.implied_require(settings, policy, agent=agent, job=job) == ()
+    launcher.check_required(plan_for("landlock", policy), policy, settings, 7, agent=agent,
+                            job=job)
 
 
 def test_require_refuses_and_names_a_backend_that_would_satisfy(home):

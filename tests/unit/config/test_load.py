@@ -530,6 +530,19 @@ def test_weaker_backends_for_jobs_can_be_allowed_by_the_admin_only(home, tmp_pat
     assert load(home, str(admin)).JOB_ALLOW_WEAKER_BACKEND is True
 
 
+def test_a_backend_without_the_slurm_boundary_is_accepted_by_the_admin_only(home, tmp_path,
+                                                                          no_admin):
+    # Issue 31: a user cannot let agents and auto run where the real srun escapes.
+    write_user(home, "SLURM_BOUNDARY_OPTIONAL=true\n")
+    settings = load(home, no_admin)
+    assert settings.SLURM_BOUNDARY_OPTIONAL is False
+    assert any(w.startswith("SLURM_BOUNDARY_OPTIONAL=true from ") for w in settings.warnings)
+    admin = tmp_path / "admin.conf"
+    admin.write_text("SLURM_BOUNDARY_OPTIONAL=true\n")
+    write_user(home, "")
+    assert load(home, str(admin)).SLURM_BOUNDARY_OPTIONAL is True
+
+
 def test_the_slurm_config_path_is_set_by_the_admin_only(home, tmp_path, no_admin):
     write_user(home, "SLURM_CONF_PATH=/home/x/slurm.conf\n")
     settings = load(home, no_admin)

@@ -175,6 +175,8 @@ def test_with_nothing_unsearched_only_late_sockets_are_left(home):
     policy = policy_for(home, READONLY_MOUNTS=("/sys",))
     why = dict(bwrap.guarantees(policy)[1])["unix_sockets.confined"]
     assert "later" in why and "without being searched" not in why
+    # Issue 31: one in the project (a writable grant, never searched) is said.
+    assert "a socket a program outside made in it" in why
 
 
 # ---------------------------------------------------------------- the config tree
