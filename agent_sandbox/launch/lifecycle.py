@@ -196,6 +196,35 @@ class AgentCopy(Service):
             agentcopy.finish(launch.copies[0])
 
 
+class AgentKeys(Service):
+    """The launcher's own placeholder keys (API key brokering) approved in
+    the agent's session copy (AGENT_KEY_APPROVAL, agents/copy.py
+    approve_keys): once the template holds this session's placeholders —
+    new at every launch, compiled or cached."""
+    name = "agent keys"
+
+    def wanted(self, launch: Launch) -> bool:
+        return (launch.agent is not None and bool(launch.copies)
+                and bool(getattr(launch.agent.profile, "key_approval", ()))
+                and launch.prepared.egress is not None)
+
+    def open(self, stack, launch: Launch) -> None:
+        from agent_sandbox.agents import copy as agentcopy
+        from agent_sandbox.services.egress import BROKERS
+
+        placeholders = []
+        for name, broker in launch.prepared.egress.brokers.items():
+            known = BROKERS.get(name)
+            if known is not None and launch.policy.env.get(known.key_var) \
+                    == broker.get("placeholder"):
+                placeholders.append(broker["placeholder"])
+        try:
+            agentcopy.approve_keys(launch.copies[0], launch.agent.profile.key_approval,
+                                   placeholders)
+        except (OSError, ValueError):
+            pass        # the agent asks, as it would without this
+
+
 class Chaperon(Service):
     """The Slurm proxy's session (chaperon.py): its directory and
     announcement FIFO made as the template names them; the process starts at
@@ -444,8 +473,8 @@ def reap_orphan(launch: Launch) -> None:
 
 AGENT_COPY = AgentCopy()
 # The services in the order they open (and the reverse of their undo).
-SERVICES = (Chaperon(), Egress(), JobShm(), Holder(), Announce(), Registry(), GitCheck(),
-            Subreaper())
+SERVICES = (Chaperon(), Egress(), AgentKeys(), JobShm(), Holder(), Announce(), Registry(),
+            GitCheck(), Subreaper())
 
 
 # ---------------------------------------------------------------- the spawn
