@@ -85,7 +85,7 @@ def test_the_declared_order():
     # this session's (issue 36).
     assert [s.name for s in lifecycle.SERVICES] == [
         "chaperon", "egress", "agent keys", "job shm", "job holder", "announce", "registry", "git check",
-        "subreaper"]
+        "home writes", "subreaper"]
     assert all(isinstance(s, Service) for s in lifecycle.SERVICES)
 
 
