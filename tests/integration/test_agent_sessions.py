@@ -125,3 +125,25 @@ def test_ctrl_z_suspends_the_session_to_the_outer_shell_and_fg_resumes_it(
         leave(term)
         term.line("echo status=$?")
         term.expect("status=0")
+
+
+def test_a_subdirectory_of_a_repository_is_warned_and_home_writes_are_named(user, project):
+    top = project / "repo"
+    user.run(["mkdir", "-p", str(top / "src")])
+    user.run(["git", "init", "-q", str(top)], timeout=30)
+    env = user.env(SANDBOX_BACKEND="bwrap", SANDBOX_QUIET="0")
+    result = user.run([INSTALLED, "run", "--", "sh", "-c",
+                       "echo a > ~/notes.txt; mkdir ~/out; echo b > ~/out/r; echo c > kept"],
+                      cwd=top / "src", env=env)
+    assert result.returncode == 0, result.stderr
+    assert f"lies inside the git repository {top}" in result.stderr
+    assert f"--project-dir {top}" in result.stderr
+    line = next(line for line in result.stderr.splitlines() if "vanished" in line)
+    assert line.startswith("agent-sandbox: 2 files the session wrote to its private home")
+    assert "~/notes.txt" in line and "~/out/r" in line and "kept" not in line
+    assert (top / "src" / "kept").exists() and not (user.home / "notes.txt").exists()
+    # With the top level as the project: no warning, git works inside.
+    result = user.run([INSTALLED, "run", "--project-dir", str(top), "--", "git", "status",
+                       "--short"], cwd=top / "src", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "git repository" not in result.stderr and "vanished" not in result.stderr
