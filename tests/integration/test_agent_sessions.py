@@ -62,21 +62,18 @@ def session_text(term: Terminal, until: str, timeout: float = 40.0) -> str:
 
 
 def leave(term: Terminal) -> str:
-    """Ctrl-C twice (Claude Code's exit: "Press Ctrl-C again to exit"); the
-    report up to the outer prompt."""
-    for attempt in range(3):
+    """Ctrl-C until Claude Code says "Press Ctrl-C again to exit" (the first
+    one closes a dialog that is open), then once more; the report up to the
+    outer prompt."""
+    for _ in range(4):
         term.send(CTRL_C)
         try:
-            term.expect("again", 5)
+            term.expect("again", 3)
         except AssertionError:
-            pass
+            continue
         term.send(CTRL_C)
-        try:
-            return session_text(term, OUTER_PS1, 20)
-        except AssertionError:
-            if attempt == 2:
-                raise
-    return ""
+        return session_text(term, OUTER_PS1, 30)
+    raise AssertionError("Claude Code did not offer to exit on Ctrl-C")
 
 
 def test_two_sessions_ask_no_key_and_no_trust_question_after_trust(user, project, home,
