@@ -491,8 +491,11 @@ class HomeWrites(Service):
             paths = vanishing(fd, policy.home, made_paths(launch.plan, policy.home))
             if paths and not policy.quiet:
                 from agent_sandbox.errors import say
+                from agent_sandbox.logfiles import clean
 
-                say(report_line(paths, policy.home, policy.project_dir))
+                # The names are the session's: escaped, so that none prints
+                # a line or a terminal escape of its choosing.
+                say(clean(report_line(paths, policy.home, policy.project_dir)))
         except OSError:
             pass
         finally:

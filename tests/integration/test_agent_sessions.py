@@ -130,13 +130,16 @@ def test_a_subdirectory_of_a_repository_is_warned_and_home_writes_are_named(user
     user.run(["git", "init", "-q", str(top)], timeout=30)
     env = user.env(SANDBOX_BACKEND="bwrap", SANDBOX_QUIET="0")
     result = user.run([INSTALLED, "run", "--", "sh", "-c",
-                       "echo a > ~/notes.txt; mkdir ~/out; echo b > ~/out/r; echo c > kept"],
+                       "echo a > ~/notes.txt; mkdir ~/out; echo b > ~/out/r; echo c > kept; "
+                       "echo > ~/\"$(printf 'e\\033]0;x\\007')\""],
                       cwd=top / "src", env=env)
     assert result.returncode == 0, result.stderr
     assert f"lies inside the git repository {top}" in result.stderr
     assert f"--project-dir {top}" in result.stderr
     line = next(line for line in result.stderr.splitlines() if "vanished" in line)
-    assert line.startswith("agent-sandbox: 2 files the session wrote to its private home")
+    # A name is the session's: its escape sequence is shown escaped.
+    assert line.startswith("agent-sandbox: 3 files the session wrote to its private home")
+    assert "\x1b" not in result.stderr and "e\\x1b]0;x\\x07" in line
     assert "~/notes.txt" in line and "~/out/r" in line and "kept" not in line
     assert (top / "src" / "kept").exists() and not (user.home / "notes.txt").exists()
     # With the top level as the project: no warning, git works inside.
