@@ -15,6 +15,7 @@ Output is polled for with a deadline (Terminal.expect), never slept for.
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -43,6 +44,13 @@ def claude_term(user, project, home, clis):
     yield open_terminal
     for term in opened:
         term.close()
+    # A launcher hung up with its session still running (a failed test)
+    # merges and removes its copy after the terminal is gone: wait for it,
+    # before the home fixture clears the records it would look for.
+    copies = home / ".local/state/agent-sandbox-run/agents"
+    deadline = time.monotonic() + 15
+    while copies.is_dir() and any(copies.iterdir()) and time.monotonic() < deadline:
+        time.sleep(0.1)     # polled for an outcome, with a deadline
 
 
 def onboarded(user, **extra) -> None:
@@ -62,18 +70,24 @@ def session_text(term: Terminal, until: str, timeout: float = 40.0) -> str:
 
 
 def leave(term: Terminal) -> str:
-    """Ctrl-C until Claude Code says "Press Ctrl-C again to exit" (the first
-    one closes a dialog that is open), then once more; the report up to the
-    outer prompt."""
-    for _ in range(4):
+    """Ctrl-C, and once Claude Code says "Press Ctrl-C again to exit", Ctrl-C
+    again (a first one may close a dialog; a second one that does not count
+    lets the hint expire: start over). Never a Ctrl-C once the session is
+    over (the relay pops the title it set): it would interrupt the
+    launcher's merge. Returns the report, up to the outer prompt."""
+    for _ in range(5):
         term.send(CTRL_C)
         try:
             term.expect("again", 3)
         except AssertionError:
             continue
         term.send(CTRL_C)
+        try:
+            term.expect(r"\x1b\[23;0t", 3)        # the relay's end: the title popped
+        except AssertionError:
+            continue
         return session_text(term, OUTER_PS1, 30)
-    raise AssertionError("Claude Code did not offer to exit on Ctrl-C")
+    raise AssertionError("Claude Code did not exit on Ctrl-C")
 
 
 def test_two_sessions_ask_no_key_and_no_trust_question_after_trust(user, project, home,
@@ -130,7 +144,8 @@ def test_a_subdirectory_of_a_repository_is_warned_and_home_writes_are_named(user
     user.run(["git", "init", "-q", str(top)], timeout=30)
     env = user.env(SANDBOX_BACKEND="bwrap", SANDBOX_QUIET="0")
     result = user.run([INSTALLED, "run", "--", "sh", "-c",
-                       "echo a > ~/notes.txt; mkdir ~/out; echo b > ~/out/r; echo c > kept; "
+                       # (a session shorter than the sandbox's start is not watched)
+                       "sleep 1; echo a > ~/notes.txt; mkdir ~/out; echo b > ~/out/r; echo c > kept; "
                        "echo > ~/\"$(printf 'e\\033]0;x\\007')\""],
                       cwd=top / "src", env=env)
     assert result.returncode == 0, result.stderr
@@ -147,3 +162,12 @@ def test_a_subdirectory_of_a_repository_is_warned_and_home_writes_are_named(user
                        "--short"], cwd=top / "src", env=env)
     assert result.returncode == 0, result.stderr
     assert "git repository" not in result.stderr and "vanished" not in result.stderr
+
+
+def test_trust_is_refused_inside_the_sandbox(user, project, home):
+    onboarded(user)
+    result = user.run([INSTALLED, "run", "--", INSTALLED, "trust", "--agent", "claude"],
+                      cwd=project, env=user.env(SANDBOX_BACKEND="bwrap"))
+    assert result.returncode != 0
+    assert "trust is refused inside the sandbox" in result.stderr
+    assert "projects" not in json.loads((home / ".claude.json").read_text())
