@@ -19,9 +19,9 @@ import time
 
 import pytest
 
-from tests.integration.test_terminal import CTRL_C, CTRL_Z, OUTER_PS1, Terminal
 from tests.support.agentmock import MockAPI
 from tests.support.install import INSTALLED
+from tests.support.terminals import CTRL_C, CTRL_Z, OUTER_PS1, Terminal
 
 KEY = "sk-ant-api03-" + "k" * 80
 PROMPT = "\u276f\u00a0"           # Claude Code's input line, ready for a prompt
