@@ -224,6 +224,29 @@ def ruleset(policy: Policy, *, landlock_abi: int, tmpdir: str | None) -> dict:
                       paths=rules(policy, tmpdir=tmpdir), ports=ports)
 
 
+def supervised(landlock_abi: int) -> bool:
+    """The supervisor runs wherever Landlock does: every kernel with Landlock
+    (5.13) has seccomp user notification (5.0), pidfd_getfd and openat2
+    (5.6); a kernel built without seccomp filters fails the helper (125)."""
+    return landlock_abi >= 1
+
+
+def supervisor_rules(policy: Policy, spec: dict, *, tmpdir: str | None) -> dict:
+    """The supervisor's rules (process/supervisor.py Rules): sockets only the
+    session's own — its chaperon directory, its egress proxy's socket, its
+    private $TMPDIR — and the project's where the sandbox may write; metadata
+    only where the ruleset grants writing."""
+    real = os.path.realpath
+    sockets = tuple(real(p) for p in (policy.chaperon_dir, tmpdir) if p)
+    writable = tuple(dict.fromkeys(real(path) for access, path in spec["paths"]
+                                   if access & ll.WRITE_FILE and isinstance(path, str)))
+    return {"sockets": sockets,
+            "socket_files": (real(policy.egress_socket),) if policy.egress_socket else (),
+            "project": real(policy.project_dir), "writable": writable,
+            "network": "isolated" if policy.network_isolated else policy.network_mode,
+            "relay_port": policy.relay_port or 0}
+
+
 def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     out = []
     if policy.home_access in ("tmpwrite", "restricted"):
@@ -284,13 +307,18 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     ours = {"landlock": Payload(data=marshal.dumps(spec))}
     if policy.seccomp:
         ours["seccomp"] = payloads["seccomp"]
+    supervise = supervisor_rules(policy, spec, tmpdir=tmpdir) \
+        if supervised(landlock_abi) and "notify" in payloads else None
+    if supervise is not None:
+        ours["notify"] = payloads["notify"]
     env = dict(policy.env)
     if tmpdir:
         env["TMPDIR"] = tmpdir
     argv = helper_argv(python=python, landlock=True, seccomp=policy.seccomp,
                        chdir=policy.workdir, new_session=True,
                        controlling_tty=context.terminal, lifeline=True, status=True,
-                       cleanup=tmpdir, keep_fds=context.keep_fds, relay=relay_args(policy))
+                       cleanup=tmpdir, keep_fds=context.keep_fds, relay=relay_args(policy),
+                       notify=supervise is not None)
     shown = list(spec["paths"])
     # A job's shared-memory directory is granted to the plan afterwards, by
     # the launcher (jobs/shm.py with_job_shm: cached plans too).
@@ -301,7 +329,8 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
                 mounts=tuple(Rule(access, path) for access, path in shown),
                 view_title="Landlock rules", status_fd="status", started="helper-exec",
                 lifeline_fd="lifeline", scratch_dirs=(tmpdir,) if tmpdir else (),
-                own_session=True, notes=notes(policy, landlock_abi=landlock_abi))
+                own_session=True, notes=notes(policy, landlock_abi=landlock_abi),
+                supervise=supervise)
 
 
 def find(path_env: str | None = None, python: str | None = None) -> str | None:

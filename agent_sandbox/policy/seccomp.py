@@ -230,3 +230,67 @@ def compile_filter(denied: Sequence[str]) -> bytes:
     if not bpf or len(bpf) % 8:
         raise RuntimeError(f"libseccomp produced an invalid BPF program ({len(bpf)} bytes)")
     return bpf
+
+
+# ------------------------------------------------------ the supervisor's filter
+#: Calls the landlock supervisor decides (SPEC §5a, docs/supervisor.md):
+#: Landlock judges neither connect() on unix sockets nor metadata changes.
+#: sendto is watched only with a destination (arg 4 not NULL): a send on a
+#: connected socket goes to a peer its connect() was checked for.
+SUPERVISED_CONNECT: tuple[str, ...] = ("connect", "sendto")
+SUPERVISED_METADATA: tuple[str, ...] = (
+    "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat",
+    "utime", "utimes", "futimesat", "utimensat",
+    "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+)
+#: x86_64/aarch64 generic numbers libseccomp 2.5.4 may not name: fchmodat2
+#: (6.6) is supervised; setxattrat/removexattrat (6.13) and file_setattr
+#: (6.17) are refused outright (EACCES): nothing needs them yet.
+FCHMODAT2 = 452
+REFUSED_BY_NUMBER: tuple[int, ...] = (463, 466, 469)
+
+
+def compile_notify_filter() -> bytes:
+    """The user-notification filter the landlock helper loads with
+    SECCOMP_FILTER_FLAG_NEW_LISTENER (its listener goes to the supervisor):
+    the supervised calls notify on the native ABI; on the compat ABIs (where
+    socketcall(2) would hide the address) they, socketcall and the calls
+    refused by number answer EACCES. Every other call is allowed in the
+    kernel without a round trip (the supervisor costs nothing there)."""
+    import pyseccomp
+
+    notify = pyseccomp.NOTIFY
+    refuse = pyseccomp.ERRNO(errno.EACCES)
+    names = SUPERVISED_CONNECT + SUPERVISED_METADATA
+
+    def one(arch, action):
+        f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        if arch != pyseccomp.Arch.NATIVE:
+            f.add_arch(arch)
+            f.remove_arch(pyseccomp.Arch.NATIVE)
+        for name in names + ("socketcall",):
+            if pyseccomp.resolve_syscall(arch, name) < 0:
+                continue
+            act = refuse if name == "socketcall" else action
+            if name == "sendto":
+                f.add_rule(act, name, pyseccomp.Arg(4, pyseccomp.NE, 0))
+            else:
+                f.add_rule(act, name)
+        if arch == pyseccomp.Arch.NATIVE and pyseccomp.system_arch() in (
+                pyseccomp.Arch.X86_64, pyseccomp.Arch.AARCH64):
+            f.add_rule(action, FCHMODAT2)
+            for number in REFUSED_BY_NUMBER:
+                f.add_rule(refuse, number)
+        return f
+
+    f = one(pyseccomp.Arch.NATIVE, notify)
+    for arch, required in _arches(pyseccomp):
+        try:
+            f.merge(one(arch, refuse))
+        except OSError:
+            if required:
+                raise
+    bpf = _export(f)
+    if not bpf or len(bpf) % 8:
+        raise RuntimeError(f"libseccomp produced an invalid BPF program ({len(bpf)} bytes)")
+    return bpf
