@@ -85,24 +85,35 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
     g.no("ipc.isolated", "no IPC namespace: SysV IPC is shared with the host"
          + ("" if policy.private_ipc else "; /dev/shm is shared (PRIVATE_IPC=false)"))
     g.no("passwd.filtered", "the host's /etc/passwd and NSS services answer")
-    g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
-                           "connecting to unix sockets)")
-    g.no("unix_sockets.confined", "Landlock does not restrict connect() on pathname unix "
-                                  "sockets: every socket you can reach outside is reachable "
-                                  "(tmux, ssh-agent, D-Bus, the resolver's; the supervisor of "
-                                  "SPEC §5a is not built)")
+    if supervised(landlock_abi):
+        # The supervisor (SPEC §5a, process/supervisor.py) decides connect()
+        # and the metadata calls: only the session's own sockets, never munge's.
+        for name in ("slurm.boundary", "unix_sockets.confined", "metadata.confined"):
+            g.yes(name)
+    else:
+        g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
+                               "connecting to unix sockets; no supervisor on this kernel)")
+        g.no("unix_sockets.confined", "Landlock does not restrict connect() on pathname unix "
+                                      "sockets and this kernel has no Landlock for the "
+                                      "supervisor to run beside")
+        g.no("metadata.confined", "Landlock does not restrict chmod/chown/utime/xattrs and "
+                                  "the supervisor cannot run on this kernel")
     scoping(g, landlock_abi)
-    egress(g, policy)
+    egress(g, policy, supervised=supervised(landlock_abi))
     self_protection(g, policy)
     fd_hygiene(g, keep_fds)
     return g.split()
 
 
-def egress(g: Guarantees, policy: Policy) -> None:
+def egress(g: Guarantees, policy: Policy, *, supervised: bool = False) -> None:
     """net.egress_filtered: a Landlock TCP rule names a port, not an address,
-    and UDP is not restricted at all, so at most partial."""
+    and UDP is not restricted at all, so at most partial — unless the
+    supervisor judges every connect() (TCP only to the relay on the loopback)
+    and its filter refuses every inet socket but TCP's."""
     mode = policy.network_mode
-    if mode == "allowlist":
+    if supervised and (mode == "allowlist" or policy.network_isolated):
+        g.yes("net.egress_filtered")
+    elif mode == "allowlist":
         g.partial("net.egress_filtered", "Landlock lets TCP connect only to the relay's port, "
                   "but to that port on any host; UDP (DNS included) and other protocols are "
                   "not restricted, nor connect() to the resolver's and nscd's sockets in /run "
@@ -263,11 +274,19 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     if policy.private_tmp:
         out.append("PRIVATE_TMP: /tmp is the host's and not accessible; $TMPDIR is a fresh "
                    "per-session directory, removed at exit")
-    if policy.network_mode == "allowlist" and not policy.network_isolated:
+    if supervised(landlock_abi) and (policy.network_mode == "allowlist"
+                                     or policy.network_isolated):
+        out.append("NETWORK_MODE=isolated: the supervisor refuses every inet connect()"
+                   if policy.network_isolated else
+                   "NETWORK_MODE=allowlist: the supervisor lets TCP connect only to the "
+                   "relay on the loopback (no API key brokering: the relay listens on the "
+                   "host's loopback)")
+        out[-1] += "; UDP, DNS and every inet socket but TCP's are refused"
+    elif policy.network_mode == "allowlist" and not policy.network_isolated:
         out.append("NETWORK_MODE=allowlist: partial — TCP only to the relay's port (on any "
                    "host); UDP, DNS and other protocols are not restricted; no API key "
                    "brokering (the relay listens on the host's loopback)")
-    if policy.network_isolated:
+    elif policy.network_isolated:
         out.append("NETWORK_MODE=isolated: partial — Landlock denies TCP bind and connect; "
                    "UDP and other protocols are not restricted")
     return tuple(out)
@@ -275,7 +294,7 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
 
 def network_refusal(policy: Policy, *, landlock_abi: int) -> str | None:
     mode = "isolated" if policy.network_isolated else policy.network_mode
-    if mode == "allowlist" and not policy.landlock_partial:
+    if mode == "allowlist" and not policy.landlock_partial and not supervised(landlock_abi):
         return ("NETWORK_MODE=allowlist cannot be enforced on the landlock backend: a "
                 "Landlock TCP rule names a port, not an address, so any host on the proxy's "
                 "port stays reachable, and UDP and DNS stay open (the site admin may accept "

@@ -70,20 +70,21 @@ def seccomp_payload(policy, home: str):
     return Payload(data=data), denied
 
 
-def notify_payload(home: str):
+def notify_payload(home: str, restrict_inet: bool = False):
     """The landlock supervisor's user-notification filter (process/supervisor.py),
     cached beside the deny list's (the same for every policy)."""
     from agent_sandbox.backends.base import Payload
     from agent_sandbox.paths import state_dir
     from agent_sandbox.config.load import load_cache, store_cache
 
-    inputs = (__version__, os.uname().machine, "notify")
-    path = os.path.join(state_dir(home), "cache", "seccomp-notify.marshal")
+    inputs = (__version__, os.uname().machine, "notify", restrict_inet)
+    path = os.path.join(state_dir(home), "cache",
+                        f"seccomp-notify{'-inet' if restrict_inet else ''}.marshal")
     data = load_cache(path, inputs)
     if not isinstance(data, bytes) or not data or len(data) % 8:
         from agent_sandbox.policy.seccomp import compile_notify_filter
 
-        data = compile_notify_filter()
+        data = compile_notify_filter(restrict_inet)
         store_cache(path, inputs, data)
     return Payload(data=data)
 
@@ -101,7 +102,8 @@ def base_payloads(policy, backend: str, *, seccomp=None) -> tuple[dict, tuple[st
         payloads["seccomp"], denied = (seccomp or seccomp_payload)(policy, policy.home)
     if not traits(backend).mount_namespace:
         # No mount view: the supervisor decides sockets and metadata (SPEC §5a).
-        payloads["notify"] = notify_payload(policy.home)
+        payloads["notify"] = notify_payload(
+            policy.home, policy.network_isolated or policy.network_mode == "allowlist")
     if policy.filter_passwd and traits(backend).generated_files:
         payloads.update(identity_payloads(policy))
     return payloads, denied

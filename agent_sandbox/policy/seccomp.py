@@ -250,13 +250,23 @@ FCHMODAT2 = 452
 REFUSED_BY_NUMBER: tuple[int, ...] = (463, 466, 469)
 
 
-def compile_notify_filter() -> bytes:
+#: With NETWORK_MODE=allowlist or isolated: the only inet sockets are TCP's
+#: (every connect of which the supervisor judges), and no TCP Fast Open
+#: through sendmsg (its address is in memory, not in a register).
+INET_FAMILIES = (2, 10)                     # AF_INET, AF_INET6
+NON_STREAM_TYPES = (2, 3, 4, 5, 6, 10)      # DGRAM, RAW, RDM, SEQPACKET, DCCP, PACKET
+MSG_FASTOPEN = 0x20000000
+
+
+def compile_notify_filter(restrict_inet: bool = False) -> bytes:
     """The user-notification filter the landlock helper loads with
     SECCOMP_FILTER_FLAG_NEW_LISTENER (its listener goes to the supervisor):
     the supervised calls notify on the native ABI; on the compat ABIs (where
     socketcall(2) would hide the address) they, socketcall and the calls
-    refused by number answer EACCES. Every other call is allowed in the
-    kernel without a round trip (the supervisor costs nothing there)."""
+    refused by number answer EACCES. `restrict_inet` (allowlist, isolated):
+    inet sockets other than TCP's and sendmsg with MSG_FASTOPEN answer
+    EACCES on every ABI. Every other call is allowed in the kernel without a
+    round trip (the supervisor costs nothing there)."""
     import pyseccomp
 
     notify = pyseccomp.NOTIFY
@@ -276,6 +286,15 @@ def compile_notify_filter() -> bytes:
                 f.add_rule(act, name, pyseccomp.Arg(4, pyseccomp.NE, 0))
             else:
                 f.add_rule(act, name)
+        if restrict_inet:
+            for family in INET_FAMILIES:
+                for kind in NON_STREAM_TYPES:
+                    f.add_rule(refuse, "socket", pyseccomp.Arg(0, pyseccomp.EQ, family),
+                               pyseccomp.Arg(1, pyseccomp.MASKED_EQ, 0xF, kind))
+            for name, position in (("sendmsg", 2), ("sendmmsg", 3)):
+                if pyseccomp.resolve_syscall(arch, name) >= 0:
+                    f.add_rule(refuse, name, pyseccomp.Arg(position, pyseccomp.MASKED_EQ,
+                                                           MSG_FASTOPEN, MSG_FASTOPEN))
         if arch == pyseccomp.Arch.NATIVE and pyseccomp.system_arch() in (
                 pyseccomp.Arch.X86_64, pyseccomp.Arch.AARCH64):
             f.add_rule(action, FCHMODAT2)

@@ -1,0 +1,199 @@
+"""The calls Landlock cannot judge (issue 31 item 1, SPEC §5a,
+docs/supervisor.md), attacked as the unprivileged user on every backend —
+landlock by its supervisor, bwrap and firejail by their mount views:
+
+- a unix socket the user runs outside (tmux, ssh-agent, the D-Bus bus) is
+  unreachable in a writable home, also with NETWORK_MODE=isolated; another
+  session's egress proxy socket; the munge socket; the real /usr/bin/srun
+  runs nothing unsandboxed;
+- chmod/chown/utime/setxattr on hidden and read-only paths are refused while
+  they work in the project;
+- a thread swapping the path buffer while connect() waits for the verdict
+  never reaches the outside socket;
+- killing the launcher (whose thread is the supervisor) kills the sandbox.
+All of these failed on landlock before the supervisor.
+"""
+from __future__ import annotations
+
+import os
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from tests.support.launcher import kill_launcher_when_ready
+from tests.support.install import INSTALLED
+from tests.support.sockets import Server, attack
+
+BACKENDS = ("bwrap", "firejail", "landlock")
+
+
+@pytest.mark.parametrize("network", ["open", "isolated"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_socket_the_user_runs_outside_is_unreachable(user, project, backend, network):
+    """tmux's socket in a writable home: the attack of the issue."""
+    server = Server(user, user.home / ".cache" / "tmux" / f"t{uuid.uuid4().hex[:6]}")
+    try:
+        out = attack(user, project, server.path, backend, HOME_ACCESS="write",
+                     NETWORK_MODE=network)
+        assert out.startswith("refused"), out
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_another_sessions_egress_socket_is_unreachable(user, project, backend):
+    from agent_sandbox.services.chaperon import session_parent
+
+    other = os.path.join(session_parent(str(user.home)), f"egress-{uuid.uuid4().hex[:12]}")
+    server = Server(user, __import__("pathlib").Path(other) / "proxy.sock")
+    try:
+        out = attack(user, project, server.path, backend)
+        assert out.startswith("refused"), out
+    finally:
+        server.close()
+        os.rmdir(other)
+
+
+SRUN = textwrap.dedent("""\
+    import socket, subprocess, sys
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect('/run/munge/munge.socket.2'); print('munge reached')
+    except OSError as exc:
+        print('munge refused', type(exc).__name__)
+    try:
+        r = subprocess.run(['/usr/bin/srun', '-N1', '-t1', '/bin/grep', 'NoNewPrivs',
+                            '/proc/self/status'], capture_output=True, text=True, timeout=40)
+        print('srun', r.returncode, r.stdout.strip().replace('\\t', ' '))
+    except OSError as exc:
+        print('srun refused', type(exc).__name__)
+    """)
+
+
+@pytest.mark.parametrize("backend", ("bwrap", "landlock"))
+def test_munge_is_unreachable_and_the_real_srun_runs_nothing_unsandboxed(
+        user, project, backend, slurm_cluster):
+    assert os.path.exists("/run/munge/munge.socket.2"), "munged is not running"
+    result = user.sandbox("/usr/bin/python3", "-c", SRUN, options=("--backend", backend),
+                          cwd=project, env=user.env(), timeout=90)
+    assert result.returncode == 0, result.stderr
+    assert "munge refused" in result.stdout, result.stdout
+    # bwrap: /usr/bin/srun is the stub (a sandboxed job); landlock: refused.
+    assert "NoNewPrivs: 0" not in result.stdout, result.stdout
+
+
+METADATA = textwrap.dedent("""\
+    import os, sys
+    def attempt(what, call):
+        try:
+            call(); print(what + '|done')
+        except OSError as exc:
+            print(what + '|refused ' + str(exc.errno))
+    for label, path in (('hidden', sys.argv[1]), ('readonly', sys.argv[2]), ('project', 'mine')):
+        if label == 'project':
+            open(path, 'w').close()
+        attempt(label + ' chmod', lambda: os.chmod(path, 0o666))
+        attempt(label + ' chown', lambda: os.chown(path, os.getuid(), os.getgid()))
+        attempt(label + ' utime', lambda: os.utime(path, (1, 1)))
+        attempt(label + ' setxattr', lambda: os.setxattr(path, 'user.planted', b'1'))
+        if label == 'project':
+            fd = os.open(path, os.O_RDONLY)
+            attempt('project fchmod', lambda: os.fchmod(fd, 0o600))
+    fd = os.open(sys.argv[2], os.O_RDONLY)
+    attempt('readonly fchmod', lambda: os.fchmod(fd, 0o666))
+    attempt('readonly fchown', lambda: os.fchown(fd, os.getuid(), os.getgid()))
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_metadata_outside_the_writable_paths_is_refused(user, project, backend):
+    key = user.home / ".ssh" / "id_rsa"               # hidden in every sandbox
+    bashrc = user.home / ".bashrc"                    # read-only with HOME_ACCESS=read
+    before = {p: (p.stat().st_mode, p.stat().st_mtime) for p in (key, bashrc)}
+    result = user.sandbox("/usr/bin/python3", "-c", METADATA, str(key), str(bashrc),
+                          options=("--backend", backend), cwd=project,
+                          env=user.env(HOME_ACCESS="read"))
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split("|") for line in result.stdout.splitlines())
+    assert len(lines) == 15, result.stdout
+    for what, outcome in lines.items():
+        if what.startswith("project"):
+            assert outcome == "done", result.stdout
+        elif what.startswith("hidden"):
+            assert outcome != "done", result.stdout
+    # The real files are untouched (firejail's read-only home may show a copy,
+    # whose metadata the sandbox may change: the host's file keeps its own).
+    assert {p: (p.stat().st_mode, p.stat().st_mtime) for p in (key, bashrc)} == before
+    assert all("user.planted" not in os.listxattr(p) for p in (key, bashrc))
+    assert (project / "mine").stat().st_mode & 0o777 == 0o600
+
+
+RACE = textwrap.dedent("""\
+    import ctypes, os, socket, struct, sys, threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    mine = socket.socket(socket.AF_UNIX); mine.bind('own.sock'); mine.listen(4096)
+    good = struct.pack('=H', socket.AF_UNIX) + b'own.sock'.ljust(106, b'\\0')
+    bad = struct.pack('=H', socket.AF_UNIX) + sys.argv[1].encode().ljust(106, b'\\0')
+    address = ctypes.create_string_buffer(good, 110)
+    stop = False
+    def swap():
+        while not stop:
+            ctypes.memmove(address, bad, 110); ctypes.memmove(address, good, 110)
+    threading.Thread(target=swap, daemon=True).start()
+    reached = 0
+    for _ in range(400):
+        s = socket.socket(socket.AF_UNIX)
+        if libc.connect(s.fileno(), address, 110) == 0:
+            s.settimeout(0.5)
+            try:
+                s.sendall(b'x')
+                if s.recv(20) == b'RAN-OUTSIDE':
+                    reached += 1
+            except OSError:
+                pass
+        s.close()
+    stop = True
+    print('reached', reached)
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_thread_swapping_the_path_gains_nothing(user, project, backend):
+    server = Server(user, user.home / ".cache" / "race" / f"t{uuid.uuid4().hex[:6]}")
+    try:
+        result = user.sandbox("/usr/bin/python3", "-c", RACE, str(server.path),
+                              options=("--backend", backend), cwd=project,
+                              env=user.env(HOME_ACCESS="write"), timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "reached 0", result.stdout
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_killing_the_supervisor_kills_the_sandbox(user, project, backend):
+    """On landlock the supervisor is a thread of the launcher: SIGKILL it and
+    nothing of the sandbox may go on (unsupervised)."""
+    marker = f"supervised-{uuid.uuid4().hex[:8]}"
+    ready = project / "ready"
+    argv = [INSTALLED, "run", "--backend", backend, "--", "/bin/sh", "-c",
+            f"touch ready; exec -a {marker} /bin/sleep 60"]
+    kill_launcher_when_ready(user, project, argv, ready, user.env())
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [pid for pid in os.listdir("/proc") if pid.isdigit()
+                and _cmdline(pid).startswith(marker)]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left, f"sandboxed processes outlived the supervisor: {left}"
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().split(b"\0")[0].decode("utf-8", "replace")
+    except OSError:
+        return ""
