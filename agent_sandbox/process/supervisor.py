@@ -309,6 +309,30 @@ class Supervisor:
         self.names = syscall_names()
         self.launcher = launcher or os.getpid()
         self.handled = 0
+        import queue
+
+        self.jobs = queue.SimpleQueue()
+        self.idle = 0
+        self.lock = threading.Lock()
+
+    def _work(self) -> None:
+        while True:
+            job = self.jobs.get()
+            self.answer(*job)
+            with self.lock:
+                self.idle += 1
+
+    def _dispatch(self, job) -> None:
+        """To a waiting worker, or a new one: a call that may block (a full
+        backlog, a TCP handshake) never holds up the loop or another call."""
+        with self.lock:
+            spare = self.idle > 0
+            if spare:
+                self.idle -= 1
+        if not spare:
+            threading.Thread(target=self._work, daemon=True,
+                             name="agent-sandbox-supervisor-call").start()
+        self.jobs.put(job)
 
     # -- the loop
     def serve(self) -> None:
@@ -334,9 +358,7 @@ class Supervisor:
             notif_id, tid, _flags, nr, _arch, _ip, *args = NOTIF.unpack(buffer)
             name = self.names.get(nr)
             if name in ("connect", "sendto"):
-                # May block (a full backlog, a TCP handshake): off the loop.
-                threading.Thread(target=self.answer, args=(notif_id, tid, name, args),
-                                 daemon=True).start()
+                self._dispatch((notif_id, tid, name, args))   # may block: off the loop
             else:
                 self.answer(notif_id, tid, name, args)
 
