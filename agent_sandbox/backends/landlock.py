@@ -66,7 +66,11 @@ def scratch_tmp(policy: Policy) -> str:
     return f"/tmp/agent-sandbox.tmp-{policy.uid}-{policy.session_id}"
 
 
-def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
+def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=(), supervisor=None):
+    """`supervisor`: whether the plan runs the supervisor (None: wherever it
+    can run, as doctor and the report ask)."""
+    if supervisor is None:
+        supervisor = supervised(landlock_abi)
     g = Guarantees()
     g.no("fs.hidden", "Landlock leaves hidden paths out of its allow-list: they answer "
                       "EACCES, and their names stay visible")
@@ -85,21 +89,20 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
     g.no("ipc.isolated", "no IPC namespace: SysV IPC is shared with the host"
          + ("" if policy.private_ipc else "; /dev/shm is shared (PRIVATE_IPC=false)"))
     g.no("passwd.filtered", "the host's /etc/passwd and NSS services answer")
-    if supervised(landlock_abi):
+    if supervisor:
         # The supervisor (SPEC §5a, process/supervisor.py) decides connect()
         # and the metadata calls: only the session's own sockets, never munge's.
         for name in ("slurm.boundary", "unix_sockets.confined", "metadata.confined"):
             g.yes(name)
     else:
         g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
-                               "connecting to unix sockets; no supervisor on this kernel)")
+                               "connecting to unix sockets) and no supervisor runs")
         g.no("unix_sockets.confined", "Landlock does not restrict connect() on pathname unix "
-                                      "sockets and this kernel has no Landlock for the "
-                                      "supervisor to run beside")
+                                      "sockets and no supervisor runs (SPEC §5a)")
         g.no("metadata.confined", "Landlock does not restrict chmod/chown/utime/xattrs and "
-                                  "the supervisor cannot run on this kernel")
+                                  "no supervisor runs (SPEC §5a)")
     scoping(g, landlock_abi)
-    egress(g, policy, supervised=supervised(landlock_abi))
+    egress(g, policy, supervised=supervisor)
     self_protection(g, policy)
     fd_hygiene(g, keep_fds)
     return g.split()
@@ -258,7 +261,9 @@ def supervisor_rules(policy: Policy, spec: dict, *, tmpdir: str | None) -> dict:
             "relay_port": policy.relay_port or 0}
 
 
-def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
+def notes(policy: Policy, *, landlock_abi: int, supervisor=None) -> tuple[str, ...]:
+    if supervisor is None:
+        supervisor = supervised(landlock_abi)
     out = []
     if policy.home_access in ("tmpwrite", "restricted"):
         out.append(f"HOME_ACCESS={policy.home_access}: no tmpfs home without a mount "
@@ -274,7 +279,7 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     if policy.private_tmp:
         out.append("PRIVATE_TMP: /tmp is the host's and not accessible; $TMPDIR is a fresh "
                    "per-session directory, removed at exit")
-    if supervised(landlock_abi) and (policy.network_mode == "allowlist"
+    if supervisor and (policy.network_mode == "allowlist"
                                      or policy.network_isolated):
         out.append("NETWORK_MODE=isolated: the supervisor refuses every inet connect()"
                    if policy.network_isolated else
@@ -330,6 +335,10 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
         if supervised(landlock_abi) and "notify" in payloads else None
     if supervise is not None:
         ours["notify"] = payloads["notify"]
+    elif policy.network_mode == "allowlist" and not policy.landlock_partial:
+        raise PolicyError("NETWORK_MODE=allowlist needs the landlock supervisor, which this "
+                          "plan lacks — use --backend bwrap or firejail, or set "
+                          "NETWORK_MODE=open.", reason="network_unavailable")
     env = dict(policy.env)
     if tmpdir:
         env["TMPDIR"] = tmpdir
@@ -342,13 +351,15 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     # A job's shared-memory directory is granted to the plan afterwards, by
     # the launcher (jobs/shm.py with_job_shm: cached plans too).
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
-                                           keep_fds=context.keep_fds)
+                                           keep_fds=context.keep_fds,
+                                           supervisor=supervise is not None)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,
                 mounts=tuple(Rule(access, path) for access, path in shown),
                 view_title="Landlock rules", status_fd="status", started="helper-exec",
                 lifeline_fd="lifeline", scratch_dirs=(tmpdir,) if tmpdir else (),
-                own_session=True, notes=notes(policy, landlock_abi=landlock_abi),
+                own_session=True, notes=notes(policy, landlock_abi=landlock_abi,
+                                                    supervisor=supervise is not None),
                 supervise=supervise)
 
 

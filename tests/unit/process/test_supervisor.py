@@ -1,0 +1,104 @@
+"""The landlock supervisor's pure parts (process/supervisor.py Rules, the
+plan's rules and guarantee rows, the notify filter) — the attacks on the
+running supervisor are tests/adversarial/test_landlock_supervisor.py."""
+from __future__ import annotations
+
+import errno
+import marshal
+import struct
+
+import pytest
+
+from agent_sandbox.backends import landlock as landlock_backend
+from agent_sandbox.backends.base import Payload, PlanContext
+from agent_sandbox.process.supervisor import AF_INET, AF_INET6, SOCK_STREAM, Rules
+from tests.support.plans import PLAN_HOME, SECCOMP, policy_for
+
+pytestmark = pytest.mark.home(**PLAN_HOME)     # the `home` fixture's layout
+
+RULES = Rules({"sockets": ("/h/.local/state/run/chaperon-1", "/tmp/agent-sandbox.tmp-1"),
+               "socket_files": ("/h/.local/state/run/egress-1/proxy.sock",),
+               "project": "/h/proj", "writable": ("/h/proj", "/h/.cache/tool"),
+               "network": "allowlist", "relay_port": 41234})
+
+
+def test_only_the_sessions_own_sockets_are_connectable():
+    assert RULES.may_connect("/h/.local/state/run/chaperon-1/stub.sock")
+    assert RULES.may_connect("/h/.local/state/run/egress-1/proxy.sock")
+    assert RULES.may_connect("/tmp/agent-sandbox.tmp-1/tmux-1/default")
+    assert RULES.may_connect("/h/proj/.devserver.sock")
+    # Merely writable is not enough (a tmux socket in a writable tree).
+    assert not RULES.may_connect("/h/.cache/tool/tmux.sock")
+    assert not RULES.may_connect("/h/.local/state/run/egress-2/proxy.sock")
+    assert not RULES.may_connect("/h/.local/state/run/chaperon-10/stub.sock")
+    assert not RULES.may_connect("/run/user/1000/bus")
+
+
+def test_munge_and_slurms_auth_sockets_never():
+    rules = Rules({"sockets": ("/run",), "project": "/", "writable": ("/",)})
+    for path in ("/run/munge/munge.socket.2", "/run/slurm/sack.socket",
+                 "/run/slurmctld/sack.socket", "/var/run/munge/munge.socket.2"):
+        assert not rules.may_connect(path), path
+
+
+def test_metadata_only_beneath_a_writable_grant():
+    assert RULES.may_write("/h/proj/a/b") and RULES.may_write("/h/.cache/tool")
+    assert not RULES.may_write("/h/projection") and not RULES.may_write("/h/.ssh/id_rsa")
+
+
+def test_allowlist_lets_tcp_reach_only_the_relay_on_the_loopback():
+    relay4 = struct.pack("=H", AF_INET) + struct.pack("!H4s", 41234, b"\x7f\0\0\x01") + bytes(8)
+    other4 = struct.pack("=H", AF_INET) + struct.pack("!H4s", 41234, b"\x08\x08\x08\x08") + bytes(8)
+    relay6 = struct.pack("=H", AF_INET6) + struct.pack("!H", 41234) + bytes(4) \
+        + bytes(15) + b"\x01" + bytes(4)
+    assert RULES.may_inet(AF_INET, relay4, SOCK_STREAM)
+    assert RULES.may_inet(AF_INET6, relay6, SOCK_STREAM)
+    assert not RULES.may_inet(AF_INET, other4, SOCK_STREAM)
+    assert not RULES.may_inet(AF_INET, relay4, 2)                    # UDP
+    isolated = Rules({"network": "isolated", "relay_port": 41234})
+    assert not isolated.may_inet(AF_INET, relay4, SOCK_STREAM)
+    assert Rules({"network": "open"}).may_inet(AF_INET, other4, 2)
+
+
+
+
+def _supervised_plan(home, text=""):
+    policy = policy_for(home, text, backend="landlock")
+    payloads = {"seccomp": SECCOMP, "marker": Payload(data=b"m"),
+                "notify": Payload(data=b"\0" * 8)}
+    return policy, landlock_backend.plan(policy, ["claude"], payloads,
+                                         context=PlanContext("/usr/bin/python3", landlock_abi=7))
+
+
+def test_the_supervised_plan(home):
+    policy, plan = _supervised_plan(home)
+    argv = [a if isinstance(a, str) else f"<{a.name}>" for a in plan.argv]
+    at = argv.index("--notify")
+    assert argv[at + 1:at + 3] == ["<notify>", "<supervise>"]
+    assert "notify" in plan.payloads and plan.supervise is not None
+    for row in ("slurm.boundary", "unix_sockets.confined"):
+        assert row in plan.provides, plan.cannot
+    spec = marshal.loads(plan.payloads["landlock"].data)
+    writable = {path for access, path in spec["paths"] if access & 2}
+    assert set(plan.supervise["writable"]) <= writable | {p for p in writable}
+    assert plan.supervise["project"] == policy.project_dir
+
+
+def test_allowlist_is_held_where_the_supervisor_runs(home):
+    _, plan = _supervised_plan(home, "NETWORK_MODE=isolated\n")
+    assert "net.egress_filtered" in plan.provides
+    assert plan.supervise["network"] == "isolated"
+
+
+def test_without_the_supervisor_the_rows_say_no(home):
+    policy = policy_for(home, backend="landlock")
+    _, _, cannot = landlock_backend.guarantees(policy, landlock_abi=7, supervisor=False)
+    assert {"slurm.boundary", "unix_sockets.confined"} <= dict(cannot).keys()
+
+
+def test_the_notify_filter_refuses_udp_only_in_restricted_modes():
+    from agent_sandbox.policy.seccomp import compile_notify_filter
+
+    open_filter, restricted = compile_notify_filter(False), compile_notify_filter(True)
+    assert len(open_filter) % 8 == 0 and len(restricted) > len(open_filter)
+    assert errno.EACCES.to_bytes(2, "little") in restricted
