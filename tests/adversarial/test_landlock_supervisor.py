@@ -111,6 +111,9 @@ METADATA = textwrap.dedent("""\
 def test_metadata_outside_the_writable_paths_is_refused(user, project, backend):
     key = user.home / ".ssh" / "id_rsa"               # hidden in every sandbox
     bashrc = user.home / ".bashrc"                    # read-only with HOME_ACCESS=read
+    for path in (key, bashrc):          # left by a run on code without the supervisor
+        if "user.planted" in os.listxattr(path):
+            os.removexattr(path, "user.planted")
     before = {p: (p.stat().st_mode, p.stat().st_mtime) for p in (key, bashrc)}
     result = user.sandbox("/usr/bin/python3", "-c", METADATA, str(key), str(bashrc),
                           options=("--backend", backend), cwd=project,
@@ -133,7 +136,7 @@ def test_metadata_outside_the_writable_paths_is_refused(user, project, backend):
 RACE = textwrap.dedent("""\
     import ctypes, os, socket, struct, sys, threading
     libc = ctypes.CDLL(None, use_errno=True)
-    mine = socket.socket(socket.AF_UNIX); mine.bind('own.sock'); mine.listen(4096)
+    mine = socket.socket(socket.AF_UNIX); mine.bind('own.sock'); mine.listen(512)
     good = struct.pack('=H', socket.AF_UNIX) + b'own.sock'.ljust(106, b'\\0')
     bad = struct.pack('=H', socket.AF_UNIX) + sys.argv[1].encode().ljust(106, b'\\0')
     address = ctypes.create_string_buffer(good, 110)
@@ -146,13 +149,9 @@ RACE = textwrap.dedent("""\
     for _ in range(400):
         s = socket.socket(socket.AF_UNIX)
         if libc.connect(s.fileno(), address, 110) == 0:
-            s.settimeout(0.5)
-            try:
-                s.sendall(b'x')
-                if s.recv(20) == b'RAN-OUTSIDE':
-                    reached += 1
-            except OSError:
-                pass
+            # The listener's name: ours, or the outside server's.
+            if s.getpeername() != 'own.sock':
+                reached += 1
         s.close()
     stop = True
     print('reached', reached)
