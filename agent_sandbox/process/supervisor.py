@@ -115,9 +115,13 @@ class Rules:
     def may_write(self, real: str) -> bool:
         return any(_within(real, root) for root in self.writable)
 
+    @staticmethod
+    def never(real: str) -> bool:
+        return any(_within(real, root) for root in NEVER) or real.endswith("/sack.socket") \
+            or os.path.basename(real).startswith("munge")
+
     def may_connect(self, real: str) -> bool:
-        if any(_within(real, root) for root in NEVER) or real.endswith("/sack.socket") \
-                or os.path.basename(real).startswith("munge"):
+        if self.never(real):
             return False
         if real in self.socket_files or any(_within(real, r) for r in self.sockets):
             return True
@@ -301,6 +305,69 @@ def _sockaddr_un(path: bytes) -> bytes:
     return struct.pack("=H", AF_UNIX) + path + b"\0"
 
 
+def sandbox_members(launcher: int) -> list[int]:
+    """The live descendants of `launcher` under the sandbox's restrictions
+    (no_new_privs, as process/reap.py tells them; never reaps anything: the
+    launcher's main thread waits for its children)."""
+    parents: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat", "rb") as handle:
+                    parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(parent, []).append(int(name))
+    found, todo = [], list(parents.get(launcher, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(parents.get(pid, []))
+        try:
+            with open(f"/proc/{pid}/status", "rb") as handle:
+                if any(line.split() == [b"NoNewPrivs:", b"1"] for line in handle):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
+def bound_sockets(dev: int, ino: int) -> list[int]:
+    """The inodes of the unix sockets bound to the socket file (dev, ino),
+    from the kernel (sock_diag, UDIAG_SHOW_VFS)."""
+    import socket
+
+    nlmsg = struct.Struct("=IHHII")
+    request = struct.pack("=BBHIIIII", AF_UNIX, 0, 0, 0xFFFFFFFF, 0, 0x2, 0xFFFFFFFF,
+                          0xFFFFFFFF)
+    header = nlmsg.pack(nlmsg.size + len(request), 20, 0x301, 1, 0)  # SOCK_DIAG_BY_FAMILY, DUMP
+    found = []
+    with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4) as diag:  # NETLINK_SOCK_DIAG
+        diag.sendall(header + request)
+        while True:
+            data = diag.recv(1 << 16)
+            offset = 0
+            while offset + nlmsg.size <= len(data):
+                length, kind = nlmsg.unpack_from(data, offset)[:2]
+                if kind in (3, 2):                                 # NLMSG_DONE, NLMSG_ERROR
+                    return found
+                body = data[offset + nlmsg.size:offset + length]
+                sock_ino = struct.unpack_from("=I", body, 4)[0]
+                at = 16
+                while at + 4 <= len(body):
+                    rta_len, rta_type = struct.unpack_from("=HH", body, at)
+                    if rta_len < 4:
+                        break
+                    if rta_type == 1 and rta_len >= 12:           # UNIX_DIAG_VFS
+                        vfs_ino, vfs_dev = struct.unpack_from("=II", body, at + 4)
+                        if vfs_ino == ino and os.makedev(vfs_dev >> 20,
+                                                         vfs_dev & 0xFFFFF) == dev:
+                            found.append(sock_ino)
+                    at += (rta_len + 3) & ~3
+                offset += (length + 3) & ~3
+            if not data:
+                return found
+
+
 # ------------------------------------------------------------------ handlers
 class Supervisor:
     def __init__(self, listener: int, rules: Rules, *, launcher: int | None = None) -> None:
@@ -401,7 +468,10 @@ class Supervisor:
             obj = target.resolve(AT_FDCWD, path, follow=True)
             if not stat.S_ISSOCK(os.fstat(obj).st_mode):
                 raise Refused(errno.ECONNREFUSED)
-            if not self.rules.may_connect(real_path(obj)):
+            real = real_path(obj)
+            if not self.rules.may_connect(real) and not (
+                    self.rules.may_write(real) and not self.rules.never(real)
+                    and self._bound_inside(obj)):
                 raise Refused()
             return _sockaddr_un(b"/proc/self/fd/%d" % obj)
         if family in (AF_INET, AF_INET6):
@@ -433,17 +503,29 @@ class Supervisor:
                         inodes.add(b"socket:[" + fields[6] + b"]")
         except OSError:
             raise Refused() from None
-        if inodes:
-            from agent_sandbox.process.reap import confined_descendants
-
-            for pid in confined_descendants(self.launcher):
-                try:
-                    for fd in os.listdir(f"/proc/{pid}/fd"):
-                        if os.readlink(f"/proc/{pid}/fd/{fd}").encode() in inodes:
-                            return raw
-                except OSError:
-                    continue
+        if inodes and self._held_inside({i.decode() for i in inodes}):
+            return raw
         raise Refused()
+
+    def _held_inside(self, links: set) -> bool:
+        """Whether a process of this sandbox holds one of the sockets
+        `links` ("socket:[INODE]")."""
+        for pid in sandbox_members(self.launcher):
+            try:
+                for fd in os.listdir(f"/proc/{pid}/fd"):
+                    if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
+                        return True
+            except OSError:
+                continue
+        return False
+
+    def _bound_inside(self, obj: int) -> bool:
+        """Whether the socket file `obj` is bound by a socket a process of
+        this sandbox holds (one it bound itself: a server it started in a
+        writable grant), by the kernel's unix_diag, never by name."""
+        st = os.fstat(obj)
+        inodes = {f"socket:[{ino}]" for ino in bound_sockets(st.st_dev, st.st_ino)}
+        return bool(inodes) and self._held_inside(inodes)
 
     def do_connect(self, target: Target, fd, address, length, *_):
         sock = target.getfd(fd)

@@ -196,3 +196,30 @@ def _cmdline(pid: str) -> str:
             return handle.read().split(b"\0")[0].decode("utf-8", "replace")
     except OSError:
         return ""
+
+
+OWN = textwrap.dedent("""\
+    import os, socket, sys, threading
+    path = os.path.join(sys.argv[1], 'own-%d.sock' % os.getpid())
+    server = socket.socket(socket.AF_UNIX); server.bind(path); server.listen(1)
+    threading.Thread(target=lambda: server.accept()[0].sendall(b'mine'), daemon=True).start()
+    client = socket.socket(socket.AF_UNIX); client.connect(path)
+    print(client.recv(10).decode()); os.unlink(path)
+    mine = socket.socket(socket.AF_UNIX); mine.bind('\\0own-abstract-%d' % os.getpid())
+    mine.listen(1)
+    other = socket.socket(socket.AF_UNIX); other.connect('\\0own-abstract-%d' % os.getpid())
+    print('abstract ok')
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sockets_the_sandbox_bound_itself_stay_connectable(user, project, backend):
+    """Not a path merely in a writable grant: one a process of this sandbox
+    holds (a server it started in ~/.cache with HOME_ACCESS=write), and an
+    abstract socket it bound."""
+    (user.home / ".cache").mkdir(exist_ok=True)
+    result = user.sandbox("/usr/bin/python3", "-c", OWN, str(user.home / ".cache"),
+                          options=("--backend", backend), cwd=project,
+                          env=user.env(HOME_ACCESS="write"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["mine", "abstract", "ok"], result.stdout
