@@ -89,7 +89,8 @@ def syscall_names() -> dict[int, str]:
 
 # ------------------------------------------------------------------ the rules
 NEVER = ("/run/munge", "/var/run/munge", "/run/slurm", "/var/run/slurm", "/run/slurmd",
-         "/var/spool/slurmd")
+         "/run/slurmctld", "/run/slurmdbd", "/var/run/slurmd", "/var/run/slurmctld",
+         "/var/run/slurmdbd", "/var/spool/slurmd")
 
 
 def _within(path: str, root: str) -> bool:
