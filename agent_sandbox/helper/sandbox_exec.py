@@ -35,7 +35,10 @@ Options (descriptors are inherited file descriptor numbers):
                     loaded last, with a new listener whose number is written
                     to descriptor SUP (the launcher takes it by pidfd_getfd);
                     the helper then waits for the supervisor's first answer
-                    and closes its own copy before exec
+                    and closes its own copy before exec; a unix datagram
+                    socket among the descriptors the command keeps (0-2,
+                    --keep-fd) is refused: its sendmsg() could reach any
+                    datagram socket, which the supervisor cannot see
   --argv FD         the command, NUL-separated, instead of after `--`
                     (firejail refuses more than 127 arguments in all)
   --seed FD PATH    copy the descriptor's bytes to PATH (replacing a file)
@@ -551,6 +554,36 @@ def close_inherited(keep) -> None:
     os.closerange(low, max(os.sysconf("SC_OPEN_MAX"), 65536))
 
 
+def refuse_unix_datagrams(keep) -> None:
+    """Where the supervisor runs no unix datagram socket may be inside (the
+    notify filter refuses to make one): sendmsg() names its destination in
+    memory, where the supervisor cannot check it. The descriptors the command
+    keeps (0-2 and --keep-fd: close_inherited closes the rest) are the only
+    ones that arrive from outside; one of them being such a socket fails the
+    launch."""
+    import stat
+
+    for fd in sorted({0, 1, 2} | set(keep)):
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+        except OSError:
+            continue
+        import socket
+
+        probe = socket.socket(fileno=os.dup(fd))
+        try:
+            datagram = probe.family == socket.AF_UNIX and probe.type == socket.SOCK_DGRAM
+        finally:
+            probe.close()
+        if datagram:
+            raise SetupError(
+                f"descriptor {fd} is a unix datagram socket, which could send to any datagram "
+                "socket outside (sendmsg() names its destination where the landlock supervisor "
+                "cannot check it). Give the command a pipe, a file or a stream socket instead, "
+                "or use --backend bwrap")
+
+
 def execute(command: list[str], env: dict) -> int:
     try:
         os.execvpe(command[0], command, env)
@@ -620,6 +653,7 @@ def main(argv: list[str]) -> int:
             load_seccomp(bpf)
         if opts["notify"] is not None:
             load_notify(_read_fd(opts["notify"][0]), opts["notify"][1])
+            refuse_unix_datagrams(opts["keep_fds"])
         if opts["relay"] is not None:
             start_relay(*opts["relay"])
         if opts["status"] is not None:

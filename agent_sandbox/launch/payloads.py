@@ -70,6 +70,11 @@ def seccomp_payload(policy, home: str):
     return Payload(data=data), denied
 
 
+#: Raised whenever compile_notify_filter's rules change (2: unix datagram
+#: sockets and io_uring refused; families compared on 32 bits).
+NOTIFY_REVISION = 2
+
+
 def notify_payload(home: str, restrict_inet: bool = False):
     """The landlock supervisor's user-notification filter (process/supervisor.py),
     cached beside the deny list's (the same for every policy)."""
@@ -77,7 +82,8 @@ def notify_payload(home: str, restrict_inet: bool = False):
     from agent_sandbox.paths import state_dir
     from agent_sandbox.config.load import load_cache, store_cache
 
-    inputs = (__version__, os.uname().machine, "notify", restrict_inet)
+    # The revision: a filter changed within a version must not be read back.
+    inputs = (__version__, os.uname().machine, "notify", NOTIFY_REVISION, restrict_inet)
     path = os.path.join(state_dir(home), "cache",
                         f"seccomp-notify{'-inet' if restrict_inet else ''}.marshal")
     data = load_cache(path, inputs)

@@ -10,8 +10,12 @@ landlock by its supervisor, bwrap and firejail by their mount views:
   they work in the project;
 - a thread swapping the path buffer while connect() waits for the verdict
   never reaches the outside socket;
-- killing the launcher (whose thread is the supervisor) kills the sandbox.
-All of these failed on landlock before the supervisor.
+- killing the launcher (whose thread is the supervisor) kills the sandbox;
+- a datagram socket the user serves outside (a stand-in for /dev/log)
+  receives nothing sent with sendmsg() and a destination, from a socket()
+  or a socketpair() (landlock: no unix datagram socket can be made).
+All of these failed on landlock before the supervisor (the datagram one
+before unix datagram sockets were refused).
 """
 from __future__ import annotations
 
@@ -24,7 +28,7 @@ import pytest
 
 from tests.support.launcher import kill_launcher_when_ready
 from tests.support.install import INSTALLED
-from tests.support.sockets import Server, attack
+from tests.support.sockets import DatagramServer, Server, attack
 
 BACKENDS = ("bwrap", "firejail", "landlock")
 
@@ -231,3 +235,139 @@ def test_sockets_the_sandbox_bound_itself_stay_connectable(user, project, backen
     assert result.returncode == 0, result.stderr
     # ... and the supervisor's listener is not among the sandbox's descriptors.
     assert result.stdout.split() == ["mine", "abstract", "ok", "listeners", "0"], result.stdout
+
+
+DATAGRAM = textwrap.dedent("""\
+    import ctypes, os, socket, sys
+    target = sys.argv[1]
+    SYS_SOCKET = {'x86_64': 41, 'aarch64': 198}[os.uname().machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    pairs = []
+    def pair(kind):
+        pairs.append(socket.socketpair(socket.AF_UNIX, kind))
+        return pairs[-1][0]
+    def high_bits():
+        # socket() takes ints: the kernel ignores the registers' upper halves.
+        fd = libc.syscall(ctypes.c_long(SYS_SOCKET), ctypes.c_long((1 << 32) | socket.AF_UNIX),
+                          ctypes.c_long((1 << 32) | socket.SOCK_DGRAM), ctypes.c_long(0))
+        if fd < 0:
+            raise OSError(ctypes.get_errno(), 'socket')
+        return socket.socket(fileno=fd)
+    routes = (
+        ('socket', lambda: socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)),
+        ('socket-flags', lambda: socket.socket(
+            socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK)),
+        ('socket-high-bits', high_bits),
+        ('socketpair', lambda: pair(socket.SOCK_DGRAM)),
+        ('socketpair-flags', lambda: pair(socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)),
+        # The kernel drops a seqpacket's destination: it goes to the peer.
+        ('seqpacket', lambda: pair(socket.SOCK_SEQPACKET)),
+    )
+    for label, make in routes:
+        try:
+            s = make()
+        except OSError as exc:
+            print(label + '|refused ' + str(exc.errno)); continue
+        try:
+            s.sendmsg([b'from-' + label.encode()], [], 0, target)
+            print(label + '|sent')
+        except OSError as exc:
+            print(label + '|send failed ' + str(exc.errno))
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_datagram_socket_outside_receives_nothing(user, project, backend):
+    """sendmsg()'s destination lies in memory, out of the supervisor's reach:
+    on landlock no unix datagram socket can be made (socket(), socketpair(),
+    also with the upper halves of the registers set); bwrap and firejail
+    carve the socket out of the home they show."""
+    server = DatagramServer(user, user.home / ".cache" / "log" / f"d{uuid.uuid4().hex[:6]}")
+    try:
+        result = user.sandbox("/usr/bin/python3", "-c", DATAGRAM, str(server.path),
+                              options=("--backend", backend), cwd=project,
+                              env=user.env(HOME_ACCESS="write"))
+    finally:
+        received = server.close()
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split("|") for line in result.stdout.splitlines())
+    assert len(lines) == 6, result.stdout
+    assert received == [], (received, result.stdout)
+    if backend == "landlock":
+        for label, outcome in lines.items():
+            if label != "seqpacket":
+                assert outcome == "refused 13", result.stdout
+
+
+UDP = textwrap.dedent("""\
+    import ctypes, os, socket, sys
+    SYS_SOCKET = {'x86_64': 41, 'aarch64': 198}[os.uname().machine]
+    libc = ctypes.CDLL(None, use_errno=True)
+    # socket() takes ints: AF_INET with the register's upper half set.
+    fd = libc.syscall(ctypes.c_long(SYS_SOCKET), ctypes.c_long((1 << 32) | socket.AF_INET),
+                      ctypes.c_long(socket.SOCK_DGRAM), ctypes.c_long(0))
+    if fd < 0:
+        print('refused', ctypes.get_errno()); sys.exit()
+    try:
+        socket.socket(fileno=fd).sendmsg([b'exfiltrated'], [], 0, ('127.0.0.1', int(sys.argv[1])))
+        print('sent')
+    except OSError as exc:
+        print('send failed', exc.errno)
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_isolated_makes_no_udp_socket_by_the_registers_upper_half(user, project, backend):
+    """NETWORK_MODE=isolated: a family compared on all 64 bits let
+    socket(0x1_00000002, SOCK_DGRAM) make a UDP socket on landlock, and
+    sendmsg() (whose destination the supervisor does not see) sent with it."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as server:
+        server.bind(("127.0.0.1", 0))
+        server.setblocking(False)
+        result = user.sandbox("/usr/bin/python3", "-c", UDP, str(server.getsockname()[1]),
+                              options=("--backend", backend), cwd=project,
+                              env=user.env(NETWORK_MODE="isolated"))
+        assert result.returncode == 0, result.stderr
+        try:
+            received = server.recv(100)
+        except BlockingIOError:
+            received = None
+    assert received is None, result.stdout
+    if backend == "landlock":
+        assert result.stdout.strip() == "refused 13", result.stdout
+
+
+KEPT = textwrap.dedent("""\
+    import os, socket, sys
+    # The caller made a datagram socket outside and hands it in (--keep-fd 7).
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    os.dup2(s.fileno(), 7)
+    inner = ("import socket, sys\\n"
+             "try:\\n"
+             "    socket.socket(fileno=7).sendmsg([b'kept'], [], 0, sys.argv[1]); print('sent')\\n"
+             "except OSError as exc:\\n"
+             "    print('send failed', exc.errno)\\n")
+    os.execv(sys.argv[1], [sys.argv[1], 'run', '--backend', sys.argv[2], '--keep-fd', '7', '--',
+                           '/usr/bin/python3', '-c', inner, sys.argv[3]])
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_datagram_socket_handed_in_reaches_nothing_outside(user, project, backend):
+    """The only descriptors from outside are 0-2 and --keep-fd's: on landlock
+    a unix datagram socket among them fails the launch (exit 125)."""
+    server = DatagramServer(user, user.home / ".cache" / "log" / f"k{uuid.uuid4().hex[:6]}")
+    try:
+        result = user.run(["/usr/bin/python3", "-c", KEPT, INSTALLED, backend, str(server.path)],
+                          cwd=project, env=user.env(HOME_ACCESS="write"))
+    finally:
+        received = server.close()
+    assert received == [], (received, result.stdout, result.stderr)
+    if backend == "landlock":
+        assert result.returncode == 125, (result.stdout, result.stderr)
+        assert "descriptor 7 is a unix datagram socket" in result.stderr, result.stderr
+    else:
+        assert result.returncode == 0, result.stderr
+        assert "send failed" in result.stdout, result.stdout

@@ -4,8 +4,12 @@ running supervisor are tests/adversarial/test_landlock_supervisor.py."""
 from __future__ import annotations
 
 import errno
+import json
 import marshal
 import struct
+import subprocess
+import sys
+import textwrap
 
 import pytest
 
@@ -102,3 +106,63 @@ def test_the_notify_filter_refuses_udp_only_in_restricted_modes():
     open_filter, restricted = compile_notify_filter(False), compile_notify_filter(True)
     assert len(open_filter) % 8 == 0 and len(restricted) > len(open_filter)
     assert errno.EACCES.to_bytes(2, "little") in restricted
+
+
+# Load a notify filter in a fresh process (no listener: the supervised calls
+# would answer ENOSYS; the refusals below are decided in the kernel) and try
+# each way to make a socket; print what each gave.
+TRY_SOCKETS = textwrap.dedent("""\
+    import ctypes, errno, json, os, socket, sys
+    from agent_sandbox.helper import sandbox_exec
+    sandbox_exec._landlock().no_new_privs()
+    sandbox_exec.load_seccomp(sys.stdin.buffer.read())
+    libc = ctypes.CDLL(None, use_errno=True)
+    NR = {'x86_64': {'socket': 41, 'socketpair': 53, 'io_uring_setup': 425},
+          'aarch64': {'socket': 198, 'socketpair': 199, 'io_uring_setup': 425}}[os.uname().machine]
+    high = 1 << 32
+    pair = (ctypes.c_int * 2)()
+    cases = {
+        'unix-dgram': ('socket', 1, 2), 'unix-dgram-flags': ('socket', 1, 2 | 0o2000000 | 0o4000),
+        'unix-dgram-high': ('socket', high | 1, high | 2), 'pair-dgram': ('socketpair', 1, 2),
+        'pair-dgram-high': ('socketpair', high | 1, 2), 'unix-stream': ('socket', 1, 1),
+        'unix-seqpacket': ('socket', 1, 5), 'pair-stream': ('socketpair', 1, 1),
+        'udp': ('socket', 2, 2), 'udp-high': ('socket', high | 2, 2), 'tcp': ('socket', 2, 1),
+        'udp6': ('socket', 10, 2), 'io_uring': ('io_uring_setup', 1, 0),
+    }
+    out = {}
+    for label, (name, a, b) in cases.items():
+        args = [ctypes.c_long(a), ctypes.c_long(b), ctypes.c_long(0)]
+        if name == 'socketpair':
+            args.append(pair)
+        r = libc.syscall(ctypes.c_long(NR[name]), *args)
+        out[label] = 'ok' if r >= 0 else errno.errorcode[ctypes.get_errno()]
+    print(json.dumps(out))
+    """)
+
+
+def _try_sockets(bpf: bytes) -> dict:
+    result = subprocess.run([sys.executable, "-c", TRY_SOCKETS], input=bpf,
+                            capture_output=True, timeout=60)
+    assert result.returncode == 0, result.stderr.decode()
+    return json.loads(result.stdout)
+
+
+def test_the_notify_filter_refuses_unix_datagram_sockets_in_the_kernel():
+    """sendmsg()'s destination is in memory: where the supervisor runs no unix
+    datagram socket can be made (socket(), socketpair(), flags and the
+    registers' upper halves included); the other unix types and, in open
+    mode, inet datagrams can. io_uring (which makes sockets without these
+    calls) is refused; EFAULT for it would mean the filter let it through."""
+    from agent_sandbox.policy.seccomp import compile_notify_filter
+
+    got = _try_sockets(compile_notify_filter(False))
+    for label in ("unix-dgram", "unix-dgram-flags", "unix-dgram-high", "pair-dgram",
+                  "pair-dgram-high"):
+        assert got[label] == "EACCES", got
+    for label in ("unix-stream", "unix-seqpacket", "pair-stream", "udp", "tcp", "udp6"):
+        assert got[label] == "ok", got
+    assert got["io_uring"] == "EPERM", got
+    restricted = _try_sockets(compile_notify_filter(True))
+    for label in ("udp", "udp-high", "udp6", "unix-dgram", "pair-dgram"):
+        assert restricted[label] == "EACCES", restricted
+    assert restricted["tcp"] == restricted["unix-stream"] == "ok", restricted
