@@ -113,7 +113,8 @@ def test_the_notify_filter_refuses_udp_only_in_restricted_modes():
 # each way to make a socket; print what each gave.
 TRY_SOCKETS = textwrap.dedent("""\
     import ctypes, errno, json, os, socket, sys
-    from agent_sandbox.helper import sandbox_exec
+    sys.path.insert(0, sys.argv[1])           # the helper, by path
+    import sandbox_exec
     sandbox_exec._landlock().no_new_privs()
     sandbox_exec.load_seccomp(sys.stdin.buffer.read())
     libc = ctypes.CDLL(None, use_errno=True)
@@ -141,7 +142,9 @@ TRY_SOCKETS = textwrap.dedent("""\
 
 
 def _try_sockets(bpf: bytes) -> dict:
-    result = subprocess.run([sys.executable, "-c", TRY_SOCKETS], input=bpf,
+    from agent_sandbox.paths import HELPER_DIR
+
+    result = subprocess.run([sys.executable, "-c", TRY_SOCKETS, HELPER_DIR], input=bpf,
                             capture_output=True, timeout=60)
     assert result.returncode == 0, result.stderr.decode()
     return json.loads(result.stdout)
@@ -166,3 +169,30 @@ def test_the_notify_filter_refuses_unix_datagram_sockets_in_the_kernel():
     for label in ("udp", "udp-high", "udp6", "unix-dgram", "pair-dgram"):
         assert restricted[label] == "EACCES", restricted
     assert restricted["tcp"] == restricted["unix-stream"] == "ok", restricted
+
+
+def test_a_failing_supervisor_kills_the_sandbox(capfd):
+    """The failure path itself (the launcher killed from outside is
+    tests/adversarial's): the supervisor takes a "listener" that is a pipe
+    with data waiting, its loop fails on the first RECV (ENOTTY), and the
+    launcher SIGKILLs the sandbox's process group and says why."""
+    import os
+    import signal
+    import types
+
+    from agent_sandbox.process import spawn
+
+    sandbox = subprocess.Popen(["sleep", "60"], stdin=subprocess.PIPE, start_new_session=True)
+    try:
+        sandbox.stdin.write(b"wake the loop")
+        sandbox.stdin.flush()
+        read_report, write_report = os.pipe()
+        os.write(write_report, b"0\n")           # its stdin: not a seccomp listener
+        os.close(write_report)
+        spawn._supervise(types.SimpleNamespace(supervise={}), sandbox.pid, read_report)
+        assert sandbox.wait(10) == -signal.SIGKILL
+    finally:
+        if sandbox.poll() is None:
+            sandbox.kill()
+            sandbox.wait()
+    assert "the landlock supervisor failed" in capfd.readouterr().err
