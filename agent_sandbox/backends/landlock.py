@@ -91,7 +91,9 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=(), supervisor
     g.no("passwd.filtered", "the host's /etc/passwd and NSS services answer")
     if supervisor:
         # The supervisor (SPEC §5a, process/supervisor.py) decides connect()
-        # and the metadata calls: only the session's own sockets, never munge's.
+        # and the metadata calls: only the session's own sockets, never munge's;
+        # its filter refuses unix datagram sockets (sendmsg names its
+        # destination in memory, out of its sight).
         for name in ("slurm.boundary", "unix_sockets.confined", "metadata.confined"):
             g.yes(name)
     else:
