@@ -33,6 +33,21 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
+# A Python that is there but too old — the python3 of RHEL/Rocky/Alma 8 and
+# SLES 15 is 3.6 — is said at once, with the route, before anything is
+# installed (docs/install.md, "Hosts whose python3 is 3.6").
+if [ -x "$python" ] && ! "$python" -c "import sys; sys.exit(sys.version_info[:2] < tuple(map(int, '$min_python'.split('.'))))" 2>/dev/null; then
+    found=$("$python" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || echo "?")
+    cat >&2 <<EOF
+install.sh: $python is Python $found — agent-sandbox needs Python $min_python or newer (RHEL/Rocky/Alma 8 and SLES 15 ship 3.6 as python3). Install a newer Python beside it and name it, then run install.sh again:
+  RHEL/Rocky/Alma 8:  dnf install python3.11 (or python39)  then  AGENT_SANDBOX_PYTHON=/usr/bin/python3.11 scripts/install.sh
+  SLES 15 SP4+:       zypper install python311               then  AGENT_SANDBOX_PYTHON=/usr/bin/python3.11 scripts/install.sh
+  a module's or conda's Python $min_python+ outside users' writable paths:  AGENT_SANDBOX_PYTHON=/path/to/bin/python3 scripts/install.sh
+(docs/install.md, "Hosts whose python3 is 3.6")
+EOF
+    exit 1
+fi
+
 # The package manager: the distribution's family from /etc/os-release, then
 # whichever manager is there.
 manager=none
