@@ -109,10 +109,13 @@ case $manager in
         # loads it when it starts: start the clusters after this); and the clients the
         # network tests drive through the egress proxy (curl, git) and make their test CA
         # with (openssl); strace, which holds bwrap's setup for the killed-launcher test
-        # (tests/adversarial/test_placeholders.py). Never in a production install.
+        # (tests/adversarial/test_placeholders.py); environment-modules, whose modulecmd.tcl
+        # loads the modulefile template (tests/integration/test_install_routes.py).
+        # Never in a production install.
         case ",$extras," in
             *,test,*) install_missing --no-install-recommends -- openmpi-bin python3-mpi4py \
-                          libpmix-dev curl git openssl ca-certificates strace ;;
+                          libpmix-dev curl git openssl ca-certificates strace \
+                          environment-modules ;;
         esac ;;
     dnf) rpm_install dnf bubblewrap firejail libseccomp util-linux python3 ;;
     zypper) rpm_install zypper bubblewrap firejail libseccomp2 util-linux python3 ;;

@@ -263,6 +263,48 @@ def test_the_modulefile_templates_name_what_install_sh_fills_in():
         assert "AGENT_SANDBOX_ADMIN_CONFIG" in text and "@PREFIX@/venv/bin" in text
 
 
+MODULECMD = os.environ.get("AGENT_SANDBOX_TEST_MODULECMD",
+                           "/usr/lib/x86_64-linux-gnu/modulecmd.tcl")   # environment-modules
+
+
+def test_module_load_puts_the_launcher_on_path_and_names_the_admin_file(tmp_path):
+    """The Tcl template as install.sh fills it in, under a real `module`
+    command (environment-modules' modulecmd.tcl, what `module load` evals):
+    the launcher first on PATH, AGENT_SANDBOX_ADMIN_CONFIG exported, the man
+    page found and man's own pages still found; `module unload` takes all
+    of it back."""
+    from tests.support.install import PREFIX
+
+    assert os.access(MODULECMD, os.R_OK), (
+        f"{MODULECMD} is missing — apt-get install environment-modules (scripts/install.sh "
+        "installs it with AGENT_SANDBOX_EXTRAS=test), or set AGENT_SANDBOX_TEST_MODULECMD")
+    files = tmp_path / "modulefiles"
+    (files / "agent-sandbox").mkdir(parents=True)
+    text = (REPO / "conf/modulefiles/agent-sandbox.tcl").read_text()
+    for name, value in (("PREFIX", PREFIX), ("ADMIN_DIR", "/etc/as-site"), ("VERSION", "0.1.0"),
+                        ("MANDIR", "/usr/local/share/man")):   # as install.sh fills it in
+        text = text.replace(f"@{name}@", value)
+    (files / "agent-sandbox/0.1.0").write_text(text)
+    script = (f'module() {{ eval "$(tclsh {MODULECMD} bash "$@")"; }}\n'
+              "module load agent-sandbox || exit 9\n"
+              'echo "launcher=$(command -v agent-sandbox)"\n'
+              'echo "admin=$AGENT_SANDBOX_ADMIN_CONFIG"\n'
+              'echo "manpath=$MANPATH"\n'
+              "module unload agent-sandbox\n"
+              'echo "after=$(command -v agent-sandbox || echo none) ${AGENT_SANDBOX_ADMIN_CONFIG-unset}"\n')
+    result = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True,
+                            text=True, timeout=60,
+                            env={"PATH": "/usr/bin:/bin", "MODULEPATH": str(files),
+                                 "HOME": str(tmp_path)})
+    assert result.returncode == 0, result
+    said = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert said["launcher"] == f"{PREFIX}/venv/bin/agent-sandbox"
+    assert said["admin"] == "/etc/as-site/sandbox.conf"
+    # An empty element after ours: man still searches its own path.
+    assert said["manpath"].split(":") == ["/usr/local/share/man", ""], said["manpath"]
+    assert said["after"] == "none unset"
+
+
 @pytest.mark.parametrize("release, manager, packages", [
     ('ID="rocky"\nID_LIKE="rhel centos fedora"\nVERSION_ID="9.4"\n', "dnf",
      ["bubblewrap", "firejail", "libseccomp", "util-linux", "python3"]),
