@@ -37,6 +37,10 @@ from agent_sandbox.names import BACKENDS
 from tests.integration import wheelhouse
 from tests.support.launcher import TEST_USER, SandboxUser
 
+# The install (the module's first setup) takes a minute or more where
+# several Pythons' sets run at once: more than the default per-test limit.
+pytestmark = pytest.mark.timeout(600)
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHON = os.environ.get("AGENT_SANDBOX_SMOKE_PYTHON") or os.path.realpath(sys.executable)
 
@@ -90,7 +94,8 @@ def entry(smoke_user, place) -> Path:
         env = smoke_user.env(PIP_CONFIG_FILE=os.devnull, PIP_NO_INDEX="1",
                              PIP_FIND_LINKS=str(wheels), PIP_DISABLE_PIP_VERSION_CHECK="1")
         for argv in ([PYTHON, "-m", "venv", place / "venv"],
-                     [place / "venv/bin/pip", "install", "--quiet", wheel]):
+                     # --no-compile: the first launches compile what they import
+                     [place / "venv/bin/pip", "install", "--quiet", "--no-compile", wheel]):
             done = smoke_user.run(argv, env=env, cwd=place, timeout=300)
             assert done.returncode == 0, f"{argv}: {done.stdout}{done.stderr}"
     finally:
