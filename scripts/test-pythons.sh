@@ -126,6 +126,7 @@ run() {     # KIND ENTRY LOG PYTEST-ARGS...: one pytest in the background, timed
     shift 3
     [ "$kind" = smoke ] && smoke=$(interpreter "$entry")
     logs["$kind $entry"]=$log
+    rm -f "$log.seconds"
     (
         start=$SECONDS
         rc=0
