@@ -660,6 +660,9 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
     staging = staging_dir(policy.home, policy.project_dir)
     os.makedirs(staging, mode=0o700, exist_ok=True)
     config = handler_config(settings, policy, staging)
+    from agent_sandbox.process.select import helper_python
+
+    config["python"] = helper_python(policy)   # the job wrapper's and jobstart's
     if policy.slurm_conf:   # the handlers' real commands use the site's Slurm (as the chaperon's)
         os.environ["SLURM_CONF"] = policy.slurm_conf
     try:
