@@ -67,10 +67,12 @@ rc=0
 # unit suite under the oldest and the newest other CPython the package claims
 # (pyproject's requires-python; issue 29), and the smoke set — a user's venv
 # install, doctor, run on each backend, a pty session, an allowlist session,
-# Slurm through the chaperon — under 3.9, 3.10, 3.12, 3.13 and the system
-# python3 the default install runs on.
+# Slurm through the chaperon — under 3.9, 3.10 and 3.12 (3.13 runs the unit
+# suite; the system python3 runs everything above; Debian 11's own 3.9 runs
+# the platform root's smoke set; 3.14 is Debian sid's, by hand:
+# AGENT_SANDBOX_TEST_PLATFORM_SUITES=sid — its root costs ~4.5 min cold).
 if ! AGENT_SANDBOX_TEST_PYTHONS="3.9 3.13" \
-        AGENT_SANDBOX_SMOKE_PYTHONS="3.9 3.10 3.12 3.13 /usr/bin/python3" \
+        AGENT_SANDBOX_SMOKE_PYTHONS="3.9 3.10 3.12" \
         "$repo/scripts/test-pythons.sh"; then
     echo "test.sh: the unit suite or the smoke set failed under another Python (scripts/test-pythons.sh)" >&2
     if ((rc == 0)); then rc=1; fi
