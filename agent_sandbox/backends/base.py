@@ -79,11 +79,19 @@ class Features(NamedTuple):
     text: str = ""                  # the version line as printed ("bubblewrap 0.4.1")
 
     def has(self, option: str, since: tuple) -> bool:
-        return option in self.options or (bool(self.version) and self.version >= since)
+        return has_option(self, option, since)
 
     @property
     def known(self) -> bool:
         return bool(self.version or self.options)
+
+
+def has_option(features, option: str, since: tuple) -> bool:
+    """Features.has by its fields alone: a cached plan's selection brings its
+    Features back as a record, without methods (plancache/plans.py), and a
+    job step joining a held sandbox asks this of it (jobs/join.py)."""
+    version = tuple(features.version)
+    return option in features.options or (bool(version) and version >= since)
 
 
 def parse_features(version_text: str, help_text: str) -> Features:

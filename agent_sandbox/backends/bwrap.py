@@ -59,7 +59,9 @@ SINCE = {"--disable-userns": (0, 8, 0), "--perms": (0, 5, 0)}
 def supports(features, option: str) -> bool:
     """Whether the installed bwrap (base.Features; None: unknown, the newest
     assumed) has `option`."""
-    return features is None or features.has(option, SINCE[option])
+    from agent_sandbox.backends.base import has_option
+
+    return features is None or has_option(features, option, SINCE[option])
 
 
 def needs_userns_filter(features) -> bool:

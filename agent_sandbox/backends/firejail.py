@@ -89,7 +89,9 @@ SINCE = {"--keep-fd": (0, 9, 68), "--tab": (0, 9, 70), "--restrict-namespaces": 
 
 
 def supports(features, option: str) -> bool:
-    return features is None or features.has(option, SINCE[option])
+    from agent_sandbox.backends.base import has_option
+
+    return features is None or has_option(features, option, SINCE[option])
 
 
 def fixed_args(features) -> list:

@@ -176,3 +176,21 @@ def test_the_userns_rule_refuses_nested_user_namespaces_and_keeps_fork_and_threa
                                  handle.name], capture_output=True, text=True, timeout=30)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == str([errno.EPERM, errno.EPERM, errno.ENOSYS, True, 7])
+
+
+def test_a_cached_selections_features_answer_without_methods():
+    """A plan-cache hit brings the selection's Features back as a record (no
+    methods): a job step joining a held sandbox asked `features.has` of it and
+    died with AttributeError (CI, tests/adversarial/test_chaperon_input_variables)."""
+    from agent_sandbox.backends import bwrap, firejail
+    from agent_sandbox.backends.base import Features
+    from agent_sandbox.plancache.plans import _record
+
+    stored = Features((0, 4, 1), frozenset({"--bind"}), "bubblewrap 0.4.1")
+    record = _record("agent_sandbox.backends.base:Features", Features._fields)(stored)
+    assert not hasattr(record, "has")
+    assert bwrap.needs_userns_filter(record) is True
+    assert bwrap.supports(record, "--perms") is False
+    new = _record("agent_sandbox.backends.base:Features", Features._fields)(
+        Features((0, 9, 72), frozenset(), "firejail version 0.9.72"))
+    assert firejail.supports(new, "--keep-fd") and not firejail.needs_userns_filter(new)
