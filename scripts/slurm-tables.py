@@ -6,6 +6,12 @@ Run by hand when a Slurm release is added (docs/chaperon.md, "Slurm versions"):
 
     git clone --bare https://github.com/SchedMD/slurm /tmp/slurm.git   # or any clone
     python3 scripts/slurm-tables.py /tmp/slurm.git > chaperon/slurm/versions.json
+    python3 scripts/slurm-tables.py /tmp/slurm.git --help-dir tests/data/slurm-help
+
+The second form writes the help texts the unit tests check the tables
+against (tests/unit/chaperon/test_versions.py), from each tag's _usage() and
+_help(), except where tests/data/slurm-help/<series>/<cmd>.txt was captured
+from a real binary (22.05: `sbatch --help; sbatch --usage` on the host).
 
 For each series it takes the newest tag `slurm-YY-MM-N-1` and reads, with
 `git show TAG:PATH` (nothing is built or run):
@@ -94,6 +100,41 @@ def getenvs(repo: str, tag: str, directory: str) -> list[str]:
     return sorted(names)
 
 
+_LITERAL = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
+
+
+def help_text(source: str) -> str:
+    """The text of opt.c's _help() (and _usage()): its C string literals,
+    concatenated (what `CMD --help` prints, %s and all)."""
+    out = []
+    for function in ("_usage", "_help"):
+        found = re.search(r"\nstatic void %s\(void\)\n\{(.*?)\n\}" % function, source, re.S)
+        if found:
+            for literal in _LITERAL.findall(found.group(1)):
+                out.append(literal.encode().decode("unicode_escape"))
+    return "".join(out)
+
+
+def write_help(repo: str, directory: str) -> None:
+    """tests/data/slurm-help/<series>/<cmd>.txt from the sources, for the
+    series whose binaries no root here has (22.05 comes from the host)."""
+    import os
+    for series in SERIES:
+        tag = newest_tag(repo, series)
+        for cmd in ("sbatch", "srun"):
+            target = os.path.join(directory, series, f"{cmd}.txt")
+            if os.path.exists(target) and not open(target).read().startswith("# from "):
+                continue                       # captured from a real binary: kept
+            opt_c = f"src/{cmd}/opt.c"
+            if cmd == "srun" and opt_c not in git(repo, "ls-tree", "-r", "--name-only", tag,
+                                                  "src/srun"):
+                opt_c = "src/srun/libsrun/opt.c"
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            with open(target, "w") as handle:
+                handle.write(f"# from {tag}:{opt_c} (_usage, _help)\n")
+                handle.write(help_text(git(repo, "show", f"{tag}:{opt_c}")))
+
+
 def main(repo: str) -> None:
     versions = {}
     for series in SERIES:
@@ -122,4 +163,7 @@ def main(repo: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else ".")
+    if len(sys.argv) == 4 and sys.argv[2] == "--help-dir":
+        write_help(sys.argv[1], sys.argv[3])
+    else:
+        main(sys.argv[1] if len(sys.argv) > 1 else ".")
