@@ -50,8 +50,7 @@ class Context:
         if series is None:
             from ..slurm.versions import series_for
             from ..slurmversion import detect
-            version = self.config.get("slurm_version") or detect(
-                self.binaries.get("sbatch") or self.binaries.get("srun"))[0]
+            version = detect(self.binaries.get("sbatch") or self.binaries.get("srun"))[0]
             series = self.cache["slurm_series"] = series_for(version)[0]
         return series
 
