@@ -11,7 +11,8 @@ Run by hand when a Slurm release is added (docs/chaperon.md, "Slurm versions"):
 The second form writes the help texts the unit tests check the tables
 against (tests/unit/chaperon/test_versions.py), from each tag's _usage() and
 _help(), except where tests/data/slurm-help/<series>/<cmd>.txt was captured
-from a real binary (22.05: `sbatch --help; sbatch --usage` on the host).
+from a real binary (22.05: `sbatch --usage; sbatch --help` on the host; 24.11:
+scripts/slurm-help-capture.sh in a Debian 13 root).
 
 For each series it takes the newest tag `slurm-YY-MM-N-1` and reads, with
 `git show TAG:PATH` (nothing is built or run):
