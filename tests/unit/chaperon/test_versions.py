@@ -215,3 +215,23 @@ def test_help_usage_and_version_are_recognised_as_print_only():
     assert not only_info(engine.parse(spec, ["--help", "job.sh"]))
     assert not only_info(engine.parse(spec, ["-p", "x", "--version"]))
     assert only_info(engine.parse(versions.srun("24.11")[1], ["--version"]))
+
+
+def test_no_variable_any_series_reads_passes_unreviewed():
+    """Every name srun, sbatch or slurmstepd of any series reads — their
+    env_vars[] tables and their getenv() calls — is either a Slurm name (never
+    carried in the caller's environment: environment.allowed_name) or
+    reviewed here. A new series that reads a name outside both fails here."""
+    from chaperon.environment import allowed_name
+    reviewed = {
+        # slurmstepd reads it from its own environment (slurmd's), not the job's.
+        "SLURMSTEPD_OOM_ADJ",
+    }
+    seen = set()
+    for entry in versions.data().values():
+        for names in entry["getenv"].values():
+            seen.update(names)
+        for table in entry["env"].values():
+            seen.update(table)
+    assert len(seen) > 150
+    assert {n for n in seen if allowed_name(n)} == reviewed
