@@ -236,5 +236,6 @@ def test_no_variable_any_series_reads_passes_unreviewed():
     assert len(seen) > 150
     # Input variables the chaperon reads through the option allow-list (SLURMD_DEBUG
     # is --slurmd-debug, refused) count as reviewed.
-    read = {n for s in versions.SERIES for c in ("sbatch", "srun") for n in versions.input_env(c, s)}
+    read = {n for s in versions.SERIES for c in ("sbatch", "srun")
+            for n in versions.input_env(c, s)}
     assert {n for n in seen if allowed_name(n)} - read == reviewed
