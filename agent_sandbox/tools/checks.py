@@ -283,6 +283,20 @@ def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
                 f"(private /run){reachable}", data={"sockets": found})
 
 
+def slurm_tables(binaries, data: dict) -> str:
+    """Which option tables the chaperon uses (issue 32): the version of the
+    real sbatch read as the chaperon reads it, and the note when that
+    version has no table of its own (the nearest older one is used)."""
+    from chaperon.slurm.versions import series_for
+    from chaperon.slurmversion import detect
+
+    sbatch = next((b for b in binaries if os.path.basename(b) == "sbatch"), None)
+    version, how = detect(sbatch)
+    series, note = series_for(version)
+    data.update(tables=series, tables_version=version, tables_found=how, tables_note=note)
+    return f"option tables of Slurm {series}" + (f" ({note})" if note else "")
+
+
 def slurm_item(settings, policy, environ) -> tuple[Item, bool]:
     binaries = list(policy.slurm_binaries) if policy is not None else []
     if not binaries:
@@ -306,6 +320,7 @@ def slurm_item(settings, policy, environ) -> tuple[Item, bool]:
         inside = "no sbatch: the chaperon is not started"
     else:
         inside = f"proxied inside by the chaperon (SLURM_SCOPE={settings.SLURM_SCOPE})"
+        inside += "; " + slurm_tables(binaries, data)
     return Item("slurm", GO, f"{version_line(text)} ({len(binaries)} commands in {where}); "
                 f"{inside}", data=data), True
 

@@ -42,6 +42,18 @@ class Context:
     def binary(self, name: str) -> str | None:
         return self.binaries.get(name)
 
+    def slurm_series(self) -> str:
+        """The Slurm release series whose option tables apply (versions.py):
+        the version of the real sbatch (or srun), found once per session
+        (slurmversion.py); the nearest older table for an unknown one."""
+        series = self.cache.get("slurm_series")
+        if series is None:
+            from ..slurm.versions import series_for
+            from ..slurmversion import detect
+            version = detect(self.binaries.get("sbatch") or self.binaries.get("srun"))[0]
+            series = self.cache["slurm_series"] = series_for(version)[0]
+        return series
+
     def real_binary(self, name: str) -> str:
         """The real binary of `name`; refused when this host has none."""
         binary = self.binaries.get(name)

@@ -35,6 +35,7 @@ from ..refusal import Refusal
 from ..scope import Scope
 from ..slurm.directives import parse_script
 from ..slurm.options import merge
+from ..slurm import versions
 from ..slurm.sbatch_options import parse, parse_env
 from ..submit import (DEV_NULL, check_dependency, check_limits, check_writable, comment_tag,
                       copy_project_file, discard_stage, new_stage, open_project, output_pattern,
@@ -44,6 +45,17 @@ from .common import run_real
 MAX_SCRIPT = 4 * 1024 * 1024
 # Options the handler rebuilds itself; never re-emitted as the agent wrote them.
 REBUILT = ("wrap", "output", "error", "input", "comment", "parsable", "export")
+
+
+# Options that only print (passed through to the real command alone), and
+# the ones that may accompany them.
+INFO = ("help", "usage", "version", "verbose", "quiet")
+
+
+def only_info(parsed) -> bool:
+    """Only --help/--usage/--version (with -v/-Q), and no script or command."""
+    return (not parsed.rest and all(i.name in INFO for i in parsed.items)
+            and any(i.name in INFO[:3] for i in parsed.items))
 
 
 def _script(project, cwd: str, parsed, request) -> tuple[bytes, list[str]]:
@@ -128,13 +140,21 @@ def handle(ctx, request, out) -> int:
     try:
         binary = ctx.real_binary("sbatch")
         mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
-        cmdline = parse(request.args_str, allow_mail=mail)
-        from_env = parse_env(request.env_str, allow_mail=mail)
+        series = ctx.slurm_series()
+        spec = versions.sbatch(series)
+        cmdline = parse(request.args_str, allow_mail=mail, spec=spec)
+        if only_info(cmdline):
+            # --help, --usage, --version: Slurm's own text, nothing submitted.
+            return run_real(out, [binary, *cmdline.argv()], env=command_env(request.env),
+                            cwd="/")[0]
+        from_env = parse_env(request.env_str, allow_mail=mail, spec=spec,
+                             table=versions.input_env("sbatch", series))
         with open_project(ctx) as project:
             cwd = working_dir(ctx, request, project)
             data, args = _script(project, cwd, cmdline, request)
             directives = parse_script(data, ignore_pbs=cmdline.has("ignore-pbs")
-                                      or from_env.has("ignore-pbs"), allow_mail=mail)
+                                      or from_env.has("ignore-pbs"), allow_mail=mail,
+                                      spec=spec)
             # Slurm's order: #SBATCH lines, then SBATCH_* variables, then the command line.
             merged = merge(merge(directives.parsed, from_env), cmdline)
             check_limits(ctx, merged.last("partition"))

@@ -31,12 +31,14 @@ from ..ledger import LedgerError
 from ..refusal import Refusal
 from ..scope import AllocationWatcher, Scope, known_job
 from ..slurm.options import merge
-from ..slurm.srun_options import (INPUT_ENV, STEP_FACTS, allocation_only, allowed_in_step, parse,
+from ..slurm import versions
+from ..slurm.srun_options import (STEP_FACTS, allocation_only, allowed_in_step, parse,
                                   parse_env)
 from ..submit import (DEV_NULL, check_dependency, check_limits, check_writable, comment_tag,
                       discard_stage, launcher_env, new_stage, open_project, staged_env, working_dir,
                       tmp_key, write_staged)
 from .common import run_real
+from .sbatch import only_info
 
 REBUILT = ("output", "error", "input", "export")
 
@@ -64,7 +66,8 @@ def _open_stream(ctx, project, cwd: str, name: str, *, write: bool, append: bool
                       ) from None
 
 
-def step_variables(env_in: dict[str, str], job: str) -> tuple[dict[str, str], object]:
+def step_variables(env_in: dict[str, str], job: str, series: str = versions.BASE
+                   ) -> tuple[dict[str, str], object]:
     """Inside a job: the caller's Slurm variables that may reach the real srun.
     srun's input variables are validated by the step allow-list (a refusal
     names the variable) and passed on unchanged, so srun tells them from
@@ -76,13 +79,15 @@ def step_variables(env_in: dict[str, str], job: str) -> tuple[dict[str, str], ob
     # Scheduling variables of a new allocation (SLURM_ACCOUNT, SLURM_PARTITION,
     # … often set in a login profile) mean nothing to a step: srun ignores
     # them inside a job, so they are left out rather than refused.
+    specs, table = versions.srun(series), versions.input_env("srun", series)
     env_in = {n: v for n, v in env_in.items()
-              if n not in INPUT_ENV or not allocation_only(INPUT_ENV[n])}
-    parsed = parse_env(env_in, step=True)
+              if n not in table or not allocation_only(table[n], specs[1])}
+    parsed = parse_env(env_in, step=True, specs=specs, table=table)
     # A variable whose option is denied never passes, even when its value
     # leaves the option off (srun's reading of flag values is not ours).
-    validated = {name: env_in[name] for name, option in INPUT_ENV.items()
-                 if name in env_in and option not in REBUILT and allowed_in_step(option)}
+    validated = {name: env_in[name] for name, option in table.items()
+                 if name in env_in and option not in REBUILT
+                 and allowed_in_step(option, specs[1])}
     for name, check in STEP_FACTS.items():
         value = env_in.get(name)
         if value is not None and check.fullmatch(value):
@@ -112,7 +117,13 @@ def handle(ctx, request, out) -> int:
     try:
         binary = ctx.real_binary("srun")
         mail = bool(ctx.config.get("allow_mail"))      # SLURM_ALLOW_MAIL (admin)
-        parsed = parse(request.args_str, step=step, allow_mail=mail)
+        series = ctx.slurm_series()
+        specs = versions.srun(series)
+        parsed = parse(request.args_str, step=step, allow_mail=mail, specs=specs)
+        if only_info(parsed):
+            # --help, --usage, --version: Slurm's own text, nothing started.
+            return run_real(out, [binary, *parsed.argv()], env=command_env(request.env),
+                            cwd="/")[0]
         job = env_in.get("SLURM_JOB_ID") or env_in.get("SLURM_JOBID", "")
         if step:
             if not (job.isascii() and job.isdigit()) or not known_job(ctx, request, job, "project"):
@@ -123,10 +134,11 @@ def handle(ctx, request, out) -> int:
                               f"(salloc …, then agent-sandbox … there) or name it outside: "
                               f"agent-sandbox run --allocation {job} … (docs/chaperon.md, "
                               f"\"Interactive work on compute nodes\")")
-            validated, from_env = step_variables(env_in, job)
+            validated, from_env = step_variables(env_in, job, series)
             given = merge(from_env, parsed)   # for the options the handler rebuilds
         else:
-            validated, from_env = {}, parse_env(env_in, allow_mail=mail)
+            validated, from_env = {}, parse_env(env_in, allow_mail=mail, specs=specs,
+                                                table=versions.input_env("srun", series))
             # Slurm's order: input variables, then the command line.
             parsed = given = merge(from_env, parsed)
         if not parsed.rest:

@@ -132,7 +132,7 @@ def _check_script(text: str) -> None:
 
 
 def parse_script(script: bytes | str, *, allow_mail: bool = False,
-                 ignore_pbs: bool = False) -> Directives:
+                 ignore_pbs: bool = False, spec=SBATCH) -> Directives:
     """Extract and validate the #SBATCH directives of `script`. `ignore_pbs`
     is True when --ignore-pbs was given on the command line. Raises
     Refusal naming the script line."""
@@ -161,7 +161,7 @@ def parse_script(script: bytes | str, *, allow_mail: bool = False,
             word_lines.append(number)
 
     try:
-        parsed = parse(SBATCH, words, unlock=("mail",) if allow_mail else (), in_script=True)
+        parsed = parse(spec, words, unlock=("mail",) if allow_mail else (), in_script=True)
     except Refusal as refused:
         index = refused.index if refused.index is not None else len(words) - 1
         raise refused.at_line(word_lines[index] if word_lines else 1) from None

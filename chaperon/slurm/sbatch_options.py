@@ -137,10 +137,12 @@ SBATCH = CommandSpec("sbatch", [
 ], het_colon="script")
 
 
-def parse(argv: Sequence[str], *, allow_mail: bool = False) -> Parsed:
+def parse(argv: Sequence[str], *, allow_mail: bool = False, spec: CommandSpec | None = None
+          ) -> Parsed:
     """sbatch's command line: options, then the script and its arguments.
-    `--wrap` is accepted and left to the handler (`parsed.last("wrap")`)."""
-    return _parse(SBATCH, argv, unlock=("mail",) if allow_mail else ())
+    `--wrap` is accepted and left to the handler (`parsed.last("wrap")`).
+    `spec`: the table of the Slurm series in use (versions.sbatch)."""
+    return _parse(spec or SBATCH, argv, unlock=("mail",) if allow_mail else ())
 
 
 # sbatch's input environment variables (the names in Slurm 22.05's
@@ -165,7 +167,9 @@ def env_words(env: dict[str, str]) -> list[tuple[str, str]]:
     return input_env_words(SBATCH, INPUT_ENV, env)
 
 
-def parse_env(env: dict[str, str], *, allow_mail: bool = False) -> Parsed:
-    """The SBATCH_* variables as options, through the same allow-list."""
-    return parse_input_env(SBATCH, INPUT_ENV, env,
-                           lambda words: parse(words, allow_mail=allow_mail))
+def parse_env(env: dict[str, str], *, allow_mail: bool = False,
+              spec: CommandSpec | None = None, table: dict[str, str] | None = None) -> Parsed:
+    """The SBATCH_* variables as options, through the same allow-list
+    (`spec`, `table`: those of the Slurm series in use, versions.py)."""
+    return parse_input_env(spec or SBATCH, table or INPUT_ENV, env,
+                           lambda words: parse(words, allow_mail=allow_mail, spec=spec))

@@ -183,35 +183,40 @@ _FOREIGN = [
 ]
 
 
-def _spec(step: bool) -> CommandSpec:
+def build_spec(rows, foreign, *, step: bool) -> CommandSpec:
+    """srun's table in one mode from (option, where) rows (versions.py makes
+    the rows of each Slurm series)."""
     options = []
-    for option, where in _ROWS:
+    for option, where in rows:
         if step and where == ALLOCATION:
             option = option._replace(denial=ALLOCATION_ONLY)
         options.append(option)
-    return CommandSpec("srun", options, foreign=_FOREIGN, het_colon="anywhere")
+    return CommandSpec("srun", options, foreign=foreign, het_colon="anywhere")
 
 
-SRUN_ALLOCATION = _spec(step=False)
-SRUN_STEP = _spec(step=True)
+SRUN_ALLOCATION = build_spec(_ROWS, _FOREIGN, step=False)
+SRUN_STEP = build_spec(_ROWS, _FOREIGN, step=True)
 
 
-def allowed_in_step(name: str) -> bool:
+def allowed_in_step(name: str, step_spec: CommandSpec | None = None) -> bool:
     """Is the long option `name` allowed inside a job (step mode)?"""
-    option = SRUN_STEP.by_long.get(name)
+    option = (step_spec or SRUN_STEP).by_long.get(name)
     return option is not None and option.denial is None
 
 
-def allocation_only(name: str) -> bool:
+def allocation_only(name: str, step_spec: CommandSpec | None = None) -> bool:
     """Does the long option `name` only apply when srun makes an allocation?"""
-    option = SRUN_STEP.by_long.get(name)
+    option = (step_spec or SRUN_STEP).by_long.get(name)
     return option is not None and option.denial is ALLOCATION_ONLY
 
 
-def parse(argv: Sequence[str], *, step: bool, allow_mail: bool = False) -> Parsed:
+def parse(argv: Sequence[str], *, step: bool, allow_mail: bool = False,
+          specs: tuple[CommandSpec, CommandSpec] | None = None) -> Parsed:
     """srun's command line: options, then the command and its arguments.
-    `step` is True inside a job (SLURM_JOB_ID set): step options only."""
-    return _parse(SRUN_STEP if step else SRUN_ALLOCATION, argv,
+    `step` is True inside a job (SLURM_JOB_ID set): step options only.
+    `specs`: (allocation, step) tables of the Slurm series in use (versions.srun)."""
+    allocation, in_step = specs or (SRUN_ALLOCATION, SRUN_STEP)
+    return _parse(in_step if step else allocation, argv,
                   unlock=("mail",) if allow_mail else ())
 
 
@@ -284,7 +289,11 @@ STEP_DROPPED = {
 }
 
 
-def parse_env(env: dict[str, str], *, step: bool = False, allow_mail: bool = False) -> Parsed:
+def parse_env(env: dict[str, str], *, step: bool = False, allow_mail: bool = False,
+              specs: tuple[CommandSpec, CommandSpec] | None = None,
+              table: dict[str, str] | None = None) -> Parsed:
     """srun's input variables as options (read by the mode's allow-list)."""
-    return parse_input_env(SRUN_STEP if step else SRUN_ALLOCATION, INPUT_ENV, env,
-                           lambda words: parse(words, step=step, allow_mail=allow_mail))
+    allocation, in_step = specs or (SRUN_ALLOCATION, SRUN_STEP)
+    return parse_input_env(in_step if step else allocation, table or INPUT_ENV, env,
+                           lambda words: parse(words, step=step, allow_mail=allow_mail,
+                                               specs=specs))

@@ -43,6 +43,19 @@ def test_allowed_command_gives_the_real_bytes_and_exit_code(user, project):
     assert refused.returncode == 1 and refused.stderr.startswith("agent-sandbox: sinfo: ")
 
 
+def test_help_usage_and_version_of_sbatch_and_srun_pass_through(user, project):
+    """Issue 32: Slurm's own text, byte for byte, inside as outside (they were
+    refused: no script, no command)."""
+    for argv in (["sbatch", "--help"], ["sbatch", "--version"], ["sbatch", "--usage"],
+                 ["srun", "--help"], ["srun", "-V"], ["srun", "--usage"]):
+        real = outside(user, *argv)
+        inside = user.sandbox(*argv, cwd=project, text=False)
+        assert (inside.returncode, inside.stdout) == (real.returncode, real.stdout), argv
+        assert real.stdout.strip(), argv
+    # Anything more than the print-only options is still a submission, checked as one.
+    assert user.sandbox("sbatch", "--help", "-p", "x", cwd=project).returncode != 0
+
+
 def test_refused_stubs_exit_1_with_a_reason(user, project):
     for command in ("salloc", "sattach", "sbcast", "strigger", "sreport", "scrontab"):
         result = user.sandbox(command, "--help", cwd=project)
