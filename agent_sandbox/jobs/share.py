@@ -54,7 +54,11 @@ import sys
 from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError
 from agent_sandbox.paths import run_dir
 
-STEPD_TITLE = re.compile(rb"slurmstepd: \[(\d+)\.(\w+)\]")
+# slurmstepd's title, 22.05 through 26.05 (slurmstepd.c _set_job_log_prefix:
+# "[%s]", from 24.11 "[%s%s]" with " stepmgr" in the batch step of a job
+# whose steps the step manager runs). 26.05 prints the job id, not the SLUID,
+# whenever the job has one (log.c log_build_step_id_str).
+STEPD_TITLE = re.compile(rb"slurmstepd: \[(\d+)\.(\w+)(?: stepmgr)?\]")
 NAMESPACES = ("user", "mnt", "ipc", "net", "uts", "pid", "cgroup")
 WAITER = ["/bin/sh", "-c", "echo ready && read -r line"]
 READY_TIMEOUT = 60
@@ -132,9 +136,28 @@ def _stepd(pid: int) -> tuple[str, str] | None:
 def _cgroup_agrees(pid: int, job: str) -> bool:
     try:
         with open(f"/proc/{pid}/cgroup", encoding="ascii", errors="replace") as handle:
-            return cgroup_agrees(handle.read(), job)
+            text = handle.read()
     except OSError:
         return False
+    return cgroup_agrees(text, job, job_sluid(job) if names_sluid(text) else None)
+
+
+def job_sluid(job: str) -> str | None:
+    """The job's SLUID as slurmctld answers it (squeue -O SLUID, 26.05+),
+    never from the environment the agent influenced; None when not known."""
+    import shutil
+    import subprocess
+    squeue = shutil.which("squeue", path=os.defpath + ":/usr/local/bin")
+    if not squeue:
+        return None
+    try:
+        answer = subprocess.run([squeue, "--noheader", f"--jobs={job}", "--Format=SLUID"],
+                                capture_output=True, text=True, timeout=30,
+                                stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    value = answer.stdout.strip()
+    return value if answer.returncode == 0 and _SLUID.fullmatch(value) else None
 
 
 def _confined(pid: int) -> str | None:
@@ -152,11 +175,49 @@ def _confined(pid: int) -> str | None:
     return None
 
 
-def cgroup_agrees(text: str, job: str) -> bool:
-    """proctrack/cgroup puts every process of a job below `job_<id>`: when a
-    line of /proc/PID/cgroup names a job at all, it must name this one."""
+# Slurm's cgroup hierarchy: v2 `<...>slurmstepd.scope/<job>/step_<x>/...`
+# (cgroup_v2.c), v1 `/slurm[_<node>]/uid_<n>/<job>/...` (cgroup_v1.c). The job
+# component is `job_<id>`, or from 26.05 without CgroupJobIdPaths the job's
+# SLUID (`s` + 13 Crockford base32 characters, sluid.c print_sluid).
+_SLURM_CGROUP = re.compile(r"(?:slurmstepd\.scope|/slurm(?:_[^/\n]*)?/uid_\d+)/([^/\n]+)",
+                           flags=re.M)
+_JOB_ID = re.compile(r"job_(\d+)")
+_SLUID = re.compile(r"[sS][0-9A-Za-z]{13}")
+
+
+def cgroup_jobs(text: str) -> set[str] | None:
+    """The jobs /proc/PID/cgroup names: any `job_<id>` component as the id;
+    below Slurm's hierarchy also a SLUID as itself (upper case, `s` prefix); an empty set when
+    no line is below it (proctrack/linuxproc, or no cgroup plugin); None when
+    a line is below it but its job component is neither (cannot tell)."""
     named = set(re.findall(r"/job_(\d+)(?=/|$)", text, flags=re.M))
-    return not named or named == {job}
+    for component in _SLURM_CGROUP.findall(text):
+        match = _JOB_ID.fullmatch(component)
+        if match:
+            named.add(match.group(1))
+        elif _SLUID.fullmatch(component):
+            named.add("s" + component[1:].upper())
+        else:
+            return None
+    return named
+
+
+def cgroup_agrees(text: str, job: str, sluid: str | None = None) -> bool:
+    """proctrack/cgroup puts every process of a job below its job directory:
+    when a line of /proc/PID/cgroup is below Slurm's hierarchy it must name
+    this job, by `job_<id>` or by the job's SLUID (`sluid`, from slurmctld;
+    None when not known: a SLUID directory then never agrees). Fails closed
+    when the job directory is of a form it cannot read."""
+    named = cgroup_jobs(text)
+    if named is None:
+        return False
+    own = {job} | ({"s" + sluid[1:].upper()} if sluid and _SLUID.fullmatch(sluid) else set())
+    return named <= own
+
+
+def names_sluid(text: str) -> bool:
+    """Does /proc/PID/cgroup name a job by SLUID (26.05's default)?"""
+    return any(_SLUID.fullmatch(c) for c in _SLURM_CGROUP.findall(text))
 
 
 def key_for(job: str, step: str) -> list[str]:

@@ -310,3 +310,47 @@ def test_without_the_execute_only_interpreter_a_firejail_join_fails_closed(
     readable.chmod(0o755)              # readable: the exec would leave it dumpable
     with pytest.raises(PolicyError, match="not an execute-only root-owned file"):
         jobjoin.join_python()
+
+
+# Captured from slurmstepd.c _set_job_log_prefix: 24.11-26.05 add " stepmgr"
+# to the batch step's title when the job's step manager runs there.
+@pytest.mark.parametrize("title,expected", [
+    (b"slurmstepd: [700058.batch stepmgr]\0", ("700058", "batch")),
+    (b"slurmstepd: [9.extern]\0\0", ("9", "extern")),
+])
+def test_the_step_managers_title_names_its_step(title, expected):
+    match = jobshare.STEPD_TITLE.match(title)
+    assert match and (match.group(1).decode(), match.group(2).decode()) == expected
+
+
+@pytest.mark.parametrize("title", [b"slurmstepd: [s0KQ3ZVX1P0000.0]",   # a SLUID, never printed
+                                   b"slurmstepd: [42.0 other]", b"slurmstepd: [42:namespace]"])
+def test_titles_of_other_forms_name_no_step(title):
+    assert jobshare.STEPD_TITLE.match(title) is None
+
+
+# 26.05 cgroup_v2.c cgroup_p_step_create: "/%s" of print_sluid unless
+# CgroupJobIdPaths=yes ("/job_%u").
+SLUID_PATH = "0::/system.slice/node1_slurmstepd.scope/s0KQ3ZVX1P0A12/step_0/user/task_0\n"
+
+
+def test_a_sluid_cgroup_agrees_only_with_the_jobs_sluid_from_slurmctld():
+    assert jobshare.cgroup_jobs(SLUID_PATH) == {"s0KQ3ZVX1P0A12"}
+    assert jobshare.names_sluid(SLUID_PATH)
+    assert not jobshare.cgroup_agrees(SLUID_PATH, "42")                      # cannot tell
+    assert not jobshare.cgroup_agrees(SLUID_PATH, "42", "s0KQ3ZVX1P0A13")    # another job
+    assert not jobshare.cgroup_agrees(SLUID_PATH, "42", "42")                # not a SLUID
+    assert jobshare.cgroup_agrees(SLUID_PATH, "42", "S0kq3zvx1p0a12")        # case-insensitive
+
+
+def test_a_slurm_cgroup_of_an_unknown_form_fails_closed():
+    assert jobshare.cgroup_jobs("0::/system.slice/slurmstepd.scope/job_x/step_0\n") is None
+    assert not jobshare.cgroup_agrees("0::/system.slice/slurmstepd.scope/jobid42/step_0\n", "42")
+    assert not jobshare.cgroup_agrees("4:memory:/slurm_node1/uid_1/weird/step_0\n", "42")
+    assert jobshare.cgroup_agrees("4:memory:/slurm_node1/uid_1/job_42/step_0\n", "42")
+    assert not jobshare.names_sluid("0::/system.slice/slurmstepd.scope/job_42/step_0\n")
+
+
+def test_the_stepd_scope_itself_names_no_job():
+    # slurmstepd's own processes sit in .../slurmstepd.scope/system (v2).
+    assert jobshare.cgroup_jobs("0::/system.slice/slurmstepd.scope/system\n") is None
