@@ -63,6 +63,7 @@ NAMESPACES = ("user", "mnt", "ipc", "net", "uts", "pid", "cgroup")
 WAITER = ["/bin/sh", "-c", "echo ready && read -r line"]
 READY_TIMEOUT = 60
 JOIN_TIMEOUT = 60
+RETIRE_RETRY = 0.2   # seconds: a retirement the per-host lock put off is tried again
 
 
 # What shapes a sandbox, by Policy field: a task joins only a sandbox made
@@ -117,6 +118,30 @@ def slurm_step(pid: int | None = None) -> tuple[str, str] | None:
         found = _stepd(current)
         if found:
             return found if _cgroup_agrees(start, found[0]) else None
+    return None
+
+
+def stepd_pidfd(job: str) -> int | None:
+    """A pidfd of the nearest root-owned slurmstepd above this process, when
+    it runs a step of `job` (None elsewhere): the holder's end of life."""
+    current = os.getpid()
+    for _ in range(64):
+        try:
+            with open(f"/proc/{current}/stat", "rb") as handle:
+                current = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+        if current <= 1:
+            return None
+        found = _stepd(current)
+        if found:
+            if found[0] != job:
+                return None
+            try:
+                pidfd = os.pidfd_open(current)
+            except OSError:
+                return None
+            return pidfd if _stepd(current) == found else None   # still that stepd
     return None
 
 
@@ -260,9 +285,10 @@ class Holder:
     and retires (removes its socket) once the last member has gone."""
 
     def __init__(self, job: str, info: dict, target_pidfd: int, listener: socket.socket,
-                 *, dirfd: int = -1, key: str = ""):
+                 *, dirfd: int = -1, key: str = "", stepd: int | None = None):
         self.job, self.info, self.pidfd, self.listener = job, info, target_pidfd, listener
         self.dirfd, self.key = dirfd, key
+        self.stepd = stepd   # a pidfd of the step's slurmstepd: readable once it has ended
         self.inode = os.stat(f"{key}.sock", dir_fd=dirfd).st_ino if key else None
         self.members: list[socket.socket] = []
         self.joined = 0
@@ -298,14 +324,25 @@ class Holder:
         return None
 
     def serve(self, stop_fd: int) -> None:
-        """Until the holder retires (or `stop_fd` is readable)."""
+        """Until the holder retires, its step's slurmstepd ends (the job
+        ended: the holder never outlives it, even where proctrack/linuxproc
+        lost track of it because the launch that forked it had ended and it
+        was reparented), or `stop_fd` is readable."""
         import select
 
         while True:
-            # A holder nobody joins (its first launch failed) does not linger.
-            wait = None if self.joined else JOIN_TIMEOUT
-            ready, _, _ = select.select([self.listener, stop_fd, *self.members], [], [], wait)
-            if stop_fd in ready:
+            # A holder nobody joins (its first launch failed) does not linger;
+            # one whose members have all gone but whose retirement the
+            # per-host lock put off tries again soon (it used to wait for a
+            # connection that may never come: a holder that outlived its job).
+            if not self.joined:
+                wait = JOIN_TIMEOUT
+            else:
+                wait = None if self.members else RETIRE_RETRY
+            ends = [self.stepd] if self.stepd is not None else []
+            ready, _, _ = select.select([self.listener, stop_fd, *ends, *self.members], [], [],
+                                        wait)
+            if stop_fd in ready or (ends and self.stepd in ready):
                 return
             if self.listener in ready:
                 try:
@@ -448,7 +485,7 @@ def _hold(key: str, job: str, dirfd: int, launch, report_w: int, shaped: dict) -
     for fd in (stay_r, ready_w):
         os.close(fd)
     stop_r, stop_w = os.pipe()
-    context: dict = {}
+    context: dict = {"stepd": stepd_pidfd(job)}   # the launch that forked us still runs
     reported: list = []
 
     def report(text: str) -> None:      # once: the descriptor is closed after
@@ -503,7 +540,8 @@ def _listen(key: str, job: str, dirfd: int, ready_r: int, context: dict) -> Hold
         pass
     listener.bind(_address(dirfd, f"{key}.sock"))
     listener.listen(64)
-    return Holder(job, context["info"], pidfd, listener, dirfd=dirfd, key=key)
+    return Holder(job, context["info"], pidfd, listener, dirfd=dirfd, key=key,
+                  stepd=context.get("stepd"))
 
 
 def sandbox_member(root: int) -> int | None:

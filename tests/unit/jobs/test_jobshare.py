@@ -354,3 +354,68 @@ def test_a_slurm_cgroup_of_an_unknown_form_fails_closed():
 def test_the_stepd_scope_itself_names_no_job():
     # slurmstepd's own processes sit in .../slurmstepd.scope/system (v2).
     assert jobshare.cgroup_jobs("0::/system.slice/slurmstepd.scope/system\n") is None
+
+
+def _serve_in_thread(made, stop_r):
+    import threading
+    thread = threading.Thread(target=made.serve, args=(stop_r,), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_holder_whose_retirement_was_put_off_retires_soon_after(holder, tmp_path):
+    """Issue 32 (a holder outlived its job): the last member left while a
+    launch of another job held the per-host lock; the holder then waited for
+    a connection with no timeout, forever. It tries again."""
+    import fcntl
+    import time
+
+    made, dirfd = holder
+    made.joined = 1                                   # its one member has gone
+    lock = os.open(tmp_path / jobshare.lock_name(), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    stop_r, stop_w = os.pipe()
+    thread = _serve_in_thread(made, stop_r)
+    time.sleep(0.5)
+    assert thread.is_alive() and (tmp_path / "n1-42.sock").exists()
+    os.close(lock)                                    # the other launch is done
+    thread.join(5)
+    try:
+        assert not thread.is_alive(), "the holder never retired"
+        assert not (tmp_path / "n1-42.sock").exists()
+    finally:
+        os.write(stop_w, b"x")
+        os.close(stop_w)
+
+
+def test_a_holder_ends_with_its_steps_slurmstepd(tmp_path):
+    """Even with a member still connected (a task that escaped the step's
+    tracking), the holder stops when the step's slurmstepd has ended."""
+    import subprocess
+    import sys
+
+    dirfd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(jobshare._address(dirfd, "n1-42.sock"))
+    listener.listen(4)
+    stepd = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    made = jobshare.Holder("42", {}, os.pidfd_open(os.getpid()), listener, dirfd=dirfd,
+                           key="n1-42", stepd=os.pidfd_open(stepd.pid))
+    member, other = socket.socketpair()
+    made.members.append(member)
+    made.joined = 1
+    stop_r, stop_w = os.pipe()
+    thread = _serve_in_thread(made, stop_r)
+    try:
+        stepd.wait(10)
+        thread.join(5)
+        assert not thread.is_alive(), "the holder outlived its step"
+    finally:
+        os.write(stop_w, b"x")
+        other.close()
+        listener.close()
+        os.close(dirfd)
+
+
+def test_no_stepd_above_a_process_outside_slurm():
+    assert jobshare.stepd_pidfd("42") is None
