@@ -13,6 +13,7 @@ decides which jobs are shown, this module only how their comments read.
 """
 from __future__ import annotations
 
+import json
 import re
 from urllib.parse import unquote_to_bytes
 
@@ -95,8 +96,111 @@ def untag_yaml(data: bytes) -> bytes:
 
 def untag_fields(data: bytes) -> bytes:
     """Whole fields between delimiters (sacct -p/-P, squeue %all): a tag is
-    replaced by the user's comment, or by nothing."""
-    return TAG.sub(lambda m: user_comment(m) or b"", data)
+    replaced by the user's comment, or by nothing; in a submit line the
+    chaperon's ` --comment=TAG` becomes the user's ` --comment=…` or goes."""
+    return untag_line(data)
+
+
+_OPTION_TAG = re.compile(rb"( --comment=)?" + TAG.pattern)
+
+
+def untag_line(data: bytes, encode=lambda value: value) -> bytes:
+    """Every tag in `data` (a submit line, a field): ` --comment=TAG` (the
+    chaperon's own option in SubmitLine) becomes ` --comment=<user's>`, or
+    nothing without a user comment; a bare tag the user's comment or nothing.
+    `encode` writes the user's comment as the surrounding text needs."""
+    def replace(match: re.Match) -> bytes:
+        comment = unquote_to_bytes(match.group(2)) if match.group(2) else None
+        if comment is None:
+            return b""
+        return (match.group(1) or b"") + encode(comment)
+    return _OPTION_TAG.sub(replace, data)
+
+
+def untag_submit_line(value: bytes | None) -> bytes | None:
+    """A SubmitLine column's value (fixed-width sacct) without the tag."""
+    return None if value is None else untag_line(value)
+
+
+# --------------------------------------------------------------------------- submit lines
+_JSON_SUBMIT = re.compile(rb'("submit_line": )("(?:[^"\\]|\\.)*")')
+_YAML_SUBMIT = re.compile(rb"^([ -]*)((?:!!str )?submit_line:)(.*)$")
+_YAML_IDS = re.compile(rb"^[ -]*(?:!!str )?(?:job_id|het_job_id|array_job_id): (?:!!int )?(\d+)\s*$",
+                       re.M)
+
+
+def _job_in(job: dict, ids: set[str]) -> bool:
+    """A sacct JSON job: its id, its array's or its het job's is in `ids`."""
+    def number(value):
+        if isinstance(value, dict):   # 24.11: {"set": true, "number": N}
+            value = value.get("number")
+        return str(value) if isinstance(value, int) and value else None
+    found = {number(job.get("job_id")), number((job.get("array") or {}).get("job_id")),
+             number((job.get("het") or {}).get("job_id"))}
+    return bool(found & ids)
+
+
+def scope_submit_json(data: bytes, ids: set[str] | None) -> bytes:
+    """sacct --json (24.11+ has "submit_line"): each job's submit line is
+    untagged; with `ids` (session/project scope) the submit line of a job
+    not in `ids` becomes "" — decided per element of the "jobs" array, and
+    any submit line outside an element it could read becomes "" too."""
+    def untag_json_string(match: re.Match) -> bytes:
+        return match.group(1) + untag_line(match.group(2),
+                                           encode=lambda v: _json_c(v)[1:-1])
+    if ids is None:
+        return _JSON_SUBMIT.sub(untag_json_string, data)
+    lines = data.split(b"\n")
+    keep = [False] * len(lines)
+    start = None
+    for number, line in enumerate(lines):
+        if line == b"    {":
+            start = number
+        elif line in (b"    }", b"    },") and start is not None:
+            try:
+                job = json.loads(b"\n".join(lines[start:number + 1]).rstrip(b","))
+            except ValueError:
+                job = None
+            if isinstance(job, dict) and _job_in(job, ids):
+                keep[start:number + 1] = [True] * (number + 1 - start)
+            start = None
+    out = []
+    for number, line in enumerate(lines):
+        if keep[number]:
+            out.append(_JSON_SUBMIT.sub(untag_json_string, line))
+        else:
+            out.append(_JSON_SUBMIT.sub(lambda m: m.group(1) + b'""', line))
+    return b"\n".join(out)
+
+
+def scope_submit_yaml(data: bytes, ids: set[str] | None) -> bytes:
+    """sacct --yaml: submit lines untagged; with `ids`, shown only when every
+    job the document names (job_id, array_job_id, het_job_id) is in `ids`,
+    else each becomes '' (with its continuation lines): the layout of a
+    YAML job list is not read element by element, so this fails closed."""
+    named = {i.decode() for i in _YAML_IDS.findall(data) if i.strip(b"0")}
+    hide = ids is not None and not named <= ids
+    lines = data.split(b"\n")
+    out, number = [], 0
+    while number < len(lines):
+        line = lines[number]
+        match = _YAML_SUBMIT.match(line)
+        number += 1
+        if not match:
+            out.append(line)
+            continue
+        indent = len(match.group(1))
+        value = [match.group(3)]
+        while number < len(lines) and lines[number].strip() and \
+                len(lines[number]) - len(lines[number].lstrip(b" ")) > indent:
+            value.append(lines[number])
+            number += 1
+        if hide:
+            out.append(match.group(1) + match.group(2) + b" ''")
+        else:
+            out.append(match.group(1) + match.group(2) + untag_line(value[0]))
+            out.extend(untag_line(v) for v in value[1:])
+    return b"\n".join(out)
 
 
 # --------------------------------------------------------------------------- squeue formats
@@ -217,9 +321,14 @@ class SacctColumns:
     field's own length."""
 
     WIDTH = 4096
+    # The columns read whole and rendered again, with how a value is shown.
+    REWRITTEN = {"Comment": decode_value, "SubmitLine": untag_submit_line}
 
-    def __init__(self, spec: str, names: list[str], default: int):
-        self.lengths: list[int] = []   # the caller's length of each Comment field, in order
+    def __init__(self, spec: str, names: list[str], default):
+        if isinstance(default, int):
+            default = {"Comment": default}
+        self.lengths: list[int] = []   # the caller's length of each rewritten field, in order
+        self.fields: list[str] = []    # and its name
         items: list[str] = []
         for item in spec.split(","):
             if item.lower() == "all":
@@ -229,11 +338,13 @@ class SacctColumns:
         out = []
         for item in items:
             name, _, length = item.partition("%")
-            resolved = next((n for n in names if n.lower().startswith(name.lower())),
-                            None) if name else None
-            if resolved == "Comment":
+            key = name.lstrip(" \t\n\v\f\r").lower()
+            resolved = next((n for n in names if n.lower().startswith(key)),
+                            None) if key else None
+            if resolved in self.REWRITTEN:
                 given = int(length) if re.fullmatch(r"-?\d+", length or "") else 0
-                self.lengths.append(given or default)
+                self.lengths.append(given or default.get(resolved, 20))
+                self.fields.append(resolved)
                 out.append(f"{name}%-{self.WIDTH}")
             else:
                 out.append(item)
@@ -257,16 +368,16 @@ class SacctColumns:
                 out.append(line)
                 continue
             pieces, last = [], 0
-            for (start, end), length in zip(spans, self.lengths):
+            for (start, end), length, field in zip(spans, self.lengths, self.fields):
                 size = abs(length)
                 if number == 0:
-                    name = b"Comment"[:size]
+                    name = field.encode()[:size]
                     new = name.rjust(size) if length >= 0 else name.ljust(size)
                 elif number == 1:
                     new = b"-" * size
                 else:
                     value = line[start:end].rstrip(b" ")
-                    new = render_sacct(decode_value(value) if value else None, length)
+                    new = render_sacct(self.REWRITTEN[field](value) if value else None, length)
                 pieces.append(line[last:start] + new)
                 last = end
             out.append(b"".join(pieces) + line[last:])

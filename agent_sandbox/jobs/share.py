@@ -54,11 +54,16 @@ import sys
 from agent_sandbox.errors import SETUP_FAILED, BackendUnavailable, PolicyError
 from agent_sandbox.paths import run_dir
 
-STEPD_TITLE = re.compile(rb"slurmstepd: \[(\d+)\.(\w+)\]")
+# slurmstepd's title, 22.05 through 26.05 (slurmstepd.c _set_job_log_prefix:
+# "[%s]", from 24.11 "[%s%s]" with " stepmgr" in the batch step of a job
+# whose steps the step manager runs). 26.05 prints the job id, not the SLUID,
+# whenever the job has one (log.c log_build_step_id_str).
+STEPD_TITLE = re.compile(rb"slurmstepd: \[(\d+)\.(\w+)(?: stepmgr)?\]")
 NAMESPACES = ("user", "mnt", "ipc", "net", "uts", "pid", "cgroup")
 WAITER = ["/bin/sh", "-c", "echo ready && read -r line"]
 READY_TIMEOUT = 60
 JOIN_TIMEOUT = 60
+RETIRE_RETRY = 0.2   # seconds: a retirement the per-host lock put off is tried again
 
 
 # What shapes a sandbox, by Policy field: a task joins only a sandbox made
@@ -116,6 +121,30 @@ def slurm_step(pid: int | None = None) -> tuple[str, str] | None:
     return None
 
 
+def stepd_pidfd(job: str) -> int | None:
+    """A pidfd of the nearest root-owned slurmstepd above this process, when
+    it runs a step of `job` (None elsewhere): the holder's end of life."""
+    current = os.getpid()
+    for _ in range(64):
+        try:
+            with open(f"/proc/{current}/stat", "rb") as handle:
+                current = int(handle.read().rsplit(b")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            return None
+        if current <= 1:
+            return None
+        found = _stepd(current)
+        if found:
+            if found[0] != job:
+                return None
+            try:
+                pidfd = os.pidfd_open(current)
+            except OSError:
+                return None
+            return pidfd if _stepd(current) == found else None   # still that stepd
+    return None
+
+
 def _stepd(pid: int) -> tuple[str, str] | None:
     """(job, step) when `pid` is a slurmstepd run by root, by its title."""
     try:
@@ -132,9 +161,28 @@ def _stepd(pid: int) -> tuple[str, str] | None:
 def _cgroup_agrees(pid: int, job: str) -> bool:
     try:
         with open(f"/proc/{pid}/cgroup", encoding="ascii", errors="replace") as handle:
-            return cgroup_agrees(handle.read(), job)
+            text = handle.read()
     except OSError:
         return False
+    return cgroup_agrees(text, job, job_sluid(job) if names_sluid(text) else None)
+
+
+def job_sluid(job: str) -> str | None:
+    """The job's SLUID as slurmctld answers it (squeue -O SLUID, 26.05+),
+    never from the environment the agent influenced; None when not known."""
+    import shutil
+    import subprocess
+    squeue = shutil.which("squeue", path=os.defpath + ":/usr/local/bin")
+    if not squeue:
+        return None
+    try:
+        answer = subprocess.run([squeue, "--noheader", f"--jobs={job}", "--Format=SLUID"],
+                                capture_output=True, text=True, timeout=30,
+                                stdin=subprocess.DEVNULL, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    value = answer.stdout.strip()
+    return value if answer.returncode == 0 and _SLUID.fullmatch(value) else None
 
 
 def _confined(pid: int) -> str | None:
@@ -152,11 +200,49 @@ def _confined(pid: int) -> str | None:
     return None
 
 
-def cgroup_agrees(text: str, job: str) -> bool:
-    """proctrack/cgroup puts every process of a job below `job_<id>`: when a
-    line of /proc/PID/cgroup names a job at all, it must name this one."""
+# Slurm's cgroup hierarchy: v2 `<...>slurmstepd.scope/<job>/step_<x>/...`
+# (cgroup_v2.c), v1 `/slurm[_<node>]/uid_<n>/<job>/...` (cgroup_v1.c). The job
+# component is `job_<id>`, or from 26.05 without CgroupJobIdPaths the job's
+# SLUID (`s` + 13 Crockford base32 characters, sluid.c print_sluid).
+_SLURM_CGROUP = re.compile(r"(?:slurmstepd\.scope|/slurm(?:_[^/\n]*)?/uid_\d+)/([^/\n]+)",
+                           flags=re.M)
+_JOB_ID = re.compile(r"job_(\d+)")
+_SLUID = re.compile(r"[sS][0-9A-Za-z]{13}")
+
+
+def cgroup_jobs(text: str) -> set[str] | None:
+    """The jobs /proc/PID/cgroup names: any `job_<id>` component as the id;
+    below Slurm's hierarchy also a SLUID as itself (upper case, `s` prefix); an empty set when
+    no line is below it (proctrack/linuxproc, or no cgroup plugin); None when
+    a line is below it but its job component is neither (cannot tell)."""
     named = set(re.findall(r"/job_(\d+)(?=/|$)", text, flags=re.M))
-    return not named or named == {job}
+    for component in _SLURM_CGROUP.findall(text):
+        match = _JOB_ID.fullmatch(component)
+        if match:
+            named.add(match.group(1))
+        elif _SLUID.fullmatch(component):
+            named.add("s" + component[1:].upper())
+        else:
+            return None
+    return named
+
+
+def cgroup_agrees(text: str, job: str, sluid: str | None = None) -> bool:
+    """proctrack/cgroup puts every process of a job below its job directory:
+    when a line of /proc/PID/cgroup is below Slurm's hierarchy it must name
+    this job, by `job_<id>` or by the job's SLUID (`sluid`, from slurmctld;
+    None when not known: a SLUID directory then never agrees). Fails closed
+    when the job directory is of a form it cannot read."""
+    named = cgroup_jobs(text)
+    if named is None:
+        return False
+    own = {job} | ({"s" + sluid[1:].upper()} if sluid and _SLUID.fullmatch(sluid) else set())
+    return named <= own
+
+
+def names_sluid(text: str) -> bool:
+    """Does /proc/PID/cgroup name a job by SLUID (26.05's default)?"""
+    return any(_SLUID.fullmatch(c) for c in _SLURM_CGROUP.findall(text))
 
 
 def key_for(job: str, step: str) -> list[str]:
@@ -199,9 +285,10 @@ class Holder:
     and retires (removes its socket) once the last member has gone."""
 
     def __init__(self, job: str, info: dict, target_pidfd: int, listener: socket.socket,
-                 *, dirfd: int = -1, key: str = ""):
+                 *, dirfd: int = -1, key: str = "", stepd: int | None = None):
         self.job, self.info, self.pidfd, self.listener = job, info, target_pidfd, listener
         self.dirfd, self.key = dirfd, key
+        self.stepd = stepd   # a pidfd of the step's slurmstepd: readable once it has ended
         self.inode = os.stat(f"{key}.sock", dir_fd=dirfd).st_ino if key else None
         self.members: list[socket.socket] = []
         self.joined = 0
@@ -237,14 +324,25 @@ class Holder:
         return None
 
     def serve(self, stop_fd: int) -> None:
-        """Until the holder retires (or `stop_fd` is readable)."""
+        """Until the holder retires, its step's slurmstepd ends (the job
+        ended: the holder never outlives it, even where proctrack/linuxproc
+        lost track of it because the launch that forked it had ended and it
+        was reparented), or `stop_fd` is readable."""
         import select
 
         while True:
-            # A holder nobody joins (its first launch failed) does not linger.
-            wait = None if self.joined else JOIN_TIMEOUT
-            ready, _, _ = select.select([self.listener, stop_fd, *self.members], [], [], wait)
-            if stop_fd in ready:
+            # A holder nobody joins (its first launch failed) does not linger;
+            # one whose members have all gone but whose retirement the
+            # per-host lock put off tries again soon (it used to wait for a
+            # connection that may never come: a holder that outlived its job).
+            if not self.joined:
+                wait = JOIN_TIMEOUT
+            else:
+                wait = None if self.members else RETIRE_RETRY
+            ends = [self.stepd] if self.stepd is not None else []
+            ready, _, _ = select.select([self.listener, stop_fd, *ends, *self.members], [], [],
+                                        wait)
+            if stop_fd in ready or (ends and self.stepd in ready):
                 return
             if self.listener in ready:
                 try:
@@ -387,7 +485,7 @@ def _hold(key: str, job: str, dirfd: int, launch, report_w: int, shaped: dict) -
     for fd in (stay_r, ready_w):
         os.close(fd)
     stop_r, stop_w = os.pipe()
-    context: dict = {}
+    context: dict = {"stepd": stepd_pidfd(job)}   # the launch that forked us still runs
     reported: list = []
 
     def report(text: str) -> None:      # once: the descriptor is closed after
@@ -442,7 +540,8 @@ def _listen(key: str, job: str, dirfd: int, ready_r: int, context: dict) -> Hold
         pass
     listener.bind(_address(dirfd, f"{key}.sock"))
     listener.listen(64)
-    return Holder(job, context["info"], pidfd, listener, dirfd=dirfd, key=key)
+    return Holder(job, context["info"], pidfd, listener, dirfd=dirfd, key=key,
+                  stepd=context.get("stepd"))
 
 
 def sandbox_member(root: int) -> int | None:

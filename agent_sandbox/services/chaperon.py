@@ -128,7 +128,8 @@ def check_allocation(job: str, config: dict) -> str | None:
     squeue = (config.get("slurm_binaries") or {}).get("squeue")
     if not squeue:
         return "squeue is not installed on this host"
-    env = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "HOME", "USER")}
+    env = {k: v for k, v in os.environ.items()
+           if k in ("PATH", "LANG", "HOME", "USER", "SLURM_CONF_SERVER")}
     if config.get("slurm_conf"):
         env["SLURM_CONF"] = config["slurm_conf"]
     try:
@@ -295,7 +296,12 @@ class ChaperonSession:
 
         read_fd, write_fd = os.pipe()
         env = {k: v for k, v in os.environ.items()
-               if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "USER", "LOGNAME")}
+               if k in ("PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "HOME", "USER", "LOGNAME",
+                        "SLURM_CONF_SERVER")}
+        # SLURM_CONF_SERVER: a configless login node (no slurm.conf, no
+        # slurmd/sackd cache, no DNS SRV) names its slurmctld so; taken from
+        # the environment agent-sandbox was started from, like SLURM_CONF
+        # (never from inside a sandbox: the chaperon starts before it).
         if self._config.get("slurm_conf"):   # the site's Slurm, for every real command
             env["SLURM_CONF"] = self._config["slurm_conf"]
         argv = [sys.executable, "-I", "-m", "chaperon.server", "--config-fd", str(read_fd)]

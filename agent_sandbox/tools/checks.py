@@ -16,6 +16,11 @@ from agent_sandbox.paths import helper_module
 GO, GAPS, NOGO = "GO", "GAPS", "NO-GO"
 MUNGE_SOCKETS = ("/run/munge/munge.socket.2", "/var/run/munge/munge.socket.2")
 SLURM_CONFS = ("/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf")
+# The configless cache slurmd (and 23.11+ sackd) keep on a node of a
+# SlurmctldParameters=enable_configless cluster (read_config.c
+# _establish_config_source: SLURM_CONF, the default file, this, then
+# SLURM_CONF_SERVER or DNS SRV).
+CONFIG_CACHE = "/run/slurm/conf/slurm.conf"
 USERNS_SYSCTLS = ("/proc/sys/user/max_user_namespaces",
                   "/proc/sys/kernel/unprivileged_userns_clone",
                   "/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
@@ -243,7 +248,7 @@ def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
     candidates = list(MUNGE_SOCKETS)
     # No policy when no backend resolved one (doctor's any_policy).
     site = (policy.slurm_conf if policy is not None else None) or environ.get("SLURM_CONF", "")
-    for conf in [site] + list(SLURM_CONFS):
+    for conf in [site] + list(SLURM_CONFS) + [CONFIG_CACHE]:
         if conf and os.path.isfile(conf):
             candidates = munge_sockets_from_conf(_read(conf)) + candidates
             break
@@ -295,6 +300,78 @@ def slurm_tables(binaries, data: dict) -> str:
     series, note = series_for(version)
     data.update(tables=series, tables_version=version, tables_found=how, tables_note=note)
     return f"option tables of Slurm {series}" + (f" ({note})" if note else "")
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """`scontrol show config` as {key: value} (`Key   = value` lines)."""
+    found = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip() and " " not in key.strip():
+            found.setdefault(key.strip(), value.strip())
+    return found
+
+
+def config_source(site: str | None, exists) -> tuple[str, bool]:
+    """Where the Slurm commands read their configuration, as Slurm looks
+    (read_config.c): (description, configless). `exists(path)` tests a file."""
+    if site:
+        return f"SLURM_CONF={site}", False
+    if exists(SLURM_CONFS[0]):
+        return SLURM_CONFS[0], False
+    if exists(CONFIG_CACHE):
+        return f"{CONFIG_CACHE} (the configless cache of slurmd/sackd)", True
+    return "fetched from slurmctld (SLURM_CONF_SERVER or DNS SRV; no local file)", True
+
+
+def slurm_site(config: dict[str, str], site: str | None, exists) -> dict:
+    """The facts of the site's Slurm that doctor reports (pure): version,
+    where the configuration comes from, configless or not (the login node
+    has no slurm.conf, or slurmctld serves it: enable_configless), and the
+    job container / namespace plugin (25.11 renamed JobContainerType to
+    NamespaceType; job_container/tmpfs gives each job a private /tmp).
+    `config` keeps every key for the other parts of this section (auth)."""
+    source, local_configless = config_source(site, exists)
+    params = [p.strip() for p in config.get("SlurmctldParameters", "").split(",")]
+    namespace = config.get("NamespaceType") or config.get("JobContainerType") or ""
+    if namespace in ("(null)", "none") or namespace.endswith("/none"):
+        namespace = ""
+    return {"version": config.get("SLURM_VERSION") or None, "config_source": source,
+            "configless": local_configless, "served_configless": "enable_configless" in params,
+            "namespace_type": namespace or None, "config": config}
+
+
+def slurm_site_item(policy, environ, slurm_present: bool) -> Item:
+    """doctor's "slurm site" section: the version, the configuration's
+    source (configless or not) and the job container / namespace type, from
+    `scontrol show config` as the chaperon's commands see it."""
+    if not slurm_present:
+        return Item("slurm site", GO, "no Slurm here", data={})
+    binaries = list(policy.slurm_binaries) if policy is not None else []
+    scontrol = next((b for b in binaries if os.path.basename(b) == "scontrol"), None)
+    env = {"PATH": "/usr/bin:/bin"}
+    site = (policy.slurm_conf if policy is not None else None) or environ.get("SLURM_CONF")
+    if site:
+        env["SLURM_CONF"] = site
+    if environ.get("SLURM_CONF_SERVER"):
+        env["SLURM_CONF_SERVER"] = environ["SLURM_CONF_SERVER"]
+    code, text = _run([scontrol, "show", "config"], env=env) if scontrol else (-1, "no scontrol")
+    facts = slurm_site(parse_show_config(text) if code == 0 else {}, site, os.path.isfile)
+    if code != 0:
+        return Item("slurm site", GAPS, f"`scontrol show config` failed — {version_line(text)}"
+                    f"; configuration: {facts['config_source']}",
+                    "check that slurmctld answers (and SLURM_CONF / SLURM_CONF_SERVER)",
+                    data={k: v for k, v in facts.items() if k != "config"})
+    configless = "configless" if facts["configless"] else "not configless"
+    if facts["served_configless"] and not facts["configless"]:
+        configless += " (slurmctld serves it: enable_configless)"
+    namespace = facts["namespace_type"] or "none"
+    if namespace.endswith("/tmpfs"):
+        namespace += " (each job has a private /tmp; the job cage uses the job's own)"
+    return Item("slurm site", GO, f"Slurm {facts['version'] or 'unknown version'}; "
+                f"configuration: {facts['config_source']} ({configless}); "
+                f"job container: {namespace}",
+                data={k: v for k, v in facts.items() if k != "config"})
 
 
 def slurm_item(settings, policy, environ) -> tuple[Item, bool]:

@@ -31,7 +31,8 @@ from agent_sandbox import __version__
 from agent_sandbox.paths import helper_module
 from agent_sandbox.tools.checks import (GAPS, GO, NOGO, Item, _read, _run, _sysctls,
                                         chaperon_pipes_item, fs_item, munge_item,
-                                        seccomp_check, slurm_item, userns_check,
+                                        seccomp_check, slurm_item, slurm_site_item,
+                                        userns_check,
                                         version_line)
 from agent_sandbox.mountinfo import parse_mountinfo
 
@@ -486,6 +487,7 @@ def gather(project_dir: str | None, environ) -> Report:
     slurm, slurm_present = slurm_item(settings, any_policy, environ)
     items.append(munge_item(settings, any_policy, slurm_present, environ))
     items.append(slurm)
+    items.append(slurm_site_item(any_policy, environ, slurm_present))
 
     if slurm_present and settings.CHAPERON:
         items.append(chaperon_pipes_item(ctx.home))

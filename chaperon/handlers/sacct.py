@@ -11,14 +11,18 @@ reach sacct). --batch-script and --env-vars (a job's script and environment,
 when the site stores them) answer only for jobs in scope: see `_private`.
 sacct 22.05's --json/--yaml carry neither. The fields that carry a command
 line (PRIVATE_FIELDS: SubmitLine, which for --wrap is the script) answer only
-for jobs in scope too: see `_private_fields`.
+for jobs in scope too: see `_private_fields`; 24.11's --json/--yaml carry a
+"submit_line", emptied for jobs out of scope (untag.scope_submit_json/yaml).
+The chaperon's own ` --comment=TAG` in a submit line never shows: it becomes
+the user's `--comment=` or goes (untag.untag_line), in every output form.
 """
 from __future__ import annotations
 
 from ..environment import command_env
 from ..slurm.values import HOSTLIST, OTHER_CLUSTER, TEXT, allow, deny, flag, other
 from ..slurm.options import CommandSpec, Denial, NONE, OPT, REQ
-from ..untag import Filter, SacctColumns, by_lines, untag_fields, untag_json, untag_yaml
+from ..untag import (Filter, SacctColumns, by_lines, scope_submit_json, scope_submit_yaml,
+                     untag_fields, untag_json, untag_yaml)
 from ..scope import Placeholders, Scope, refuse_foreign_users
 from ..refusal import Refusal
 from ..selection import select
@@ -169,20 +173,24 @@ class InScopeRows:
         return b"".join(k + b"\n" for k in kept) + (last or b"")
 
 
-def _field_table(ctx, scope) -> tuple[list[str], int]:
-    """sacct's field names in its own order and the Comment field's default
-    width, asked once per session (sacct --helpformat; the header of an
-    empty listing)."""
+def _field_table(ctx, scope) -> tuple[list[str], dict]:
+    """sacct's field names in its own order and the default widths of the
+    fields rendered again (Comment, SubmitLine), asked once per session
+    (sacct --helpformat; the header of an empty listing)."""
     cached = ctx.cache.get("sacct_fields")
     if cached:
         return cached
     names = _field_names(ctx, scope)
-    _, header = scope.capture("sacct", ["--format=Comment", "--starttime=2100-01-01",
+    fields = [f for f in SacctColumns.REWRITTEN if f in names] or ["Comment"]
+    _, header = scope.capture("sacct", [f"--format={','.join(fields)}", "--starttime=2100-01-01",
                                         "--endtime=2100-01-01", f"--user={ctx.user or '0'}"])
     lines = header.decode(errors="replace").splitlines()
-    width = len(lines[1].strip()) if len(lines) > 1 and set(lines[1].strip()) == {"-"} else 14
-    ctx.cache["sacct_fields"] = (names, width)
-    return names, width
+    dashes = lines[1].split() if len(lines) > 1 else []
+    widths = {"Comment": 14, "SubmitLine": 20}
+    if len(dashes) == len(fields) and all(set(d) == {"-"} for d in dashes):
+        widths.update(zip(fields, map(len, dashes)))
+    ctx.cache["sacct_fields"] = (names, widths)
+    return names, widths
 
 
 def handle(ctx, request, out) -> int:
@@ -212,9 +220,13 @@ def handle(ctx, request, out) -> int:
         code, data = run_real(out, run + [f"--format={f}" for f in formats]
                               + (["--noheader"] if parsed.has("noheader") else []),
                               env=env, cwd=ctx.project_dir, capture=True)
-        out.stdout(untag_json(data, empty=b"null") if parsed.has("json") else untag_yaml(data))
+        ids = None if scope.by_user else scope.ledger_ids()
+        if parsed.has("json"):
+            out.stdout(scope_submit_json(untag_json(data, empty=b"null"), ids))
+        else:
+            out.stdout(scope_submit_yaml(untag_yaml(data), ids))
         return code
-    if formats and not parsable and any(_names_comment(f) for f in formats):
+    if formats and not parsable and any(_names_rewritten(f) for f in formats):
         names, default = _field_table(ctx, scope)
         columns = SacctColumns(",".join(formats), names, default)
         if columns.lengths:
@@ -233,11 +245,13 @@ def handle(ctx, request, out) -> int:
     return code
 
 
-def _names_comment(spec: str) -> bool:
-    """Could a field of this --format be Comment (an abbreviation, or ALL)?"""
+def _names_rewritten(spec: str) -> bool:
+    """Could a field of this --format be Comment or SubmitLine (an
+    abbreviation, or ALL), whose values carry the tag?"""
     for item in spec.split(","):
-        name = item.partition("%")[0].lower()
-        if name == "all" or (name and "comment".startswith(name)):
+        name = item.partition("%")[0].strip().lower()
+        if name == "all" or (name and any(f.lower().startswith(name)
+                                          for f in SacctColumns.REWRITTEN)):
             return True
     return False
 

@@ -199,7 +199,8 @@ def handle(ctx, request, out) -> int:
             tag = comment_tag(ctx, parsed.last("comment"))
             tagged = [f"--comment={tag}"]
             watcher = AllocationWatcher(ctx, request, tag, token)
-        argv = [binary, *parsed.argv(skip=REBUILT + ("comment",)), *tagged, *task]
+        argv = [binary, *parsed.argv(skip=REBUILT + ("comment",)), *tagged,
+                *job_name(given), *task]
         ctx.log.event("step" if step else "allocation", command="srun", argv=argv[1:])
         if watcher:
             watcher.start()
@@ -217,3 +218,12 @@ def handle(ctx, request, out) -> int:
             os.close(fd)
         discard_stage(stage)   # srun has ended: its tasks have too
     return code
+
+
+def job_name(given) -> list[str]:
+    """The name Slurm would give the job or step without the chaperon: the
+    command's file name (srun's default), not that of the wrapper the real
+    srun runs (`python`); none when the user named it (-J, SLURM_JOB_NAME)."""
+    if given.has("job-name") or not given.rest:
+        return []
+    return [f"--job-name={os.path.basename(given.rest[0]) or 'srun'}"]

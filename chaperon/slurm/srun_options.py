@@ -42,10 +42,17 @@ ALLOCATION_ONLY = Denial(
     "only applies when srun creates a new allocation",
     "Set it on the job (sbatch), or run srun outside the job")
 
+ASYNC = Denial("async", "26.05's --async queues the step to the step manager, which launches "
+               "its tasks later, after srun has returned: that every task of such a step "
+               "starts in the sandbox is not shown yet",
+               "Leave it out; srun without --async starts the same step (add & to run it in "
+               "the background)")
+
 BOTH, ALLOCATION = "both", "allocation"
 
 _ROWS = [
     (allow("accel-bind"), BOTH),
+    (deny("async", None, NONE, ASYNC), None),
     (allow("account", "A"), ALLOCATION),
     (allow("acctg-freq"), BOTH),
     (deny("bcast", None, OPT, BCAST), None),
@@ -82,6 +89,11 @@ _ROWS = [
     (allow("exclusive", None, choice("exclusive", "oversubscribe", "user", "mcs"), arg=OPT),
      BOTH),
     (allow("export", None, EXPORT), BOTH),
+    # 24.11+: the step an MPI launcher (mpirun, mpiexec.hydra) starts for its
+    # daemons, one task per node (SSF_EXT_LAUNCHER; OMPI_MCA_plm_slurm_args in
+    # every job's environment): launched through the sandbox wrapper like any
+    # step, so the daemons and the ranks they start run in the job's sandbox.
+    (flag("external-launcher"), BOTH),
     (allow("extra-node-info", "B", SOCKETS), BOTH),
     (deny("gid", None, REQ, IDENTITY), None),
     (allow("gpu-bind"), BOTH),
@@ -245,7 +257,7 @@ INPUT_ENV = input_env_table("SLURM_", """
     SLURM_NCORES_PER_SOCKET="cores-per-socket", SLURM_NSOCKETS_PER_NODE="sockets-per-node",
     SLURMD_DEBUG="slurmd-debug", SLURM_REMOTE_CWD="chdir", SLURM_SRUN_MULTI="multi-prog",
     SLURM_HOSTFILE="nodefile", SLURM_STDOUTMODE="output", SLURM_STDERRMODE="error",
-    SLURM_STDINMODE="input")
+    SLURM_STDINMODE="input", SLURM_EXTERNAL_LAUNCHER="external-launcher")
 
 _DIGITS = re.compile(r"\d{1,10}")
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")
@@ -264,6 +276,12 @@ STEP_FACTS = {
     "SLURM_DIST_PLANESIZE": _DIGITS, "SLURM_SRUN_REDUCE_TASK_EXIT_MSG": _DIGITS,
     "SLURM_PRIO_PROCESS": re.compile(r"-?\d{1,3}"), "SLURM_UMASK": re.compile(r"0?[0-7]{3}"),
     "SLURM_EXIT_ERROR": _DIGITS, "SLURM_EXIT_IMMEDIATE": _DIGITS, "SRUN_DEBUG": _DIGITS,
+    # 24.11+ (api/allocate.c): the node whose step manager creates the job's
+    # steps (slurmctld sets it to the batch host when the site or job enables
+    # stepmgr). It only picks which slurmd gets srun's authenticated step
+    # request, which that step manager checks against its job; without it
+    # every step costs a controller RPC and a reroute.
+    "SLURM_STEPMGR": _NAME,
 }
 # Read by srun or by slurmstepd from the job environment and never passed on
 # (beyond the input variables above, whose denied options are refused with

@@ -122,3 +122,60 @@ def test_submit_line_of_a_job_outside_the_scope_stays_hidden(user, project, sess
         assert job not in rows.stdout, rows
     finally:
         outside(user, "scancel", job, own_id)
+
+
+def test_submit_line_of_another_project_stays_hidden_and_the_tag_never_shows(user, project,
+                                                                            sessions):
+    """Issue 32: another project's --wrap job (same user) leaves its command
+    line in no listing inside; the sandbox's own job's SubmitLine shows as
+    Slurm stored it but without the chaperon's `--comment=chaperon:…:END`,
+    in fixed-width columns too (on the old code the tag showed there)."""
+    import os
+    other = project.parent / f"p{uuid.uuid4().hex[:8]}"
+    other.mkdir()
+    os.chown(other, user.uid, user.gid)
+    marker = f"OTHERPROJ{uuid.uuid4().hex[:8]}"
+    elsewhere = sessions(other)
+    theirs = elsewhere.run("sbatch", "--parsable", "--wrap", f"echo {marker}")
+    assert theirs.returncode == 0, theirs
+    job = theirs.stdout.strip()
+    session = sessions(project)
+    own = session.run("sbatch", "--parsable", "--comment=mine", "--wrap", "echo own-line")
+    assert own.returncode == 0, own
+    own_id = own.stdout.strip()
+    try:
+        window = ["-S", "now-1hours"]
+        deadline = time.monotonic() + 30
+        while True:   # both are in accounting once sacct outside lists them
+            stored = outside(user, "sacct", "-j", own_id, "-X", "-P", "-n", "-o",
+                             "SubmitLine%500").stdout
+            hidden = outside(user, "sacct", "-j", job, "-X", "-P", "-n", "-o",
+                             "SubmitLine%500").stdout.split()
+            listed = outside(user, "sacct", *window, "-X", "-n", "-o", "jobid%20").stdout
+            if "chaperon:sid=" in stored and hidden and {job, own_id} <= set(listed.split()):
+                break
+            assert time.monotonic() < deadline, (stored, listed)
+            time.sleep(0.3)
+        for argv in (["sacct", "-j", own_id, "-o", "submitline%500"],
+                     ["sacct", "-j", own_id, "-o", "jobid, submitline%500"],
+                     ["sacct", "-j", own_id, "-X", "-o", "SubmitL%-500", "-n"],
+                     ["sacct", "-j", own_id, "-o", "all"],
+                     ["sacct", "-j", own_id, "-o", "submitline", "-P"],
+                     ["sacct", "-j", own_id, "--json"], ["sacct", "-j", own_id, "--yaml"],
+                     ["sacct", *window, "-o", "jobid,submitline%500"],
+                     ["sacct", *window, "-P", "-o", "all"],
+                     ["sacct", "-j", f"{job},{own_id}", "-o", "submitline%500"],
+                     ["sacct", *window, "--json"]):
+            inside = session.run(*argv)
+            assert inside.returncode == 0, (argv, inside)
+            assert "chaperon:" not in inside.stdout + inside.stderr, (argv, inside.stdout)
+            assert marker not in inside.stdout + inside.stderr, (argv, inside.stdout)
+            # The other project's submit line (its job's files, its tag) shows nowhere.
+            assert hidden[-1] not in inside.stdout, (argv, hidden, inside.stdout)
+        shown = session.run("sacct", "-j", own_id, "-X", "-n", "-o", "submitline%500").stdout
+        assert "--comment=mine" in shown and "--parsable" in shown, shown
+        # The other project's session sees its own line, untagged.
+        line = elsewhere.run("sacct", "-j", job, "-X", "-n", "-o", "submitline%500").stdout
+        assert hidden[-1] in line and "chaperon:" not in line, line
+    finally:
+        outside(user, "scancel", job, own_id)

@@ -261,6 +261,22 @@ def test_job_names_are_those_the_real_sbatch_gives(user, project):
         subprocess.run(["scancel", *ids])
 
 
+def test_srun_job_and_step_names_are_those_the_real_srun_gives(user, project):
+    """Issue 32: the real srun runs the chaperon's wrapper (python), so jobs
+    and steps started by srun in the sandbox were named `python`; they are
+    named after the user's command, or as the user named them."""
+    show = "echo $SLURM_JOB_NAME"
+    for argv, extra, expected in ((["srun", "-n1", "/bin/sh", "-c", show], {}, "sh"),
+                                  (["srun", "-n1", "-J", "given", "sh", "-c", show], {},
+                                   "given"),
+                                  (["srun", "-n1", "sh", "-c", show],
+                                   {"SLURM_JOB_NAME": "fromenv"}, "fromenv")):
+        real = user.run(argv, env=user.env(**extra), cwd=project)
+        inside = user.sandbox(*argv, env=user.env(**extra), cwd=project, timeout=120)
+        assert real.returncode == 0 and inside.returncode == 0, (real.stderr, inside.stderr)
+        assert real.stdout.split() == inside.stdout.split() == [expected], (argv, real, inside)
+
+
 def test_sbatch_input_variables_act_as_with_the_real_sbatch(user, project):
     """SBATCH_* variables apply between #SBATCH lines and the command line,
     through the same allow-list; sinfo's own variables reach sinfo."""

@@ -143,3 +143,25 @@ def test_sbatch_variables_are_options_of_sbatch():
     for name, option in SBATCH_ENV.items():
         assert option in SBATCH.by_long, (name, option)
         assert re.fullmatch(r"S(BATCH|LURM)_[A-Z0-9_]+", name)
+
+
+def test_the_step_manager_and_the_external_launcher_reach_a_step():
+    """24.11: slurmctld sets SLURM_STEPMGR (the batch host) and Open MPI's
+    plm_slurm_args ask for `srun --external-launcher` (or SLURM_EXTERNAL_
+    LAUNCHER): both pass in step mode; a SLURM_STEPMGR that is no node name
+    does not."""
+    validated, parsed = step_variables({"SLURM_JOB_ID": "5", "SLURM_STEPMGR": "node-1",
+                                        "SLURM_EXTERNAL_LAUNCHER": "1"}, "5")
+    assert validated["SLURM_STEPMGR"] == "node-1"
+    assert "external-launcher" in [item.name for item in parsed.items]
+    validated, _ = step_variables({"SLURM_JOB_ID": "5", "SLURM_STEPMGR": "/run/x sock"}, "5")
+    assert "SLURM_STEPMGR" not in validated
+
+
+@pytest.mark.parametrize("step", [True, False])
+def test_srun_async_is_refused_with_its_reason(step):
+    from chaperon.slurm.srun_options import parse
+    with pytest.raises(Refusal) as refused:
+        parse(["--async", "hostname"], step=step)
+    assert "--async is refused" in refused.value.message
+    assert "step manager" in refused.value.message

@@ -225,3 +225,67 @@ def test_an_allocation_wait_polls_gently():
     pauses = list(islice(AllocationWatcher.pauses(AllocationWatcher), 12))
     assert pauses[:6] == [0.05, 0.1, 0.2, 0.4, 0.8, 1.0]
     assert min(pauses[5:]) >= 1.0 and sum(pauses) < 9.0
+
+
+# The submit line the chaperon's sbatch leaves in accounting (sacct 22.05
+# -o SubmitLine; 24.11's --json "submit_line").
+SUBMIT_BARE = b"sbatch --wait --job-name=wrap --comment=" + BARE + b" --parsable /h/wrapper"
+SUBMIT_USER = b"sbatch --comment=" + TAG + b" --parsable /h/wrapper"
+
+
+def test_the_tag_never_shows_in_a_submit_line():
+    assert untag.untag_line(SUBMIT_BARE) == b"sbatch --wait --job-name=wrap --parsable /h/wrapper"
+    assert untag.untag_line(SUBMIT_USER) == b"sbatch --comment=my note --parsable /h/wrapper"
+    assert untag.untag_fields(b"7|" + SUBMIT_BARE + b"|") == \
+        b"7|sbatch --wait --job-name=wrap --parsable /h/wrapper|"
+    assert untag.untag_submit_line(None) is None
+
+
+def test_sacct_columns_render_submit_lines_untagged():
+    names = ["Comment", "JobID", "SubmitLine"]
+    columns = untag.SacctColumns("jobid, submitl%-30", names, {"Comment": 14, "SubmitLine": 20})
+    assert columns.fields == ["SubmitLine"] and columns.lengths == [-30]
+    assert columns.text == "jobid, submitl%-4096"
+    header = b"JobID        " + b"SubmitLine".ljust(4096) + b" "
+    dashes = b"-" * 12 + b" " + b"-" * 4096 + b" "
+    row = b"535          " + SUBMIT_BARE.ljust(4096) + b" "
+    got = columns.lines(b"\n".join([header, dashes, row, b""]), header=True).split(b"\n")
+    assert got[0] == b"JobID        " + b"SubmitLine".ljust(30) + b" "
+    assert got[2] == b"535          sbatch --wait --job-name=wrap+ "
+    assert b"chaperon" not in b"".join(got)
+
+
+def _job(job_id, line, array=0):
+    return [b"    {", b'      "array": {', b'        "job_id": %d' % array, b"      },",
+            b'      "job_id": %d,' % job_id, b'      "submit_line": "' + line + b'"', b"    }"]
+
+
+def test_sacct_json_submit_lines_are_scoped_per_job():
+    doc = b"\n".join([b"{", b'  "jobs": [', *_job(7, b"sbatch --wrap=SECRET")[:-1], b"    },",
+                      *_job(8, SUBMIT_BARE), *[b"  ]", b"}"]])
+    scoped = untag.scope_submit_json(doc, {"8"})
+    assert b"SECRET" not in scoped and b'"submit_line": ""' in scoped
+    assert b'"submit_line": "sbatch --wait --job-name=wrap --parsable \\/h\\/wrapper"' \
+        not in scoped   # the line is Slurm's own bytes, only the tag goes
+    assert b'"submit_line": "sbatch --wait --job-name=wrap --parsable /h/wrapper"' in scoped
+    assert b"chaperon" not in scoped
+    # An array task is in scope by its array's id; user scope untags only.
+    task = b"\n".join([b'  "jobs": [', *_job(12, b"sbatch --array=1", array=11), b"  ]"])
+    assert b"--array=1" in untag.scope_submit_json(task, {"11"})
+    assert b"SECRET" in untag.scope_submit_json(doc, None)
+    assert b"chaperon" not in untag.scope_submit_json(doc, None)
+    # A submit line outside an element it can read: hidden.
+    odd = b'{"jobs": [{"job_id": 8, "submit_line": "sbatch --wrap=SECRET"}]}'
+    assert b"SECRET" not in untag.scope_submit_json(odd, {"8"})
+
+
+def test_sacct_yaml_submit_lines_fail_closed():
+    doc = (b"jobs:\n- job_id: 7\n  submit_line: sbatch --wrap=SECRET\n    folded on\n"
+           b"  name: wrap\n- job_id: 8\n  submit_line: " + SUBMIT_BARE + b"\n")
+    scoped = untag.scope_submit_yaml(doc, {"8"})
+    assert b"SECRET" not in scoped and b"folded" not in scoped and b"name: wrap" in scoped
+    assert scoped.count(b"submit_line: ''") == 2
+    own = untag.scope_submit_yaml(b"jobs:\n- job_id: 8\n  array:\n    job_id: 0\n"
+                                  b"  submit_line: " + SUBMIT_USER + b"\n", {"8"})
+    assert b"submit_line: sbatch --comment=my note --parsable" in own
+    assert b"SECRET" in untag.scope_submit_yaml(doc, None)

@@ -310,3 +310,112 @@ def test_without_the_execute_only_interpreter_a_firejail_join_fails_closed(
     readable.chmod(0o755)              # readable: the exec would leave it dumpable
     with pytest.raises(PolicyError, match="not an execute-only root-owned file"):
         jobjoin.join_python()
+
+
+# Captured from slurmstepd.c _set_job_log_prefix: 24.11-26.05 add " stepmgr"
+# to the batch step's title when the job's step manager runs there.
+@pytest.mark.parametrize("title,expected", [
+    (b"slurmstepd: [700058.batch stepmgr]\0", ("700058", "batch")),
+    (b"slurmstepd: [9.extern]\0\0", ("9", "extern")),
+])
+def test_the_step_managers_title_names_its_step(title, expected):
+    match = jobshare.STEPD_TITLE.match(title)
+    assert match and (match.group(1).decode(), match.group(2).decode()) == expected
+
+
+@pytest.mark.parametrize("title", [b"slurmstepd: [s0KQ3ZVX1P0000.0]",   # a SLUID, never printed
+                                   b"slurmstepd: [42.0 other]", b"slurmstepd: [42:namespace]"])
+def test_titles_of_other_forms_name_no_step(title):
+    assert jobshare.STEPD_TITLE.match(title) is None
+
+
+# 26.05 cgroup_v2.c cgroup_p_step_create: "/%s" of print_sluid unless
+# CgroupJobIdPaths=yes ("/job_%u").
+SLUID_PATH = "0::/system.slice/node1_slurmstepd.scope/s0KQ3ZVX1P0A12/step_0/user/task_0\n"
+
+
+def test_a_sluid_cgroup_agrees_only_with_the_jobs_sluid_from_slurmctld():
+    assert jobshare.cgroup_jobs(SLUID_PATH) == {"s0KQ3ZVX1P0A12"}
+    assert jobshare.names_sluid(SLUID_PATH)
+    assert not jobshare.cgroup_agrees(SLUID_PATH, "42")                      # cannot tell
+    assert not jobshare.cgroup_agrees(SLUID_PATH, "42", "s0KQ3ZVX1P0A13")    # another job
+    assert not jobshare.cgroup_agrees(SLUID_PATH, "42", "42")                # not a SLUID
+    assert jobshare.cgroup_agrees(SLUID_PATH, "42", "S0kq3zvx1p0a12")        # case-insensitive
+
+
+def test_a_slurm_cgroup_of_an_unknown_form_fails_closed():
+    assert jobshare.cgroup_jobs("0::/system.slice/slurmstepd.scope/job_x/step_0\n") is None
+    assert not jobshare.cgroup_agrees("0::/system.slice/slurmstepd.scope/jobid42/step_0\n", "42")
+    assert not jobshare.cgroup_agrees("4:memory:/slurm_node1/uid_1/weird/step_0\n", "42")
+    assert jobshare.cgroup_agrees("4:memory:/slurm_node1/uid_1/job_42/step_0\n", "42")
+    assert not jobshare.names_sluid("0::/system.slice/slurmstepd.scope/job_42/step_0\n")
+
+
+def test_the_stepd_scope_itself_names_no_job():
+    # slurmstepd's own processes sit in .../slurmstepd.scope/system (v2).
+    assert jobshare.cgroup_jobs("0::/system.slice/slurmstepd.scope/system\n") is None
+
+
+def _serve_in_thread(made, stop_r):
+    import threading
+    thread = threading.Thread(target=made.serve, args=(stop_r,), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_holder_whose_retirement_was_put_off_retires_soon_after(holder, tmp_path):
+    """Issue 32 (a holder outlived its job): the last member left while a
+    launch of another job held the per-host lock; the holder then waited for
+    a connection with no timeout, forever. It tries again."""
+    import fcntl
+    import time
+
+    made, dirfd = holder
+    made.joined = 1                                   # its one member has gone
+    lock = os.open(tmp_path / jobshare.lock_name(), os.O_RDWR | os.O_CREAT)
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    stop_r, stop_w = os.pipe()
+    thread = _serve_in_thread(made, stop_r)
+    time.sleep(0.5)
+    assert thread.is_alive() and (tmp_path / "n1-42.sock").exists()
+    os.close(lock)                                    # the other launch is done
+    thread.join(5)
+    try:
+        assert not thread.is_alive(), "the holder never retired"
+        assert not (tmp_path / "n1-42.sock").exists()
+    finally:
+        os.write(stop_w, b"x")
+        os.close(stop_w)
+
+
+def test_a_holder_ends_with_its_steps_slurmstepd(tmp_path):
+    """Even with a member still connected (a task that escaped the step's
+    tracking), the holder stops when the step's slurmstepd has ended."""
+    import subprocess
+    import sys
+
+    dirfd = os.open(tmp_path, os.O_PATH | os.O_DIRECTORY)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(jobshare._address(dirfd, "n1-42.sock"))
+    listener.listen(4)
+    stepd = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.5)"])
+    made = jobshare.Holder("42", {}, os.pidfd_open(os.getpid()), listener, dirfd=dirfd,
+                           key="n1-42", stepd=os.pidfd_open(stepd.pid))
+    member, other = socket.socketpair()
+    made.members.append(member)
+    made.joined = 1
+    stop_r, stop_w = os.pipe()
+    thread = _serve_in_thread(made, stop_r)
+    try:
+        stepd.wait(10)
+        thread.join(5)
+        assert not thread.is_alive(), "the holder outlived its step"
+    finally:
+        os.write(stop_w, b"x")
+        other.close()
+        listener.close()
+        os.close(dirfd)
+
+
+def test_no_stepd_above_a_process_outside_slurm():
+    assert jobshare.stepd_pidfd("42") is None

@@ -424,3 +424,37 @@ def test_denials_group_repeats_and_keep_slurm_and_network_apart():
     assert text[0] == "Slurm (the chaperon):" and "pty: d" in text[1]
     assert text[2] == "Network (the egress proxy):" and "(×3, first " in text[3]
     assert len(text) == 5 and "2 refused connection(s)" in text[4]
+
+
+# `scontrol show config` lines as 22.05 (the host's cluster) and 25.11 print them.
+SHOW_CONFIG_2205 = """Configuration data as of 2026-11-28T07:00:00
+AuthType                = auth/munge
+JobContainerType        = job_container/tmpfs
+SlurmctldParameters     = (null)
+SLURM_VERSION           = 22.05.8
+"""
+SHOW_CONFIG_2511 = """AuthType                = auth/slurm
+NamespaceType           = namespace/linux
+SlurmctldParameters     = enable_configless,idle_on_node_suspend
+SLURM_VERSION           = 25.11.2
+"""
+
+
+def test_doctor_reads_the_slurm_site_from_show_config():
+    from agent_sandbox.tools import checks
+
+    config = checks.parse_show_config(SHOW_CONFIG_2205)
+    assert config["SLURM_VERSION"] == "22.05.8" and config["AuthType"] == "auth/munge"
+    facts = checks.slurm_site(config, None, lambda path: path == "/etc/slurm/slurm.conf")
+    assert (facts["version"], facts["configless"], facts["served_configless"],
+            facts["namespace_type"]) == ("22.05.8", False, False, "job_container/tmpfs")
+    facts = checks.slurm_site(checks.parse_show_config(SHOW_CONFIG_2511), None,
+                              lambda path: path == checks.CONFIG_CACHE)
+    assert (facts["version"], facts["configless"], facts["served_configless"],
+            facts["namespace_type"]) == ("25.11.2", True, True, "namespace/linux")
+    assert "configless cache" in facts["config_source"]
+    nothing = checks.slurm_site({}, None, lambda path: False)
+    assert nothing["configless"] and "SRV" in nothing["config_source"]
+    assert checks.slurm_site({}, "/site/slurm.conf", lambda p: False)["configless"] is False
+    assert checks.slurm_site({"JobContainerType": "job_container/none"}, None,
+                             lambda p: True)["namespace_type"] is None
