@@ -42,17 +42,10 @@ ALLOCATION_ONLY = Denial(
     "only applies when srun creates a new allocation",
     "Set it on the job (sbatch), or run srun outside the job")
 
-ASYNC = Denial("async", "26.05's --async queues the step to the step manager, which launches "
-               "its tasks later, after srun has returned: that every task of such a step "
-               "starts in the sandbox is not shown yet",
-               "Leave it out; srun without --async starts the same step (add & to run it in "
-               "the background)")
-
 BOTH, ALLOCATION = "both", "allocation"
 
 _ROWS = [
     (allow("accel-bind"), BOTH),
-    (deny("async", None, NONE, ASYNC), None),
     (allow("account", "A"), ALLOCATION),
     (allow("acctg-freq"), BOTH),
     (deny("bcast", None, OPT, BCAST), None),
@@ -89,11 +82,6 @@ _ROWS = [
     (allow("exclusive", None, choice("exclusive", "oversubscribe", "user", "mcs"), arg=OPT),
      BOTH),
     (allow("export", None, EXPORT), BOTH),
-    # 24.11+: the step an MPI launcher (mpirun, mpiexec.hydra) starts for its
-    # daemons, one task per node (SSF_EXT_LAUNCHER; OMPI_MCA_plm_slurm_args in
-    # every job's environment): launched through the sandbox wrapper like any
-    # step, so the daemons and the ranks they start run in the job's sandbox.
-    (flag("external-launcher"), BOTH),
     (allow("extra-node-info", "B", SOCKETS), BOTH),
     (deny("gid", None, REQ, IDENTITY), None),
     (allow("gpu-bind"), BOTH),
@@ -257,7 +245,7 @@ INPUT_ENV = input_env_table("SLURM_", """
     SLURM_NCORES_PER_SOCKET="cores-per-socket", SLURM_NSOCKETS_PER_NODE="sockets-per-node",
     SLURMD_DEBUG="slurmd-debug", SLURM_REMOTE_CWD="chdir", SLURM_SRUN_MULTI="multi-prog",
     SLURM_HOSTFILE="nodefile", SLURM_STDOUTMODE="output", SLURM_STDERRMODE="error",
-    SLURM_STDINMODE="input", SLURM_EXTERNAL_LAUNCHER="external-launcher")
+    SLURM_STDINMODE="input")
 
 _DIGITS = re.compile(r"\d{1,10}")
 _NAME = re.compile(r"[A-Za-z0-9_.\-]{1,128}")

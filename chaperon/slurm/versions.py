@@ -22,9 +22,11 @@ How an option was judged (NEW_*): one that only asks the scheduler for
 resources, placement or timing (--tres-per-task, --segment, --oom-kill-step,
 --treewidth, …) is allowed with a value check; one that changes what runs,
 where, or as whom, or makes Slurm read or write a path (--container-id,
---container-type, --export-file, --external, --external-launcher, --async
-until every task of an asynchronous step is shown to be sandboxed) is refused
-with the reason of its older relative; one whose meaning the sources and the
+--container-type, --export-file, --external, --async until every task of an
+asynchronous step is shown to be sandboxed) is refused with the reason of its
+older relative; srun --external-launcher (24.11+: the step an MPI launcher
+starts for its daemons) is a step like any other, its tasks started through
+the sandbox wrapper, so it is allowed; one whose meaning the sources and the
 help text do not make plain (--resources, --mem-update) is refused as not
 reviewed.
 
@@ -51,9 +53,6 @@ _DATA = os.path.join(os.path.dirname(os.path.abspath(__file__)), "versions.json"
 EXTERNAL_JOB = Denial("external_job", "{opt} makes a job whose processes are started outside "
                       "Slurm's batch script, where the sandbox's wrapper does not reach",
                       "Submit a batch script or use srun")
-EXTERNAL_LAUNCHER = Denial(
-    "external_launcher", "{opt} starts a step for an MPI launcher's own daemons, which the "
-    "sandbox's task wrapper does not enclose", "Launch the MPI ranks with srun directly")
 ASYNC_STEP = Denial("async_step", "Slurm {series} queues {opt} steps to the step manager and "
                     "starts them later, and that every such task starts inside the sandbox "
                     "has not been shown", "Run the step without --async")
@@ -75,7 +74,11 @@ _REVIEWED = {
     "consolidate-segments": (flag("consolidate-segments"), _A),
     "spread-segments": (flag("spread-segments"), _A),
     "external": (deny("external", None, NONE, EXTERNAL_JOB), None),
-    "external-launcher": (deny("external-launcher", None, NONE, EXTERNAL_LAUNCHER), None),
+    # 24.11+: the step an MPI launcher (mpirun, mpiexec.hydra) starts for its
+    # daemons, one task per node (SSF_EXT_LAUNCHER; OMPI_MCA_plm_slurm_args in
+    # every job's environment): launched through the sandbox wrapper like any
+    # step, so the daemons and the ranks they start run in the job's sandbox.
+    "external-launcher": (allow("external-launcher", None, _ONE_OR_ZERO, arg=OPT), _B),
     "treewidth": (allow("treewidth", None, COUNT), _B),
     "wait-for-children": (flag("wait-for-children"), _B),
     "ignore-signals": (allow("ignore-signals", None, WORD), _B),

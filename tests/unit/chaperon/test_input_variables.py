@@ -151,7 +151,7 @@ def test_the_step_manager_and_the_external_launcher_reach_a_step():
     LAUNCHER): both pass in step mode; a SLURM_STEPMGR that is no node name
     does not."""
     validated, parsed = step_variables({"SLURM_JOB_ID": "5", "SLURM_STEPMGR": "node-1",
-                                        "SLURM_EXTERNAL_LAUNCHER": "1"}, "5")
+                                        "SLURM_EXTERNAL_LAUNCHER": "1"}, "5", "24.11")
     assert validated["SLURM_STEPMGR"] == "node-1"
     assert "external-launcher" in [item.name for item in parsed.items]
     validated, _ = step_variables({"SLURM_JOB_ID": "5", "SLURM_STEPMGR": "/run/x sock"}, "5")
@@ -160,8 +160,8 @@ def test_the_step_manager_and_the_external_launcher_reach_a_step():
 
 @pytest.mark.parametrize("step", [True, False])
 def test_srun_async_is_refused_with_its_reason(step):
-    from chaperon.slurm.srun_options import parse
+    from chaperon.slurm import options as engine, versions
     with pytest.raises(Refusal) as refused:
-        parse(["--async", "hostname"], step=step)
+        engine.parse(versions.srun("26.05")[1 if step else 0], ["--async", "hostname"])
     assert "--async is refused" in refused.value.message
     assert "step manager" in refused.value.message
