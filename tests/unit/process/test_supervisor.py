@@ -196,3 +196,58 @@ def test_a_failing_supervisor_kills_the_sandbox(capfd):
             sandbox.kill()
             sandbox.wait()
     assert "the landlock supervisor failed" in capfd.readouterr().err
+
+
+def _run_prefix(program: bytes, arch: int, nr: int):
+    """Run the hand-written prefix (ld/jeq/ja/ret only) on (arch, nr):
+    the value it returns, or None where it falls through to libseccomp's."""
+    ops = [struct.unpack_from("=HBBI", program, at) for at in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while pc < len(ops):
+        code, jt, jf, k = ops[pc]
+        if code == 0x20:
+            acc = {4: arch, 0: nr}[k]
+        elif code == 0x15:
+            pc += jt if acc == k else jf
+        elif code == 0x05:
+            pc += k
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unexpected op {code:#x}")
+        pc += 1
+    return None
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_numbered_calls_are_refused_on_every_abi(machine):
+    """setxattrat, removexattrat, file_setattr on every ABI (x32's carry the
+    syscall bit), fchmodat2 off the native one; nothing else is touched."""
+    from agent_sandbox.policy.seccomp import AUDIT_ARCH, numbered_prefix
+
+    prefix = numbered_prefix(machine)
+    native = AUDIT_ARCH[machine]
+    compat = 0x40000003 if machine == "x86_64" else 0x40000028     # i386, arm
+    refuse = 0x00050000 | errno.EACCES
+    for number in (463, 466, 469):
+        assert _run_prefix(prefix, native, number) == refuse
+        assert _run_prefix(prefix, compat, number) == refuse
+    assert _run_prefix(prefix, compat, 452) == refuse
+    assert _run_prefix(prefix, native, 452) is None          # notified natively
+    if machine == "x86_64":
+        for number in (452, 463, 466, 469):
+            assert _run_prefix(prefix, native, 0x40000000 | number) == refuse
+    for number in (0, 1, 42, 90, 462, 464, 470):
+        assert _run_prefix(prefix, native, number) is None
+        assert _run_prefix(prefix, compat, number) is None
+
+
+def test_metadata_is_never_granted_on_devices_or_proc(home):
+    """/dev/pts, /dev/tty, /dev/null and /proc are writable, never a place for
+    chmod; the project and $TMPDIR are."""
+    policy, plan = _supervised_plan(home)
+    writable = plan.supervise["writable"]
+    assert policy.project_dir in writable
+    for path in writable:
+        assert not path.startswith(("/proc", "/sys", "/dev/pts")), writable
+        assert not path.startswith("/dev/") or path.startswith("/dev/shm"), writable
