@@ -609,3 +609,39 @@ def test_no_sctp_socket_past_the_supervisor(user, project, network):
     lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
     assert lines["sctp"] == "refused 13" and lines["mptcp"] == "refused 13", result.stdout
     assert lines["tcp"] == "made" and lines["default"] == "made", result.stdout
+
+
+UNSHARED = textwrap.dedent("""\
+    import ctypes, os, sys, threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    open('mine', 'w').close(); os.chmod('mine', 0o600)
+    number = os.open('mine', os.O_RDONLY)          # the leader's descriptor N
+    def thread():
+        # Its own descriptor table: N is now the read-only file.
+        assert libc.unshare(0x400) == 0            # CLONE_FILES
+        os.close(number)
+        assert os.open(sys.argv[1], os.O_RDONLY) == number
+        try:
+            os.fchmod(number, 0o644); print('done')
+        except OSError as exc:
+            print('refused', exc.errno)
+    t = threading.Thread(target=thread); t.start(); t.join()
+    print(oct(os.stat('mine').st_mode & 0o777))
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_thread_with_its_own_descriptor_table_is_judged_by_it(user, project, backend):
+    """fchmod(N) from a thread that unshared CLONE_FILES: the supervisor took
+    the leader's N (the project file) and changed it; it must judge the
+    thread's N (a read-only file) and refuse."""
+    bashrc = user.home / ".bashrc"
+    before = bashrc.stat().st_mode
+    result = user.sandbox("/usr/bin/python3", "-c", UNSHARED, str(bashrc),
+                          options=("--backend", backend), cwd=project,
+                          env=user.env(HOME_ACCESS="read"))
+    assert result.returncode == 0, result.stderr
+    assert bashrc.stat().st_mode == before, result.stdout
+    assert result.stdout.split()[-1] == "0o600", result.stdout   # the project file untouched
+    if backend == "landlock":
+        assert result.stdout.startswith("refused"), result.stdout
