@@ -251,3 +251,73 @@ def test_metadata_is_never_granted_on_devices_or_proc(home):
     for path in writable:
         assert not path.startswith(("/proc", "/sys", "/dev/pts")), writable
         assert not path.startswith("/dev/") or path.startswith("/dev/shm"), writable
+
+
+CHILD = textwrap.dedent("""\
+    import sys, time
+    sys.path.insert(0, sys.argv[1])
+    import sandbox_exec
+    sandbox_exec._landlock().no_new_privs()
+    if sys.argv[2] == 'filter':
+        sandbox_exec.load_seccomp(sys.stdin.buffer.read())
+    print('ready', flush=True)
+    time.sleep(60)
+    """)
+
+
+def test_sandbox_members_are_the_helpers_tree_under_its_filter():
+    """A launcher running with no_new_privs: its other children (the
+    chaperon, the egress proxy) have NoNewPrivs 1 too and never count as
+    inside; the helper's tree under its seccomp filter does."""
+    from agent_sandbox.paths import HELPER_DIR
+    from agent_sandbox.policy.seccomp import compile_filter
+    from agent_sandbox.process.supervisor import sandbox_members
+
+    bpf = compile_filter(["kexec_load"])
+    children = []
+    try:
+        for kind in ("filter", "nnp"):
+            child = subprocess.Popen([sys.executable, "-c", CHILD, HELPER_DIR, kind],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            child.stdin.write(bpf)
+            child.stdin.close()
+            assert child.stdout.readline().strip() == b"ready"
+            children.append(child)
+        helper, chaperon = children
+        import os
+
+        assert sandbox_members(os.getpid(), helper.pid) == [helper.pid]
+        assert chaperon.pid not in sandbox_members(os.getpid())
+    finally:
+        for child in children:
+            child.kill()
+            child.wait(10)
+
+
+def test_blocking_calls_share_a_bounded_pool_of_workers():
+    """Each blocking connect started a thread of its own: 40 calls that wait
+    now use at most MAX_WORKERS threads, the rest wait their turn and are all
+    answered."""
+    import threading
+
+    from agent_sandbox.process import supervisor as sup
+
+    gate, done = threading.Event(), []
+    lock = threading.Lock()
+    supervisor = sup.Supervisor(-1, Rules({}))
+
+    def answer(*job):
+        gate.wait(10)
+        with lock:
+            done.append(job)
+    supervisor.answer = answer
+    before = threading.active_count()
+    for number in range(40):
+        supervisor._dispatch((number,))
+    assert threading.active_count() - before <= sup.MAX_WORKERS
+    gate.set()
+    for _ in range(100):
+        if len(done) == 40:
+            break
+        __import__("time").sleep(0.05)
+    assert sorted(done) == [(n,) for n in range(40)]
