@@ -295,8 +295,16 @@ def supervisor_rules(policy: Policy, spec: dict, *, tmpdir: str | None) -> dict:
     only where the ruleset grants writing."""
     real = os.path.realpath
     sockets = tuple(real(p) for p in (policy.chaperon_dir, tmpdir) if p)
-    writable = tuple(dict.fromkeys(real(path) for access, path in spec["paths"]
-                                   if access & ll.WRITE_FILE and isinstance(path, str)))
+    # Metadata only beneath the real writable grants (the project, $TMPDIR,
+    # HOME_WRITABLE/EXTRA_WRITABLE, /dev/shm): a grant that writes but does
+    # not make files (/dev/null, /dev/pts, /dev/tty, /proc) is no place for
+    # chmod — a terminal of the user's would be changed.
+    writable = tuple(dict.fromkeys(
+        real(path) for access, path in spec["paths"]
+        if access & ll.WRITE_FILE and access & ll.MAKE_REG and isinstance(path, str)
+        and not any(real(path) == root or real(path).startswith(root + "/")
+                    for root in ("/proc", "/sys", "/dev/pts"))
+        and (not real(path).startswith("/dev/") or real(path).startswith("/dev/shm"))))
     return {"sockets": sockets,
             "socket_files": (real(policy.egress_socket),) if policy.egress_socket else (),
             "project": real(policy.project_dir), "writable": writable,
