@@ -372,7 +372,7 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
                 lifeline: bool = False,
                 status: bool = False, pid_namespace: bool = False,
                 argv_fd: bool = False, cleanup: str | None = None,
-                keep_fds=(), relay=()) -> list:
+                keep_fds=(), relay=(), notify: bool = False) -> list:
     """The helper's command line up to (and including) the `--` before the
     command. Payload names: env, landlock, seccomp, seed-N, lifeline, status,
     argv (the command itself, when the backend limits its own argv).
@@ -388,6 +388,8 @@ def helper_argv(*, python: str = HELPER_PYTHON, env: bool = False, landlock: boo
                          ("--lifeline", lifeline), ("--status", status), ("--argv", argv_fd)):
         if wanted:
             argv += [flag, FdRef(flag[2:])]
+    if notify:
+        argv += ["--notify", FdRef("notify"), FdRef("supervise")]
     for name, path in seeds:
         argv += ["--seed", FdRef(name), path]
     if chdir:
@@ -464,6 +466,10 @@ class Plan(NamedTuple):
     # A Landlock ruleset (landlock.ruleset) the launcher applies to the thread
     # that spawns the backend, so the whole sandbox starts inside the domain.
     spawn_ruleset: dict | None = None
+    # The landlock supervisor's rules (process/supervisor.py Rules.from_plan):
+    # the helper loads the "notify" payload and reports its listener on the
+    # payload-less descriptor "supervise"; None: no supervisor.
+    supervise: dict | None = None
 
     def __repr__(self) -> str:
         return f"Plan(backend={self.backend!r}, argv={self.argv!r})"

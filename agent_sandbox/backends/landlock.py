@@ -80,7 +80,11 @@ def scratch_tmp(policy: Policy) -> str:
     return f"/tmp/agent-sandbox.tmp-{policy.uid}-{policy.session_id}"
 
 
-def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
+def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=(), supervisor=None):
+    """`supervisor`: whether the plan runs the supervisor (None: wherever it
+    can run, as doctor and the report ask)."""
+    if supervisor is None:
+        supervisor = supervised(landlock_abi)
     g = Guarantees()
     g.no("fs.hidden", "Landlock leaves hidden paths out of its allow-list: they answer "
                       "EACCES, and their names stay visible")
@@ -109,29 +113,37 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=()):
             "outside (other sessions' and jobs' included) whose name the sandbox knows or "
             "guesses can be read, written or removed" if policy.private_ipc
             else "; /dev/shm is shared (PRIVATE_IPC=false)"))
-    g.no("metadata.confined", "Landlock does not restrict chmod, chown, utime or extended "
-                              "attributes: files you own outside the writable paths (hidden "
-                              "and read-only ones included) can have their mode, times and "
-                              "xattrs changed (the supervisor of SPEC §5a is not built)")
     g.no("passwd.filtered", "the host's /etc/passwd and NSS services answer")
-    g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
-                           "connecting to unix sockets)")
-    g.no("unix_sockets.confined", "Landlock does not restrict connect() on pathname unix "
-                                  "sockets: every socket you can reach outside is reachable "
-                                  "(tmux, ssh-agent, D-Bus, the resolver's; the supervisor of "
-                                  "SPEC §5a is not built)")
+    if supervisor:
+        # The supervisor (SPEC §5a, process/supervisor.py) decides connect()
+        # and the metadata calls: only the session's own sockets, never munge's;
+        # its filter refuses unix datagram sockets (sendmsg names its
+        # destination in memory, out of its sight).
+        for name in ("slurm.boundary", "unix_sockets.confined", "metadata.confined"):
+            g.yes(name)
+    else:
+        g.no("slurm.boundary", "the munge socket stays reachable (Landlock does not restrict "
+                               "connecting to unix sockets) and no supervisor runs")
+        g.no("unix_sockets.confined", "Landlock does not restrict connect() on pathname unix "
+                                      "sockets and no supervisor runs (SPEC §5a)")
+        g.no("metadata.confined", "Landlock does not restrict chmod/chown/utime/xattrs and "
+                                  "no supervisor runs (SPEC §5a)")
     scoping(g, landlock_abi)
-    egress(g, policy)
+    egress(g, policy, supervised=supervisor)
     self_protection(g, policy)
     fd_hygiene(g, keep_fds)
     return g.split()
 
 
-def egress(g: Guarantees, policy: Policy) -> None:
+def egress(g: Guarantees, policy: Policy, *, supervised: bool = False) -> None:
     """net.egress_filtered: a Landlock TCP rule names a port, not an address,
-    and UDP is not restricted at all, so at most partial."""
+    and UDP is not restricted at all, so at most partial — unless the
+    supervisor judges every connect() (TCP only to the relay on the loopback)
+    and its filter refuses every inet socket but TCP's."""
     mode = policy.network_mode
-    if mode == "allowlist":
+    if supervised and (mode == "allowlist" or policy.network_isolated):
+        g.yes("net.egress_filtered")
+    elif mode == "allowlist":
         g.partial("net.egress_filtered", "Landlock lets TCP connect only to the relay's port, "
                   "but to that port on any host; UDP (DNS included) and other protocols are "
                   "not restricted, nor connect() to the resolver's and nscd's sockets in /run "
@@ -267,7 +279,32 @@ def abi_note(landlock_abi: int) -> str | None:
     return f"Landlock ABI {landlock_abi} lacks: " + "; ".join(lost)
 
 
-def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
+def supervised(landlock_abi: int) -> bool:
+    """The supervisor runs wherever Landlock does: every kernel with Landlock
+    (5.13) has seccomp user notification (5.0), pidfd_getfd and openat2
+    (5.6); a kernel built without seccomp filters fails the helper (125)."""
+    return landlock_abi >= 1
+
+
+def supervisor_rules(policy: Policy, spec: dict, *, tmpdir: str | None) -> dict:
+    """The supervisor's rules (process/supervisor.py Rules): sockets only the
+    session's own — its chaperon directory, its egress proxy's socket, its
+    private $TMPDIR — and the project's where the sandbox may write; metadata
+    only where the ruleset grants writing."""
+    real = os.path.realpath
+    sockets = tuple(real(p) for p in (policy.chaperon_dir, tmpdir) if p)
+    writable = tuple(dict.fromkeys(real(path) for access, path in spec["paths"]
+                                   if access & ll.WRITE_FILE and isinstance(path, str)))
+    return {"sockets": sockets,
+            "socket_files": (real(policy.egress_socket),) if policy.egress_socket else (),
+            "project": real(policy.project_dir), "writable": writable,
+            "network": "isolated" if policy.network_isolated else policy.network_mode,
+            "relay_port": policy.relay_port or 0}
+
+
+def notes(policy: Policy, *, landlock_abi: int, supervisor=None) -> tuple[str, ...]:
+    if supervisor is None:
+        supervisor = supervised(landlock_abi)
     out = []
     lacking = abi_note(landlock_abi)
     if lacking:
@@ -290,11 +327,19 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
     if policy.private_tmp:
         out.append("PRIVATE_TMP: /tmp is the host's and not accessible; $TMPDIR is a fresh "
                    "per-session directory, removed at exit")
-    if policy.network_mode == "allowlist" and not policy.network_isolated:
+    if supervisor and (policy.network_mode == "allowlist"
+                                     or policy.network_isolated):
+        out.append("NETWORK_MODE=isolated: the supervisor refuses every inet connect()"
+                   if policy.network_isolated else
+                   "NETWORK_MODE=allowlist: the supervisor lets TCP connect only to the "
+                   "relay on the loopback (no API key brokering: the relay listens on the "
+                   "host's loopback)")
+        out[-1] += "; UDP, DNS and every inet socket but TCP's are refused"
+    elif policy.network_mode == "allowlist" and not policy.network_isolated:
         out.append("NETWORK_MODE=allowlist: partial — TCP only to the relay's port (on any "
                    "host); UDP, DNS and other protocols are not restricted; no API key "
                    "brokering (the relay listens on the host's loopback)")
-    if policy.network_isolated:
+    elif policy.network_isolated:
         out.append("NETWORK_MODE=isolated: partial — Landlock denies TCP bind and connect; "
                    "UDP and other protocols are not restricted")
     return tuple(out)
@@ -302,7 +347,7 @@ def notes(policy: Policy, *, landlock_abi: int) -> tuple[str, ...]:
 
 def network_refusal(policy: Policy, *, landlock_abi: int) -> str | None:
     mode = "isolated" if policy.network_isolated else policy.network_mode
-    if mode == "allowlist" and not policy.landlock_partial:
+    if mode == "allowlist" and not policy.landlock_partial and not supervised(landlock_abi):
         return ("NETWORK_MODE=allowlist cannot be enforced on the landlock backend: a "
                 "Landlock TCP rule names a port, not an address, so any host on the proxy's "
                 "port stays reachable, and UDP and DNS stay open (the site admin may accept "
@@ -334,24 +379,36 @@ def plan(policy: Policy, command: list[str], payloads: dict[str, Payload], *,
     ours = {"landlock": Payload(data=marshal.dumps(spec))}
     if policy.seccomp:
         ours["seccomp"] = payloads["seccomp"]
+    supervise = supervisor_rules(policy, spec, tmpdir=tmpdir) \
+        if supervised(landlock_abi) and "notify" in payloads else None
+    if supervise is not None:
+        ours["notify"] = payloads["notify"]
+    elif policy.network_mode == "allowlist" and not policy.landlock_partial:
+        raise PolicyError("NETWORK_MODE=allowlist needs the landlock supervisor, which this "
+                          "plan lacks — use --backend bwrap or firejail, or set "
+                          "NETWORK_MODE=open.", reason="network_unavailable")
     env = dict(policy.env)
     if tmpdir:
         env["TMPDIR"] = tmpdir
     argv = helper_argv(python=python, landlock=True, seccomp=policy.seccomp,
                        chdir=policy.workdir, new_session=True,
                        controlling_tty=context.terminal, lifeline=True, status=True,
-                       cleanup=tmpdir, keep_fds=context.keep_fds, relay=relay_args(policy))
+                       cleanup=tmpdir, keep_fds=context.keep_fds, relay=relay_args(policy),
+                       notify=supervise is not None)
     shown = list(spec["paths"])
     # A job's shared-memory directory is granted to the plan afterwards, by
     # the launcher (jobs/shm.py with_job_shm: cached plans too).
     provides, partial, cannot = guarantees(policy, landlock_abi=landlock_abi,
-                                           keep_fds=context.keep_fds)
+                                           keep_fds=context.keep_fds,
+                                           supervisor=supervise is not None)
     return Plan(backend=NAME, argv=tuple(argv + list(command)), payloads=ours, env=env,
                 provides=provides, cannot=cannot, partial=partial,
                 mounts=tuple(Rule(access, path) for access, path in shown),
                 view_title="Landlock rules", status_fd="status", started="helper-exec",
                 lifeline_fd="lifeline", scratch_dirs=(tmpdir,) if tmpdir else (),
-                own_session=True, notes=notes(policy, landlock_abi=landlock_abi))
+                own_session=True, notes=notes(policy, landlock_abi=landlock_abi,
+                                                    supervisor=supervise is not None),
+                supervise=supervise)
 
 
 def find(path_env: str | None = None, python: str | None = None) -> str | None:

@@ -30,6 +30,15 @@ Options (descriptors are inherited file descriptor numbers):
                     job's shared-memory directory, jobs/shm.py): never
                     looked up by name again; closed before exec
   --seccomp FD      a BPF program (struct sock_filter array)
+  --notify FD SUP   a second BPF program whose SECCOMP_RET_USER_NOTIF calls
+                    the landlock supervisor decides (process/supervisor.py):
+                    loaded last, with a new listener whose number is written
+                    to descriptor SUP (the launcher takes it by pidfd_getfd);
+                    the helper then waits for the supervisor's first answer
+                    and closes its own copy before exec; a unix datagram
+                    socket among the descriptors the command keeps (0-2,
+                    --keep-fd) is refused: its sendmsg() could reach any
+                    datagram socket, which the supervisor cannot see
   --argv FD         the command, NUL-separated, instead of after `--`
                     (firejail refuses more than 127 arguments in all)
   --seed FD PATH    copy the descriptor's bytes to PATH (replacing a file)
@@ -83,6 +92,10 @@ import sys
 PR_SET_PDEATHSIG = 1
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
+SECCOMP_SET_MODE_FILTER = 1
+SECCOMP_FILTER_FLAG_NEW_LISTENER = 1 << 3
+SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV = 1 << 5     # 5.19: no restart after a signal
+SYS_SECCOMP = {"x86_64": 317, "aarch64": 277, "riscv64": 277, "ppc64le": 358, "s390x": 348}
 # Signals the launcher forwards to the command's process group; the lifeline
 # watcher shares that group and must survive them.
 FORWARDED = ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGWINCH",
@@ -189,7 +202,7 @@ def parse(argv: list[str]) -> dict:
             "max_abi": None,
             "degrade": False, "probe": False, "pid_namespace": False, "argv": None,
             "cleanup": None, "keep_fds": [], "relay": None, "command": [], "join": None,
-            "join_ns": None, "landlock_dirs": []}
+            "join_ns": None, "landlock_dirs": [], "notify": None}
     i = 0
     try:
         while i < len(argv):
@@ -207,6 +220,9 @@ def parse(argv: list[str]) -> dict:
             elif arg in ("--chdir", "--cleanup", "--join-ns"):
                 opts[arg[2:].replace("-", "_")] = argv[i + 1]
                 i += 2
+            elif arg == "--notify":
+                opts["notify"] = (int(argv[i + 1]), int(argv[i + 2]))
+                i += 3
             elif arg == "--relay":
                 opts["relay"] = (int(argv[i + 1]), argv[i + 2])
                 i += 3
@@ -441,6 +457,59 @@ def load_seccomp(bpf: bytes) -> None:
         raise SetupError(f"cannot load the seccomp filter — {os.strerror(get_errno())}")
 
 
+def _fprog(bpf: bytes):
+    """(struct sock_fprog bytes, the array they point into: keep it alive)."""
+    import _ctypes
+    import _struct
+
+    if not bpf or len(bpf) % 8:
+        raise SetupError(f"the seccomp program is malformed ({len(bpf)} bytes)")
+
+    class Byte(_ctypes._SimpleCData):
+        _type_ = "B"
+
+    class Program(_ctypes.Array):
+        _type_ = Byte
+        _length_ = len(bpf)
+
+    program = Program.from_buffer_copy(bpf)
+    return _struct.pack("@HP", len(bpf) // 8, _ctypes.addressof(program)), program
+
+
+def load_notify(bpf: bytes, report: int) -> None:
+    """Load the supervisor's filter with a new listener, hand the listener's
+    number to the launcher on `report`, wait until the supervisor answers a
+    first supervised call (fchmod(-1): it has the listener then), and close
+    this copy: the listener never stays inside the sandbox."""
+    landlock = _landlock()
+    number = SYS_SECCOMP.get(os.uname().machine)
+    if number is None:
+        raise SetupError(f"no seccomp syscall number known for {os.uname().machine}")
+    fprog, program = _fprog(bpf)
+    flags = SECCOMP_FILTER_FLAG_NEW_LISTENER | SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV
+    try:
+        try:
+            listener = landlock._check(landlock.syscall(number, SECCOMP_SET_MODE_FILTER, flags,
+                                                        fprog), "seccomp")
+        except OSError as exc:
+            if exc.errno != 22:        # EINVAL: a kernel before 5.19 lacks the second flag
+                raise
+            listener = landlock._check(landlock.syscall(
+                number, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, fprog),
+                "seccomp")
+    except OSError as exc:
+        raise SetupError(f"cannot load the supervisor's seccomp filter — {exc.strerror}") \
+            from None
+    del program
+    os.write(report, b"%d\n" % listener)
+    os.close(report)
+    try:
+        os.fchmod(-1, 0)               # answered by the supervisor (EBADF), or waits
+    except OSError:
+        pass
+    os.close(listener)
+
+
 def apply_landlock(spec: dict, *, max_abi, degrade: bool) -> None:
     landlock = _landlock()
     kernel = landlock.abi_version()
@@ -483,6 +552,36 @@ def close_inherited(keep) -> None:
         os.closerange(low, fd)
         low = fd + 1
     os.closerange(low, max(os.sysconf("SC_OPEN_MAX"), 65536))
+
+
+def refuse_unix_datagrams(keep) -> None:
+    """Where the supervisor runs no unix datagram socket may be inside (the
+    notify filter refuses to make one): sendmsg() names its destination in
+    memory, where the supervisor cannot check it. The descriptors the command
+    keeps (0-2 and --keep-fd: close_inherited closes the rest) are the only
+    ones that arrive from outside; one of them being such a socket fails the
+    launch."""
+    import stat
+
+    for fd in sorted({0, 1, 2} | set(keep)):
+        try:
+            if not stat.S_ISSOCK(os.fstat(fd).st_mode):
+                continue
+        except OSError:
+            continue
+        import socket
+
+        probe = socket.socket(fileno=os.dup(fd))
+        try:
+            datagram = probe.family == socket.AF_UNIX and probe.type == socket.SOCK_DGRAM
+        finally:
+            probe.close()
+        if datagram:
+            raise SetupError(
+                f"descriptor {fd} is a unix datagram socket, which could send to any datagram "
+                "socket outside (sendmsg() names its destination where the landlock supervisor "
+                "cannot check it). Give the command a pipe, a file or a stream socket instead, "
+                "or use --backend bwrap")
 
 
 def execute(command: list[str], env: dict) -> int:
@@ -545,12 +644,16 @@ def main(argv: list[str]) -> int:
         if opts["lifeline"] is not None:
             start_watcher(opts["lifeline"], whole_namespace=opts["pid_namespace"],
                           whole_session=opts["controlling_tty"], cleanup=opts["cleanup"])
-        if spec is not None or bpf is not None or opts["join_ns"] is not None:
+        if spec is not None or bpf is not None or opts["join_ns"] is not None \
+                or opts["notify"] is not None:
             _landlock().no_new_privs()
         if spec is not None:
             apply_landlock(spec, max_abi=opts["max_abi"], degrade=opts["degrade"])
         if bpf is not None:
             load_seccomp(bpf)
+        if opts["notify"] is not None:
+            load_notify(_read_fd(opts["notify"][0]), opts["notify"][1])
+            refuse_unix_datagrams(opts["keep_fds"])
         if opts["relay"] is not None:
             start_relay(*opts["relay"])
         if opts["status"] is not None:

@@ -71,6 +71,31 @@ def seccomp_payload(policy, home: str, *, no_user_namespaces: bool = False):
     return Payload(data=data), denied
 
 
+#: Raised whenever compile_notify_filter's rules change (2: unix datagram
+#: sockets and io_uring refused; families compared on 32 bits).
+NOTIFY_REVISION = 2
+
+
+def notify_payload(home: str, restrict_inet: bool = False):
+    """The landlock supervisor's user-notification filter (process/supervisor.py),
+    cached beside the deny list's (the same for every policy)."""
+    from agent_sandbox.backends.base import Payload
+    from agent_sandbox.paths import state_dir
+    from agent_sandbox.config.load import load_cache, store_cache
+
+    # The revision: a filter changed within a version must not be read back.
+    inputs = (__version__, os.uname().machine, "notify", NOTIFY_REVISION, restrict_inet)
+    path = os.path.join(state_dir(home), "cache",
+                        f"seccomp-notify{'-inet' if restrict_inet else ''}.marshal")
+    data = load_cache(path, inputs)
+    if not isinstance(data, bytes) or not data or len(data) % 8:
+        from agent_sandbox.policy.seccomp import compile_notify_filter
+
+        data = compile_notify_filter(restrict_inet)
+        store_cache(path, inputs, data)
+    return Payload(data=data)
+
+
 def base_payloads(policy, backend: str, *, seccomp=None,
                   no_user_namespaces: bool = False) -> tuple[dict, tuple[str, ...]]:
     """(payloads, denied syscalls) every plan of `policy` on `backend` needs:
@@ -87,6 +112,10 @@ def base_payloads(policy, backend: str, *, seccomp=None,
                 policy, policy.home, no_user_namespaces=no_user_namespaces)
         else:
             payloads["seccomp"], denied = seccomp(policy, policy.home)
+    if not traits(backend).mount_namespace:
+        # No mount view: the supervisor decides sockets and metadata (SPEC §5a).
+        payloads["notify"] = notify_payload(
+            policy.home, policy.network_isolated or policy.network_mode == "allowlist")
     if policy.filter_passwd and traits(backend).generated_files:
         payloads.update(identity_payloads(policy))
     return payloads, denied

@@ -259,3 +259,113 @@ def compile_filter(denied: Sequence[str]) -> bytes:
     if not bpf or len(bpf) % 8:
         raise RuntimeError(f"libseccomp produced an invalid BPF program ({len(bpf)} bytes)")
     return bpf
+
+
+# ------------------------------------------------------ the supervisor's filter
+#: Calls the landlock supervisor decides (SPEC §5a, docs/supervisor.md):
+#: Landlock judges neither connect() on unix sockets nor metadata changes.
+#: sendto is watched only with a destination (arg 4 not NULL): a send on a
+#: connected socket goes to a peer its connect() was checked for.
+SUPERVISED_CONNECT: tuple[str, ...] = ("connect", "sendto")
+SUPERVISED_METADATA: tuple[str, ...] = (
+    "chmod", "fchmod", "fchmodat", "chown", "fchown", "lchown", "fchownat",
+    "utime", "utimes", "futimesat", "utimensat",
+    "setxattr", "lsetxattr", "fsetxattr", "removexattr", "lremovexattr", "fremovexattr",
+)
+#: x86_64/aarch64 generic numbers libseccomp 2.5.4 may not name: fchmodat2
+#: (6.6) is supervised; setxattrat/removexattrat (6.13) and file_setattr
+#: (6.17) are refused outright (EACCES): nothing needs them yet.
+FCHMODAT2 = 452
+REFUSED_BY_NUMBER: tuple[int, ...] = (463, 466, 469)
+
+
+#: With NETWORK_MODE=allowlist or isolated: the only inet sockets are TCP's
+#: (every connect of which the supervisor judges), and no TCP Fast Open
+#: through sendmsg (its address is in memory, not in a register).
+INET_FAMILIES = (2, 10)                     # AF_INET, AF_INET6
+NON_STREAM_TYPES = (2, 3, 4, 5, 6, 10)      # DGRAM, RAW, RDM, SEQPACKET, DCCP, PACKET
+MSG_FASTOPEN = 0x20000000
+
+#: Always where the supervisor runs: no unix datagram socket can be made
+#: (socket() and socketpair()). sendmsg()/sendmmsg() carry their destination
+#: in memory (msg_name), where the filter cannot see it and the supervisor
+#: could only read it racily; of the unix socket types only a datagram
+#: socket's sendmsg looks a destination up (a stream socket refuses one, a
+#: seqpacket socket drops it), also on a connected socket or a socketpair.
+AF_UNIX, SOCK_DGRAM = 1, 2
+#: socket() and socketpair() take ints: the kernel ignores a register's upper
+#: half, so a family is compared on the low 32 bits (a bare EQ compares all
+#: 64 and would miss 0x1_00000001); the type on its low 4 (SOCK_TYPE_MASK:
+#: SOCK_CLOEXEC and SOCK_NONBLOCK are flags above them).
+INT_MASK, SOCK_TYPE_MASK = 0xFFFFFFFF, 0xF
+#: io_uring makes sockets, connects and sends without these syscalls
+#: (IORING_OP_SOCKET, _CONNECT, _SENDMSG): refused here too (EPERM, as the
+#: deny list does), so SECCOMP=false does not open it where the supervisor runs.
+IO_URING = ("io_uring_setup", "io_uring_enter", "io_uring_register")
+
+
+def compile_notify_filter(restrict_inet: bool = False) -> bytes:
+    """The user-notification filter the landlock helper loads with
+    SECCOMP_FILTER_FLAG_NEW_LISTENER (its listener goes to the supervisor):
+    the supervised calls notify on the native ABI; on the compat ABIs (where
+    socketcall(2) would hide the address) they, socketcall and the calls
+    refused by number answer EACCES. On every ABI, socket() and
+    socketpair() of AF_UNIX SOCK_DGRAM answer EACCES and io_uring EPERM.
+    `restrict_inet` (allowlist, isolated): inet sockets other than TCP's and
+    sendmsg with MSG_FASTOPEN answer EACCES on every ABI. Every other call
+    is allowed in the kernel without a round trip (the supervisor costs
+    nothing there)."""
+    import pyseccomp
+
+    notify = pyseccomp.NOTIFY
+    refuse = pyseccomp.ERRNO(errno.EACCES)
+    names = SUPERVISED_CONNECT + SUPERVISED_METADATA
+
+    def one(arch, action):
+        f = pyseccomp.SyscallFilter(pyseccomp.ALLOW)
+        if arch != pyseccomp.Arch.NATIVE:
+            f.add_arch(arch)
+            f.remove_arch(pyseccomp.Arch.NATIVE)
+        for name in names + ("socketcall",):
+            if pyseccomp.resolve_syscall(arch, name) < 0:
+                continue
+            act = refuse if name == "socketcall" else action
+            if name == "sendto":
+                f.add_rule(act, name, pyseccomp.Arg(4, pyseccomp.NE, 0))
+            else:
+                f.add_rule(act, name)
+        for name in ("socket", "socketpair"):
+            if pyseccomp.resolve_syscall(arch, name) >= 0:
+                f.add_rule(refuse, name, pyseccomp.Arg(0, pyseccomp.MASKED_EQ, INT_MASK, AF_UNIX),
+                           pyseccomp.Arg(1, pyseccomp.MASKED_EQ, SOCK_TYPE_MASK, SOCK_DGRAM))
+        for name in IO_URING:
+            if pyseccomp.resolve_syscall(arch, name) >= 0:
+                f.add_rule(pyseccomp.ERRNO(errno.EPERM), name)
+        if restrict_inet:
+            for family in INET_FAMILIES:
+                for kind in NON_STREAM_TYPES:
+                    f.add_rule(refuse, "socket",
+                               pyseccomp.Arg(0, pyseccomp.MASKED_EQ, INT_MASK, family),
+                               pyseccomp.Arg(1, pyseccomp.MASKED_EQ, SOCK_TYPE_MASK, kind))
+            for name, position in (("sendmsg", 2), ("sendmmsg", 3)):
+                if pyseccomp.resolve_syscall(arch, name) >= 0:
+                    f.add_rule(refuse, name, pyseccomp.Arg(position, pyseccomp.MASKED_EQ,
+                                                           MSG_FASTOPEN, MSG_FASTOPEN))
+        if arch == pyseccomp.Arch.NATIVE and pyseccomp.system_arch() in (
+                pyseccomp.Arch.X86_64, pyseccomp.Arch.AARCH64):
+            f.add_rule(action, FCHMODAT2)
+            for number in REFUSED_BY_NUMBER:
+                f.add_rule(refuse, number)
+        return f
+
+    f = one(pyseccomp.Arch.NATIVE, notify)
+    for arch, required in _arches(pyseccomp):
+        try:
+            f.merge(one(arch, refuse))
+        except OSError:
+            if required:
+                raise
+    bpf = _export(f)
+    if not bpf or len(bpf) % 8:
+        raise RuntimeError(f"libseccomp produced an invalid BPF program ({len(bpf)} bytes)")
+    return bpf

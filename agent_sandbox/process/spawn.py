@@ -156,6 +156,12 @@ def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None,
             os.set_inheritable(read_life, True)
             fds[plan.lifeline_fd] = read_life
             ours.append(write_life)
+        if plan.supervise is not None:
+            # The helper writes its supervisor listener's number here.
+            read_supervise, write_supervise = os.pipe()
+            os.set_inheritable(write_supervise, True)
+            fds["supervise"] = write_supervise
+            ours.append(read_supervise)
         if plan.hold_fd:
             fds[plan.hold_fd] = (os.dup(hold) if hold is not None
                                  else os.open("/dev/null", os.O_RDONLY))
@@ -195,6 +201,9 @@ def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None,
             os.close(fd)
         if pty:
             pty.close_slave()
+
+    if plan.supervise is not None:
+        _supervise(plan, pid, ours.pop())
 
     status_text: list[str] = []
 
@@ -259,6 +268,26 @@ def _run_plan(plan, keep_fds, pty, relay, title: str, after_spawn=None,
         forget_probe(plan.backend)
         return SETUP_FAILED
     return code
+
+
+def _supervise(plan, pid: int, report: int) -> None:
+    """The landlock supervisor in a thread of this launcher (an ancestor of
+    the whole sandbox), process/supervisor.py. If it fails, the sandbox dies:
+    its process group is killed (the helper's watcher and the reaper end the
+    rest) — it never runs unsupervised."""
+    from agent_sandbox.process import supervisor
+
+    def failed(reason: str) -> None:
+        say(f"the landlock supervisor failed ({reason}) — the sandbox was killed, as it "
+            "never runs unsupervised. Report this; use --backend bwrap or firejail meanwhile.")
+        for target in (lambda: os.killpg(pid, signal.SIGKILL),
+                       lambda: os.kill(pid, signal.SIGKILL)):
+            try:
+                target()
+            except OSError:
+                pass
+
+    supervisor.start(pid, report, plan.supervise, failed)
 
 
 def _spawn(_ruleset, argv: list[str], env: dict, **kwargs):

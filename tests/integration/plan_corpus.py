@@ -199,6 +199,8 @@ def normalise(text: str, home: Home, program: str) -> str:
     # Digests of a path (the per-project package cache), then session ids.
     text = re.sub(r"(?<![0-9a-f])[0-9a-f]{16}(?![0-9a-f])", "<digest>", text)
     text = re.sub(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])", "<id>", text)
+    # (landlock's relay: a free port of the host's loopback, chosen per launch)
+    text = re.sub(r"(?<=127\.0\.0\.1:)\d+|(?<=--relay )\d+", "<port>", text)
     # (the chaperon's session directory: the id and a nonce)
     return re.sub(r"<id>-[0-9a-f]{8}(?![0-9a-f])", "<id>-<nonce>", text)
 

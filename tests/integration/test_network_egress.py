@@ -1,6 +1,6 @@
 """NETWORK_MODE=allowlist end to end (issue 16), as the unprivileged test user
-inside real bwrap and firejail sandboxes (and landlock's refusal and its
-admin-accepted partial form): the launcher starts the egress proxy, the
+inside real bwrap and firejail sandboxes (and landlock's, held by its
+supervisor): the launcher starts the egress proxy, the
 helper starts the relay inside, and clients that honour the proxy variables
 reach allowed hosts — curl, `pip download` from a local index, `git clone
 https://…` of a local dumb-HTTP repository, Python urllib — while a host not
@@ -423,33 +423,32 @@ def test_a_job_keeps_its_own_network_mode(net):
     assert job.returncode != 0 and "direct=ok" not in job.stdout
 
 
-def test_landlock_refuses_allowlist_naming_the_backends_that_can(net):
-    net.user.set_config(net.config)
-    result = net.user.sandbox("true", options=("--backend", "landlock"), cwd=net.project)
-    assert result.returncode == 125
-    assert "bwrap or firejail" in result.stderr
-    assert "LANDLOCK_ALLOWLIST_PARTIAL" in result.stderr
-    # The egress proxy, already starting, finds nobody waiting: it stops
-    # without a word (it printed a BrokenPipeError traceback).
-    assert "Traceback" not in result.stderr and "BrokenPipeError" not in result.stderr
-    assert leftovers(net.user) == []
+UDP_PROBE = ("import socket\n"
+             "try:\n"
+             "    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', 53))\n"
+             "    print('udp-sent')\n"
+             "except OSError as exc:\n"
+             "    print('udp-refused', exc.errno)\n")
 
 
-def test_landlock_partial_when_the_admin_accepts_it(net, admin):
-    admin("LANDLOCK_ALLOWLIST_PARTIAL=true\n")
+def test_landlock_holds_allowlist_with_its_supervisor(net):
+    """Issue 31: the supervisor judges every connect() and only TCP inet
+    sockets can be made, so allowlist holds on landlock (before, it refused
+    unless the admin accepted a partial form)."""
     net.user.set_config(net.config)
     report = net.user.sandbox("true", options=("--backend", "landlock", "--dry-run"),
                               cwd=net.project)
-    assert re.search(r"^  partial +net\.egress_filtered +Landlock lets TCP connect only",
-                     report.stdout, re.M), report.stdout
+    assert re.search(r"^  yes +net\.egress_filtered", report.stdout, re.M), report.stdout
     result = net.user.sandbox("/bin/sh", "-c", f'curl -sS --cacert {net.ca} '
                               f'"https://pkg.test:{net.hs}/hello.txt"; '
-                              f'curl -sS --noproxy "*" "https://pkg.test:{net.hs}/" '
-                              '>/dev/null 2>&1 || echo direct-refused',
+                              f'curl -sS --noproxy "*" "https://127.0.0.2:{net.hs}/" '
+                              '>/dev/null 2>&1 || echo direct-refused; '
+                              f'python3 -c "{UDP_PROBE}"',
                               options=("--backend", "landlock"), cwd=net.project)
     assert result.returncode == 0, result.stderr
     assert "hello from pkg.test" in result.stdout
-    assert "direct-refused" in result.stdout    # no DNS for pkg.test, no other TCP port
+    assert "direct-refused" in result.stdout
+    assert "udp-refused 13" in result.stdout, result.stdout
     assert leftovers(net.user) == []
 
 

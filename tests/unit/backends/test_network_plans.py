@@ -76,11 +76,14 @@ def test_isolated_is_filtered_without_a_relay(home, backend):
     assert "--relay" not in [str(a) for a in plan.argv]
 
 
-def test_landlock_refuses_allowlist_naming_the_backends_that_can(home):
+def test_landlock_holds_allowlist_only_with_its_supervisor(home):
+    """Issue 31: the supervisor judges every connect(), so allowlist is
+    accepted where it runs; a plan without it refuses, naming the backends
+    that can."""
     policy = allowlist(home, "landlock")
-    with pytest.raises(PolicyError, match="bwrap or firejail") as caught:
-        landlock_backend.refuse(policy, context=PlanContext("/usr/bin/python3", landlock_abi=7))
-    assert "LANDLOCK_ALLOWLIST_PARTIAL" in str(caught.value)
+    landlock_backend.refuse(policy, context=PlanContext("/usr/bin/python3", landlock_abi=7))
+    with pytest.raises(PolicyError, match="bwrap or firejail"):
+        plan_for("landlock", policy)          # no "notify" payload: no supervisor
 
 
 def test_landlock_partial_grants_tcp_to_the_relays_port_only(home):
