@@ -208,7 +208,10 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
     staging = policy.staging_dir
     if staging:
         readonly += (staging,)
-    r = Rules(policy.hidden, readonly)
+    # Slurm's configuration directories (slurm.key, slurm.jwks, munge.key
+    # beside slurm.conf) are left out as bwrap and firejail mask them: the
+    # real commands run outside (the chaperon), never in here.
+    r = Rules(tuple(policy.hidden) + tuple(policy.slurm_masks), readonly)
     for path in policy.system_readonly:
         r.grant(path, ll.READ)
     r.grant("/proc", PROC)
