@@ -30,7 +30,7 @@ from agent_sandbox.names import BACKENDS
 from agent_sandbox import __version__
 from agent_sandbox.paths import helper_module
 from agent_sandbox.tools.checks import (GAPS, GO, NOGO, Item, _read, _run, _sysctls,
-                                        chaperon_pipes_item, fs_item, munge_item,
+                                        auth_item, chaperon_pipes_item, fs_item, munge_item,
                                         seccomp_check, slurm_item, userns_check,
                                         version_line)
 from agent_sandbox.mountinfo import parse_mountinfo
@@ -485,6 +485,8 @@ def gather(project_dir: str | None, environ) -> Report:
 
     slurm, slurm_present = slurm_item(settings, any_policy, environ)
     items.append(munge_item(settings, any_policy, slurm_present, environ))
+    if slurm_present:
+        items.append(auth_item(settings, any_policy, environ))
     items.append(slurm)
 
     if slurm_present and settings.CHAPERON:

@@ -424,3 +424,11 @@ def test_denials_group_repeats_and_keep_slurm_and_network_apart():
     assert text[0] == "Slurm (the chaperon):" and "pty: d" in text[1]
     assert text[2] == "Network (the egress proxy):" and "(×3, first " in text[3]
     assert len(text) == 5 and "2 refused connection(s)" in text[4]
+
+
+def test_auth_types_from_slurm_conf():
+    # Slurm's default is munge; the last setting wins; the alternatives follow.
+    assert checks.auth_types_from_conf("ClusterName=x\n") == ["auth/munge"]
+    conf = ("AuthType=auth/munge\n# AuthType=auth/none\nauthtype=auth/slurm\n"
+            "AuthAltTypes=auth/jwt,auth/slurm\n")
+    assert checks.auth_types_from_conf(conf) == ["auth/slurm", "auth/jwt"]
