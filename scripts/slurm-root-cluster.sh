@@ -55,7 +55,7 @@ in_root() {
     shift
     nsenter --target "$pid" --mount --root --wd=/ -- \
         env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root \
-        LANG=C.UTF-8 "$@"
+        LANG=C.UTF-8 /bin/sh -c 'cd / && exec "$@"' sh "$@"
 }
 
 # The setup inside the root (as root), then the holder. $1: node name, ports.
@@ -74,7 +74,7 @@ topology=$(slurmd -C | sed -n '/^NodeName=/{s/^NodeName=[^ ]* //; s/ *RealMemory
 cat > /etc/slurm/slurm.conf <<EOF
 # Written by agent-sandbox scripts/slurm-root-cluster.sh (issue 32).
 ClusterName=assack
-SlurmctldHost=$node(127.0.0.1)
+SlurmctldHost=$(hostname -s)(127.0.0.1)
 SlurmctldPort=$ctld
 SlurmdPort=$slurmd_port
 SlurmUser=slurm
@@ -110,7 +110,10 @@ JobCompType=jobcomp/none
 NodeName=$node NodeHostname=$node NodeAddr=127.0.0.1 Port=$slurmd_port $topology RealMemory=1000 State=UNKNOWN
 PartitionName=debug Nodes=$node Default=YES MaxTime=INFINITE State=UP
 EOF
-chmod 0644 /etc/slurm/slurm.conf
+# No cgroup in the root (the host's /sys/fs/cgroup is not mounted there):
+# proctrack/linuxproc and task/none need none, and 24.11's slurmd asks.
+echo "CgroupPlugin=disabled" > /etc/slurm/cgroup.conf
+chmod 0644 /etc/slurm/slurm.conf /etc/slurm/cgroup.conf
 echo "$$" > /var/lib/slurm-root/holder.pid
 slurmctld -i
 slurmd -N "$node"
