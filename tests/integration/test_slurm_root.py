@@ -98,12 +98,20 @@ cat > job.sh <<'EOF'
 srun -n 1 sh -c 'echo step-$SLURM_STEP_ID on $SLURMD_NODENAME'
 echo batch-done
 EOF
-sbatch --wait job.sh && cat job.out
+sbatch --wait job.sh; rc=$?; cat job.out; exit $rc
 """
 
 
-def test_sbatch_with_directives_and_srun_steps(slurm_root):
-    result = slurm_root.sandbox("bwrap", JOB)
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_sbatch_with_directives_and_srun_steps(slurm_root, backend):
+    result = slurm_root.sandbox(backend, JOB)
+    if backend == "firejail":
+        # The root's install is a user's venv in the home: a firejail job
+        # step cannot join its sandbox safely (docs/jobs.md), refused with
+        # that reason in the job's output, the task not run — as on 22.05.
+        assert "firejail job step cannot join" in result["stdout"], result
+        assert "step-0" not in result["stdout"], result
+        return
     assert result["rc"] == 0, result
     assert "step-0 on sack1" in result["stdout"] and "batch-done" in result["stdout"], result
 
