@@ -13,7 +13,7 @@ from __future__ import annotations
 # profile. The fast path in cli/__init__.py routes on it without importing
 # typer, and an unknown profile is matched against it for "did you mean".
 SUBCOMMANDS = ("run", "bash", "help", "version", "config", "explain", "doctor", "status",
-               "logs", "sbatch", "srun")
+               "logs", "sbatch", "srun", "trust")
 
 # Backends, in the order SANDBOX_BACKEND=auto tries them.
 BACKENDS = ("bwrap", "firejail", "landlock")

@@ -121,8 +121,8 @@ TRAITS = {
         job_line=""),
     "landlock": Traits(
         display_name="landlock",
-        install_hint="it needs Linux 5.13+ with Landlock enabled (lsm=…,landlock) and "
-                     "/usr/bin/python3",
+        install_hint="it needs Linux 5.13+ with Landlock enabled (lsm=…,landlock) and a "
+                     "Python 3.9+ the user cannot write (the launcher's or /usr/bin/python3)",
         probe_hint="the kernel refused a trivial Landlock ruleset",
         pid_namespace=False, user_namespace=False, mount_namespace=False,
         network_namespace=False, fixed_mount_points=False, generated_files=False,

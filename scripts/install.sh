@@ -33,6 +33,21 @@ if [ "$(id -u)" -ne 0 ]; then
     exit 1
 fi
 
+# A Python that is there but too old — the python3 of RHEL/Rocky/Alma 8 and
+# SLES 15 is 3.6 — is said at once, with the route, before anything is
+# installed (docs/install.md, "Hosts whose python3 is 3.6").
+if [ -x "$python" ] && ! "$python" -c "import sys; sys.exit(sys.version_info[:2] < tuple(map(int, '$min_python'.split('.'))))" 2>/dev/null; then
+    found=$("$python" -c 'import sys; print("%d.%d.%d" % sys.version_info[:3])' 2>/dev/null || echo "?")
+    cat >&2 <<EOF
+install.sh: $python is Python $found — agent-sandbox needs Python $min_python or newer (RHEL/Rocky/Alma 8 and SLES 15 ship 3.6 as python3). Install a newer Python beside it and name it, then run install.sh again:
+  RHEL/Rocky/Alma 8:  dnf install python3.11 (or python39)  then  AGENT_SANDBOX_PYTHON=/usr/bin/python3.11 scripts/install.sh
+  SLES 15 SP4+:       zypper install python311               then  AGENT_SANDBOX_PYTHON=/usr/bin/python3.11 scripts/install.sh
+  a module's or conda's Python $min_python+ outside users' writable paths:  AGENT_SANDBOX_PYTHON=/path/to/bin/python3 scripts/install.sh
+(docs/install.md, "Hosts whose python3 is 3.6")
+EOF
+    exit 1
+fi
+
 # The package manager: the distribution's family from /etc/os-release, then
 # whichever manager is there.
 manager=none
@@ -94,10 +109,13 @@ case $manager in
         # loads it when it starts: start the clusters after this); and the clients the
         # network tests drive through the egress proxy (curl, git) and make their test CA
         # with (openssl); strace, which holds bwrap's setup for the killed-launcher test
-        # (tests/adversarial/test_placeholders.py). Never in a production install.
+        # (tests/adversarial/test_placeholders.py); environment-modules, whose modulecmd.tcl
+        # loads the modulefile template (tests/integration/test_install_routes.py).
+        # Never in a production install.
         case ",$extras," in
             *,test,*) install_missing --no-install-recommends -- openmpi-bin python3-mpi4py \
-                          libpmix-dev curl git openssl ca-certificates strace ;;
+                          libpmix-dev curl git openssl ca-certificates strace \
+                          environment-modules ;;
         esac ;;
     dnf) rpm_install dnf bubblewrap firejail libseccomp util-linux python3 ;;
     zypper) rpm_install zypper bubblewrap firejail libseccomp2 util-linux python3 ;;

@@ -65,14 +65,17 @@ class Guarded(namedtuple("Guarded", ("name", "real", "patterns", "where"), defau
 
 
 class Spec(namedtuple("Spec", ("profile", "variable", "real_dir", "mirror", "files",
-                               "project_files", "keep", "scratch", "per_project", "logins"),
-                  defaults=((), (), (), (), ()))):
+                               "project_files", "keep", "scratch", "per_project", "logins",
+                               "quiet"),
+                  defaults=((), (), (), (), (), ()))):
     """mirror: where real_dir appears below the copy root ("" = the root);
     files: the Guarded settings; project_files: (path in the project,
     patterns), AGENT_PROJECT_SETTINGS; keep: AGENT_CONFIG_KEEP, entries
     written inside and moved back; scratch: AGENT_CONFIG_SCRATCH, entries
     fresh per session, dropped; per_project: AGENT_CONFIG_PER_PROJECT
-    (policy/agentstate.py); logins: AGENT_LOGINS, on the login store."""
+    (policy/agentstate.py); logins: AGENT_LOGINS, on the login store;
+    quiet: AGENT_SETTINGS_QUIET, COPY:KEY.PATH of keys known to be inert,
+    dropped without a word."""
     __slots__ = ()
 
 
@@ -101,7 +104,7 @@ def spec_for(profile, home: str) -> Spec | None:
                 tuple(profile.config_keep),
                 tuple(profile.config_scratch),
                 tuple(profile.config_per_project),
-                tuple(profile.logins))
+                tuple(profile.logins), tuple(profile.settings_quiet))
 
 
 def _named(name: str, patterns, is_dir: bool) -> bool:
@@ -1225,7 +1228,33 @@ def _finish_copy(spec: Spec, root_fd: int, copies: int, record: dict, protected)
     return outcome
 
 
+def quiet_paths(spec: Spec, real: str, dropped) -> tuple[list, list]:
+    """(reported, quiet) of the key paths dropped from the user's file
+    `real`: quiet when an AGENT_SETTINGS_QUIET pattern of that file names
+    the path or a table above it (a UI statistic, a cache, a notice
+    counter: known to be inert). Everything else is reported — unknown keys
+    included (allow, never deny)."""
+    from fnmatch import fnmatchcase
+
+    names = {g.real: g.name for g in spec.files}
+    name = names.get(real)
+    patterns = [tuple(p.partition(":")[2].split(".")) for p in spec.quiet
+                if name is not None and os.path.normpath(p.partition(":")[0]) == name]
+    reported, quiet = [], []
+    for path in dropped:
+        inert = any(len(path) >= len(p) and all(fnmatchcase(k, q) for k, q in zip(path, p))
+                    for p in patterns)
+        (quiet if inert else reported).append(path)
+    return reported, quiet
+
+
 def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str) -> None:
+    """What the end of a session says: only what matters to the user's
+    safety or work — drops of keys not known to be inert (one line a file),
+    entries the session made that were dropped, a changed login, a file
+    that could not be merged. Everything (kept keys, quiet drops, entries
+    moved back) goes to the session's log (`agent-sandbox logs --session
+    ID`), one record a file."""
     from agent_sandbox.policy.agentmerge import show
     from agent_sandbox import errors
     from agent_sandbox.logfiles import clean
@@ -1239,27 +1268,31 @@ def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str)
     def short(path: str) -> str:
         return "~" + path[len(home):] if home and path.startswith(home + "/") else path
 
-    def listed(paths) -> str:
-        more = f" and {len(paths) - 8} more" if len(paths) > 8 else ""
-        return ", ".join(short(p) for p in paths[:8]) + more
+    def listed(paths, most: int = 8) -> str:
+        more = f" and {len(paths) - most} more" if len(paths) > most else ""
+        return ", ".join(short(p) for p in paths[:most]) + more
 
     when = f" (session {session}, left by a launcher that was killed)" if recovered else ""
-    for real, kept in outcome["kept"].items():
-        if kept:
-            say(f"{spec.profile}: kept the session's choices in {short(real)}{when}: "
-                f"{', '.join(show(p) for p in kept)}")
-    for real, dropped in outcome["dropped"].items():
-        if dropped:
+    details = f"`agent-sandbox logs --session {session}` lists them"
+    records = []
+    for real in dict.fromkeys([*outcome["kept"], *outcome["dropped"]]):
+        kept = outcome["kept"].get(real) or []
+        reported, quiet = quiet_paths(spec, real, outcome["dropped"].get(real) or [])
+        if kept or reported or quiet:
+            records.append({"file": short(real), "kept": [show(p) for p in kept],
+                            "dropped": [show(p) for p in reported],
+                            "dropped_inert": [show(p) for p in quiet]})
+        if reported:
+            shown = [show(p) for p in reported]
+            more = f" and {len(shown) - 6} more" if len(shown) > 6 else ""
             say(f"{spec.profile}: dropped the session's changes to {short(real)}{when}: "
-                f"{', '.join(show(p) for p in dropped)} — keys that can run commands outside "
-                f"the sandbox, or not known to be harmless, are never merged back. Make such "
-                f"changes yourself outside the sandbox (the {spec.profile} profile's "
-                "AGENT_SETTINGS_KEEP lists what is kept).")
+                f"{', '.join(shown[:6])}{more} — keys that can run "
+                f"commands outside the sandbox, or not known to be harmless, are never merged "
+                f"back; make such changes yourself, outside ({details}).")
     for real, problem in outcome["problems"].items():
         say(f"{spec.profile}: {short(real)}: {problem}{when}")
     if outcome["moved"]:
-        say(f"{spec.profile}: kept what the session made at "
-            f"{listed(outcome['moved'])}{when} (AGENT_CONFIG_KEEP)")
+        records.append({"moved": [short(p) for p in outcome["moved"]]})
     if outcome["logins"]:
         say(f"{spec.profile}: the session's login changed (a token refresh, or another "
             f"login){when}: later sandboxed sessions use it; {listed(outcome['logins'])} "
@@ -1268,11 +1301,96 @@ def _report(spec: Spec, outcome: dict, recovered: bool, session: str, home: str)
             f"own runs too; `agent-sandbox config adopt-login --discard {spec.profile}` "
             "drops it.")
     if outcome["refused"]:
+        records.append({"refused": [short(p) for p in outcome["refused"]]})
         say(f"{spec.profile}: dropped what the session made at "
-            f"{listed(outcome['refused'])}{when} — only the entries the "
-            f"{spec.profile} profile's AGENT_CONFIG_KEEP names go back (never a symlink, "
-            "never over a symlink, a protected path or your own directory); copy what you "
-            "want yourself, outside the sandbox.")
+            f"{listed(outcome['refused'], 3)}{when} — only the entries the "
+            f"{spec.profile} profile's AGENT_CONFIG_KEEP names go back; copy what you want "
+            f"yourself, outside ({details}).")
+    if records and home:
+        import time
+
+        from agent_sandbox.logfiles import TIME_FORMAT, append_records
+
+        stamp = time.strftime(TIME_FORMAT)
+        append_records(home, f"agent_{session}.log", (
+            dict({"time": stamp, "session": session, "command": spec.profile,
+                  "event": "agent-settings"}, **r) for r in records))
+
+
+# ---------------------------------------------------------------- keys
+def approve_keys(record_path: str, entries, keys) -> None:
+    """The launcher's own placeholder keys (API key brokering: new each
+    session, never a real key) put on the agent's approved list in the
+    session copy (AGENT_KEY_APPROVAL: FILE:KEY.PATH=tail:N — Claude Code
+    keeps the last 20 characters of each key it was told to use), so the
+    agent does not ask "Do you want to use this API key?" every session
+    (whose default, No, left it logged out). The record's base gets the
+    same change: the merge sees none, and the list never reaches the user's
+    file. Nothing else of the copy changes."""
+    from agent_sandbox.config.agentkeys import parse_entry
+    from agent_sandbox.jsonlite import dumps, loads
+
+    keys = [k for k in keys if k]
+    if not keys or not entries:
+        return
+    with open(record_path, "rb") as handle:
+        record = loads(handle.read(MAX_BYTES))
+    copies = _copies_of(record)
+    if copies is None:
+        return
+    try:
+        root_fd = os.open(os.path.basename(record["root"]), _DIR, dir_fd=copies)
+    finally:
+        os.close(copies)
+    base = record.get("base") or {}
+    try:
+        for entry in entries:
+            name, path, value = parse_entry(entry)
+            name = os.path.normpath(name)
+            if name not in base:
+                continue          # not a guarded file of this profile
+            tails = [k[-int(value[5:]):] for k in keys]
+            parent = _open_below(root_fd, os.path.dirname(name), create=True)
+            if parent is None:
+                continue
+            try:
+                leaf = os.path.basename(name)
+                data = _read(leaf, dir_fd=parent)
+                if data is None and _exists_at(parent, leaf):
+                    continue
+                try:
+                    document = _parse("json", (data or b"").decode("utf-8"))
+                except (ValueError, UnicodeDecodeError, RecursionError):
+                    continue      # the agent says what is wrong with it
+                if not isinstance(document, dict) or not _add_to_list(document, path, tails):
+                    continue
+                text = _dump("json", document)
+                _replace_at(parent, leaf, text.encode())
+                base[name] = text
+            finally:
+                os.close(parent)
+    finally:
+        os.close(root_fd)
+    record["base"] = base
+    temp = record_path + ".tmp"
+    _write_new(temp, dumps(record))
+    os.replace(temp, record_path)
+
+
+def _add_to_list(document: dict, path, items) -> bool:
+    """`items` added to the list at `path` (made when missing); False when
+    something on the way is not what the agent writes there."""
+    table = document
+    for key in path[:-1]:
+        inner = table.setdefault(key, {})
+        if not isinstance(inner, dict):
+            return False
+        table = inner
+    present = table.setdefault(path[-1], [])
+    if not isinstance(present, list):
+        return False
+    present.extend(i for i in items if i not in present)
+    return True
 
 
 # ---------------------------------------------------------------- recovery

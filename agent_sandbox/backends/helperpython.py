@@ -24,6 +24,11 @@ and the fix: never a traceback from a helper that cannot start.
 When both candidates are the same file the system's name is kept, so a plan
 built on Debian's or a site's python says `/usr/bin/python3` as it always did.
 
+The same interpreter starts the Slurm stubs inside (their `#!` line,
+services/chaperon.py) and, on a compute node, the job wrapper and the
+jobstart step (chaperon/jobwrap.py): `shebang_line` says it or why a `#!`
+line cannot name it.
+
 Pure: `choose` takes the candidates and a verdict function; the reads
 (realpath, the access check, the stdlib's place) are in `launcher()` and
 `system()`. A compile calls them under the plan cache's recorder, which
@@ -156,6 +161,30 @@ def choose(own: Interpreter, system_python: Optional[Interpreter],
         f"the system's ({why_system}). Install agent-sandbox on a Python {need}+ outside "
         "the writable paths (a site install, a module's or /opt Python: docs/install.md), "
         f"or install python{need}+ as {SYSTEM_PYTHON}", reason="no_helper_python")
+
+
+# The kernel reads a `#!` line from the first 128 bytes of a script before
+# Linux 5.1 (BINPRM_BUF_SIZE; RHEL 8 runs 4.18), 256 since: the line and
+# its newline must fit the older one.
+SHEBANG_MAX = 128 - 1
+
+
+def shebang_line(python: str) -> str:
+    """`#!<python> -IS` for the stubs and the job wrapper (pure), or
+    PolicyError when a `#!` line cannot name that interpreter (a blank or a
+    control character splits or ends it; too long is cut by old kernels)."""
+    line = f"#!{python} -IS"
+    if (not python.startswith("/") or any(c.isspace() or ord(c) < 32 or c == "\x7f"
+                                           for c in python)
+            or len(line.encode()) + 1 > SHEBANG_MAX):
+        raise PolicyError(
+            f"refusing to start the Slurm stubs — their interpreter {python!r} (the helper's, "
+            f"docs/install.md) cannot be named in a script's '#!' line: a blank or control "
+            f"character in the path, or longer than {SHEBANG_MAX - 5} bytes. Install "
+            "agent-sandbox on a Python whose path is short and plain (a venv's base "
+            "Python counts), or set CHAPERON=false to run without Slurm",
+            reason="no_helper_python")
+    return line
 
 
 def helper_python(policy=None) -> str:

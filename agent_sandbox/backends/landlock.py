@@ -126,8 +126,10 @@ def guarantees(policy: Policy, *, landlock_abi: int = 0, keep_fds=(), supervisor
                                "connecting to unix sockets) and no supervisor runs")
         g.no("unix_sockets.confined", "Landlock does not restrict connect() on pathname unix "
                                       "sockets and no supervisor runs (SPEC §5a)")
-        g.no("metadata.confined", "Landlock does not restrict chmod/chown/utime/xattrs and "
-                                  "no supervisor runs (SPEC §5a)")
+        g.no("metadata.confined", "Landlock does not restrict chmod, chown, utime or extended "
+                                  "attributes and no supervisor runs (SPEC §5a): files you own "
+                                  "outside the writable paths (hidden and read-only ones "
+                                  "included) can have their mode, times and xattrs changed")
     scoping(g, landlock_abi)
     egress(g, policy, supervised=supervisor)
     self_protection(g, policy)
@@ -296,8 +298,16 @@ def supervisor_rules(policy: Policy, spec: dict, *, tmpdir: str | None) -> dict:
     only where the ruleset grants writing."""
     real = os.path.realpath
     sockets = tuple(real(p) for p in (policy.chaperon_dir, tmpdir) if p)
-    writable = tuple(dict.fromkeys(real(path) for access, path in spec["paths"]
-                                   if access & ll.WRITE_FILE and isinstance(path, str)))
+    # Metadata only beneath the real writable grants (the project, $TMPDIR,
+    # HOME_WRITABLE/EXTRA_WRITABLE, /dev/shm): a grant that writes but does
+    # not make files (/dev/null, /dev/pts, /dev/tty, /proc) is no place for
+    # chmod — a terminal of the user's would be changed.
+    writable = tuple(dict.fromkeys(
+        real(path) for access, path in spec["paths"]
+        if access & ll.WRITE_FILE and access & ll.MAKE_REG and isinstance(path, str)
+        and not any(real(path) == root or real(path).startswith(root + "/")
+                    for root in ("/proc", "/sys", "/dev/pts"))
+        and (not real(path).startswith("/dev/") or real(path).startswith("/dev/shm"))))
     return {"sockets": sockets,
             "socket_files": (real(policy.egress_socket),) if policy.egress_socket else (),
             "project": real(policy.project_dir), "writable": writable,

@@ -341,6 +341,65 @@ def config_adopt_login(
 
 
 @app.command()
+def trust(
+    directory: Optional[str] = typer.Argument(
+        None, metavar="[DIR]", help="The directory to trust (default: the current one)."),
+    agents: List[str] = typer.Option(
+        [], "--agent", metavar="NAME", help="The agent whose trust is written (repeatable; "
+        "default: every enabled agent whose profile has AGENT_TRUST)."),
+) -> None:
+    """Trust DIR for your agents, as accepting their trust dialog would: write only that
+    agent's trust key for DIR into your own file (Claude Code's ~/.claude.json,
+    Codex's ~/.codex/config.toml, Gemini's ~/.gemini/trustedFolders.json), so sandboxed
+    sessions there stop asking. A session's own trust grants are never kept (a trusted
+    folder's project settings run things): trust is given outside, by you. Run it
+    outside the sandbox."""
+    import os
+    import pwd
+
+    from agent_sandbox.errors import ConfigError, Failed
+    from agent_sandbox.launch.run import inside_sandbox
+
+    if inside_sandbox(os.environ):
+        raise Failed("trust is refused inside the sandbox — trusting a folder is a grant "
+                     "that only you give, outside. Run `agent-sandbox trust` in your own "
+                     "shell.")
+    target = os.path.realpath(directory or os.getcwd())
+    if not os.path.isdir(target):
+        raise ConfigError(f"{target} is not a directory — name the project directory to "
+                          "trust.")
+    entry = pwd.getpwuid(os.getuid())
+    if agents:
+        profiles = [_profile(name) for name in agents]
+        lacking = [p.name for p in profiles if not p.trust]
+        if lacking:
+            raise ConfigError(f"the {', '.join(lacking)} profile has no AGENT_TRUST — that "
+                              "agent keeps no trust of its own to write. Name claude, codex "
+                              "or gemini.")
+    else:
+        from agent_sandbox.config.profiles import available
+
+        enabled = _settings(target).ENABLED_AGENTS
+        profiles = [p for p in (_profile(name) for name in available(entry.pw_dir)
+                                if name in enabled) if p.trust]
+        if not profiles:
+            raise ConfigError("no enabled agent profile has AGENT_TRUST — name one with "
+                              "--agent NAME.")
+    from agent_sandbox.agents.trust import trust as write_trust
+
+    for profile in profiles:
+        try:
+            written = write_trust(profile, entry.pw_dir, target)
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{profile.name}: cannot write its trust of {target} — {exc}. "
+                              "Fix the file and run again.") from None
+        for path, key in written:
+            shown = "~" + path[len(entry.pw_dir):] if path.startswith(entry.pw_dir + "/") \
+                else path
+            typer.echo(f"{profile.name}: trusts {target} ({key} in {shown})")
+
+
+@app.command()
 def explain(
     target: Optional[str] = typer.Argument(
         None, help="A path (hidden / read-only / writable / absent inside? symlinks are "
@@ -601,6 +660,9 @@ def _submit_outside(command: str, args: list, project_dir: Optional[str]) -> int
     staging = staging_dir(policy.home, policy.project_dir)
     os.makedirs(staging, mode=0o700, exist_ok=True)
     config = handler_config(settings, policy, staging)
+    from agent_sandbox.process.select import helper_python
+
+    config["python"] = helper_python(policy)   # the job wrapper's and jobstart's
     if policy.slurm_conf:   # the handlers' real commands use the site's Slurm (as the chaperon's)
         os.environ["SLURM_CONF"] = policy.slurm_conf
     try:

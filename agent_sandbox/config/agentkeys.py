@@ -74,3 +74,41 @@ def parse_per_project(entry: str) -> tuple[str, str]:
         raise ValueError(f"unknown encoding {leaf} (known: "
                          f"{', '.join('{' + e + '}' for e in ENCODINGS)})")
     return parent, leaf[1:-1]
+
+
+# AGENT_TRUST and AGENT_KEY_APPROVAL entries: FILE:KEY.PATH=VALUE. The key
+# path is split at dots before {dir} is put in (a directory's name may hold
+# dots: it stays one key).
+def parse_entry(entry: str) -> tuple[str, tuple[str, ...], str]:
+    """(file, key path, value) of one entry; ValueError saying what is wrong."""
+    file, sep, rest = entry.partition(":")
+    key, eq, value = rest.partition("=")
+    path = tuple(key.split("."))
+    if not sep or not file or not eq or not key or not all(path) or not value:
+        raise ValueError("not FILE:KEY.PATH=VALUE")
+    return file, path, value
+
+
+def entry_problem(kind: str, entry: str) -> str:
+    """What is wrong with one AGENT_TRUST (a JSON literal value; {dir} in the
+    path once) or AGENT_KEY_APPROVAL (value tail:N) entry ("" if nothing)."""
+    try:
+        _file, path, value = parse_entry(entry)
+    except ValueError as exc:
+        return str(exc)
+    if kind == "AGENT_TRUST":
+        import json
+
+        if sum(part == "{dir}" for part in path) != 1:
+            return "the key path must name the directory once, as {dir}"
+        try:
+            literal = json.loads(value)
+        except ValueError:
+            return f"{value} is not a JSON literal (true, \"trusted\")"
+        if not isinstance(literal, (bool, str)):
+            return "the value must be true/false or a string"
+        return ""
+    count = value[5:] if value.startswith("tail:") else ""
+    if not count.isdigit() or not 0 < int(count) <= 64:
+        return "the value must be tail:N (the last N characters of the key, N ≤ 64)"
+    return ""

@@ -33,7 +33,8 @@ PROFILE_KEYS = frozenset({"AGENT_COMMAND", "AGENT_INSTALL_HINT", "AGENT_NOTE_PAT
                           "AGENT_STATE", "AGENT_CONFIG_DIR", "AGENT_SETTINGS",
                           "AGENT_SETTINGS_KEEP", "AGENT_PROJECT_SETTINGS", "AGENT_BROKERS",
                           "AGENT_CONFIG_KEEP", "AGENT_CONFIG_SCRATCH",
-                          "AGENT_CONFIG_PER_PROJECT", "AGENT_LOGINS"})
+                          "AGENT_CONFIG_PER_PROJECT", "AGENT_LOGINS", "AGENT_TRUST",
+                          "AGENT_KEY_APPROVAL", "AGENT_SETTINGS_QUIET"})
 # Keys the environment may override (SPEC §4 layer 5).
 ENV_OVERRIDES = ("SANDBOX_BACKEND", "HOME_ACCESS", "SLURM_SCOPE", "PRIVATE_TMP",
                  "PRIVATE_IPC", "FILTER_PASSWD", "NETWORK_MODE", "SANDBOX_QUIET",

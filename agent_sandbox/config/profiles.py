@@ -20,6 +20,10 @@ apply on top — and the AGENT_* keys say what to run:
   AGENT_SETTINGS_KEEP (COPY:KEY.PATH …): the allow-list of settings keys whose
                       changes are merged back (policy/agentmerge.py); changes
                       to any other key are dropped and reported
+  AGENT_SETTINGS_QUIET (COPY:KEY.PATH …): keys known to be inert (UI
+                      statistics, caches, notice counters): a change to one
+                      that is not kept is dropped without a word at exit (it
+                      is in `agent-sandbox logs`); other drops are reported
   AGENT_PROJECT_SETTINGS (PATH …): protected project files the agent saves
                       choices in, edited on a session copy the same way (bwrap)
   AGENT_BROKERS       the API key brokers (services/egress.BROKERS) the agent
@@ -37,6 +41,14 @@ apply on top — and the AGENT_* keys say what to run:
   AGENT_LOGINS        (NAME …): login files of the configuration directory;
                       the session works on the sandbox's own login store,
                       never the real file (agents/copy.py)
+  AGENT_TRUST         (FILE:KEY.PATH=VALUE …): what `agent-sandbox trust DIR`
+                      writes (outside) to trust a directory, {dir} standing
+                      for it; FILE is an AGENT_SETTINGS copy name, VALUE a
+                      JSON literal (config/agentkeys.py)
+  AGENT_KEY_APPROVAL  (FILE:KEY.PATH=tail:N …): the list in the session copy
+                      of FILE where the agent keeps the keys it was told to
+                      use (their last N characters): the launcher's own
+                      placeholder keys are put there (agents/copy.py)
 
 Profiles are looked up by name in /etc/agent-sandbox/agents/, then
 ~/.config/agent-sandbox/agents/, then the shipped conf/agents/: adding an agent
@@ -72,6 +84,9 @@ class Profile(NamedTuple):
     config_scratch: tuple[str, ...] = ()
     config_per_project: tuple[str, ...] = ()
     logins: tuple[str, ...] = ()
+    trust: tuple[str, ...] = ()
+    key_approval: tuple[str, ...] = ()
+    settings_quiet: tuple[str, ...] = ()
 
 
 def search_dirs(home: str) -> tuple[str, ...]:
@@ -155,7 +170,22 @@ def load(name: str, *, home: str, user: str, known_keys) -> Profile:
                    as_tuple(values.get("AGENT_BROKERS", ())),
                    as_tuple(values.get("AGENT_CONFIG_KEEP", ())),
                    as_tuple(values.get("AGENT_CONFIG_SCRATCH", ())),
-                   per_project, logins)
+                   per_project, logins, _checked_entries(path, "AGENT_TRUST", values),
+                   _checked_entries(path, "AGENT_KEY_APPROVAL", values),
+                   as_tuple(values.get("AGENT_SETTINGS_QUIET", ())))
+
+
+def _checked_entries(path: str, key: str, values) -> tuple[str, ...]:
+    """AGENT_TRUST / AGENT_KEY_APPROVAL entries, each FILE:KEY.PATH=VALUE."""
+    from agent_sandbox.config.agentkeys import entry_problem
+
+    value = values.get(key, ())
+    entries = value if isinstance(value, tuple) else ((value,) if value else ())
+    for entry in entries:
+        problem = entry_problem(key, entry)
+        if problem:
+            raise ConfigError(f"{path}: {key} entry {entry!r}: {problem}", reason="bad_profile")
+    return entries
 
 
 def _check_keep(path: str, keep) -> None:

@@ -1,7 +1,8 @@
 """The exec'd helper: the last step between a backend and the command.
 
-Started as ``/usr/bin/python3 -I -S -c <boot> <this directory> [options] --
-CMD ARGS`` (backends/base.helper_command) so that it starts fast (imported,
+Started as ``<python> -I -S -c <boot> <this directory> [options] -- CMD
+ARGS`` (backends/base.helper_command; <python>: the helper-interpreter
+rule's choice, backends/helperpython.py) so that it starts fast (imported,
 so from cached bytecode) and nothing in the environment (PYTHONPATH,
 PYTHONHOME, user site) can change what it runs; it imports only builtin
 modules and landlock.py from its own (root-owned, read-only) directory.

@@ -48,6 +48,7 @@ import os
 import re
 import socket
 import stat
+import sys
 
 from agent_sandbox.errors import PolicyError
 
@@ -64,15 +65,20 @@ def directory(job: str, key: str, host: str, root: str = SHM_ROOT) -> str:
 
 def spec_key(command: list[str]) -> str | None:
     """The job's key from the jobstart spec of a job launch: `command` is the
-    chaperon's `/usr/bin/python3 -IS <installed jobstart> SPEC`
-    (chaperon/jobwrap.launch_argv), anything else is not a job's launch.
+    chaperon's `<python> -IS <installed jobstart> SPEC`
+    (chaperon/jobwrap.launch_argv), where <python> is one of the helper
+    interpreter's two candidates (backends/helperpython.py: the system
+    python3 or this launcher's own); anything else is not a job's launch.
     None when the spec has no valid key (nothing to share: jobstart then
     keeps ranks on TCP)."""
     import json
 
     from agent_sandbox.paths import helper_path
 
-    if len(command) != 4 or command[:3] != ["/usr/bin/python3", "-IS", helper_path("jobstart")]:
+    from agent_sandbox.backends.helperpython import SYSTEM_PYTHON
+
+    if (len(command) != 4 or command[1:3] != ["-IS", helper_path("jobstart")]
+            or command[0] not in (SYSTEM_PYTHON, os.path.realpath(sys.executable))):
         return None
     try:
         fd = os.open(command[3], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)

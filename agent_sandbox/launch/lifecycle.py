@@ -79,7 +79,7 @@ class Launch:
     __slots__ = ("command", "environ", "dry_run", "job", "job_shared", "keep_fds",
                  "terminal", "agent", "on_prepared", "prepared", "policy", "plan",
                  "chaperon", "egress", "job_shm", "copies", "hold", "record", "snapshot",
-                 "reaping", "survivors", "orphans", "allocation", "adopted")
+                 "reaping", "survivors", "orphans", "allocation", "adopted", "home_fd")
 
     def __init__(self, command, environ, *, dry_run: bool = False, job: bool = False,
                  job_shared: bool = False, keep_fds=(), terminal: bool = False,
@@ -98,6 +98,7 @@ class Launch:
         self.reaping = False      # the launcher is the session's subreaper (reap.py)
         self.survivors: list = []
         self.orphans: list = []   # bwrap's sandbox init, reaped last (reap.py)
+        self.home_fd = None       # the sandbox's tmpfs home, held (homewrites.py)
 
     def take(self, prepared) -> None:
         """The template this launch runs."""
@@ -196,6 +197,35 @@ class AgentCopy(Service):
                               "still running and could still write")
         else:
             agentcopy.finish(launch.copies[0])
+
+
+class AgentKeys(Service):
+    """The launcher's own placeholder keys (API key brokering) approved in
+    the agent's session copy (AGENT_KEY_APPROVAL, agents/copy.py
+    approve_keys): once the template holds this session's placeholders —
+    new at every launch, compiled or cached."""
+    name = "agent keys"
+
+    def wanted(self, launch: Launch) -> bool:
+        return (launch.agent is not None and bool(launch.copies)
+                and bool(getattr(launch.agent.profile, "key_approval", ()))
+                and launch.prepared.egress is not None)
+
+    def open(self, stack, launch: Launch) -> None:
+        from agent_sandbox.agents import copy as agentcopy
+        from agent_sandbox.services.egress import BROKERS
+
+        placeholders = []
+        for name, broker in launch.prepared.egress.brokers.items():
+            known = BROKERS.get(name)
+            if known is not None and launch.policy.env.get(known.key_var) \
+                    == broker.get("placeholder"):
+                placeholders.append(broker["placeholder"])
+        try:
+            agentcopy.approve_keys(launch.copies[0], launch.agent.profile.key_approval,
+                                   placeholders)
+        except (OSError, ValueError):
+            pass        # the agent asks, as it would without this
 
 
 class Chaperon(Service):
@@ -485,6 +515,58 @@ class Subreaper(Service):
         launch.survivors.extend(reap.sweep())
 
 
+class HomeWrites(Service):
+    """Files written to the tmpfs home (HOME_ACCESS=tmpwrite), which vanish
+    with the session, named at exit (services/homewrites.py); the home is
+    opened while the sandbox starts (AT_SPAWN: home_watch)."""
+    name = "home writes"
+
+    def wanted(self, launch: Launch) -> bool:
+        from agent_sandbox.services.homewrites import watchable
+
+        return not launch.job and not launch.job_shared and watchable(launch.plan,
+                                                                        launch.policy)
+
+    def open(self, stack, launch: Launch) -> None:
+        launch.home_fd = -1       # asked for: home_watch opens it
+        stack.callback(self._report, launch)
+
+    @staticmethod
+    def _report(launch: Launch) -> None:
+        fd, launch.home_fd = launch.home_fd, None
+        if fd is None or fd < 0:
+            return
+        try:
+            from agent_sandbox.services.homewrites import made_paths, report_line, vanishing
+
+            policy = launch.policy
+            paths = vanishing(fd, policy.home, made_paths(launch.plan, policy.home))
+            if paths and not policy.quiet:
+                from agent_sandbox.errors import say
+                from agent_sandbox.logfiles import clean
+
+                # The names are the session's: escaped, so that none prints
+                # a line or a terminal escape of its choosing.
+                say(clean(report_line(paths, policy.home, policy.project_dir)))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+
+def home_watch(launch: Launch):
+    """The sandbox's tmpfs home opened from outside while it starts, held
+    until the report at exit (HomeWrites)."""
+    if launch.home_fd != -1:
+        return None
+
+    def step(gone) -> None:
+        from agent_sandbox.services.homewrites import open_home
+
+        launch.home_fd = open_home(gone, launch.policy.home)
+    return step
+
+
 def reap_orphan(launch: Launch) -> None:
     """Bwrap's sandbox init, last: its namespaces' teardown ran beside the
     rest of the undo."""
@@ -496,8 +578,8 @@ def reap_orphan(launch: Launch) -> None:
 
 AGENT_COPY = AgentCopy()
 # The services in the order they open (and the reverse of their undo).
-SERVICES = (Chaperon(), Egress(), JobShm(), Holder(), Announce(), Registry(), GitCheck(),
-            Subreaper())
+SERVICES = (Chaperon(), Egress(), AgentKeys(), JobShm(), Holder(), Announce(), Registry(),
+            GitCheck(), HomeWrites(), Subreaper())
 
 
 # ---------------------------------------------------------------- the spawn
@@ -509,7 +591,7 @@ def egress_ready(launch: Launch):
 # Between the backend's spawn and the command's exec: each gets the launch
 # and returns a callable(gone) or None (spawn.run_plan's after_spawn; `gone`
 # becomes readable once the backend has exited).
-AT_SPAWN = (egress_ready,)
+AT_SPAWN = (egress_ready, home_watch)
 
 
 def spawn(launch: Launch, hooks=AT_SPAWN) -> int:

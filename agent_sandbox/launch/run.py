@@ -106,9 +106,10 @@ def _install_links(install: tuple[str, ...]) -> tuple:
 
 
 def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int, *,
-                 keep_fds=(), terminal: bool = False):
+                 keep_fds=(), terminal: bool = False, python: str | None = None):
     """The selected backend's plan for the policy, on a kernel with Landlock ABI `abi`;
-    `keep_fds` and `terminal`, this launch's facts (PlanContext)."""
+    `keep_fds` and `terminal`, this launch's facts (PlanContext); `python`,
+    the helper's interpreter (None: helper_python of the policy)."""
     from agent_sandbox.backends import BACKENDS, PlanContext
 
     try:
@@ -119,7 +120,7 @@ def backend_plan(selection, policy, command: list[str], payloads: dict, abi: int
     mounts, recorder = _host_mounts()
     failure = fix = ""
     via = "unshare"
-    python = helper_python(policy)
+    python = helper_python(policy) if python is None else python
     if hasattr(backend, "private_mounts_probe_argv") and policy.private_mounts and not setuid:
         from agent_sandbox.process.select import private_mounts_way
 
@@ -317,9 +318,17 @@ def prepare(command: list[str], *, project_dir: str | None, backend: str | None,
                              egress_plan.env_changes, no_proxy=egress_plan.no_proxy,
                              notes=egress_plan.notes)
         command = with_args(command, user_args, egress_plan.args)   # Codex: -c openai_base_url
+    # The helper's interpreter for the policy as it now stands (the grants
+    # the services add count): the helper's, the stubs' and a job's.
+    python = helper_python(policy)
+    if chaperon:
+        from agent_sandbox.backends.helperpython import shebang_line
+
+        shebang_line(python)         # refused here, at the compile, not at the first call
+        chaperon = dict(chaperon, python=python)
     policy, plan, denied = plan_for(settings, selection, policy, command, profile=profile,
                                     chaperon=chaperon is not None, keep_fds=kept,
-                                    terminal=terminal, job=job)
+                                    terminal=terminal, job=job, python=python)
     from agent_sandbox.policy.view import placeholder_candidates
 
     mounted = {getattr(op, "dest", None) for op in plan.mounts}
@@ -389,16 +398,20 @@ def _make_store(home: str, place: str) -> None:
 
 def plan_for(settings, selection, policy, command: list[str], *, profile=None,
              chaperon: bool = False, keep_fds=(), terminal: bool = False,
-             job: bool = False) -> tuple:
+             job: bool = False, python: str | None = None) -> tuple:
     """(policy with the profile's note, plan, denied syscalls) for `policy`;
     `chaperon`: the Slurm stubs are in it (their script, a payload);
-    `keep_fds`, `terminal`: the launch's facts (backends.PlanContext)."""
+    `keep_fds`, `terminal`: the launch's facts (backends.PlanContext);
+    `python`: the helper's interpreter (helper_python of this policy; None:
+    chosen here)."""
+    if python is None:
+        python = helper_python(policy)
     payloads = {}
     if chaperon:
         from agent_sandbox.backends.base import Payload
         from agent_sandbox.services.chaperon import ChaperonSession
 
-        payloads["stub"] = Payload(data=ChaperonSession.stub_script())
+        payloads["stub"] = Payload(data=ChaperonSession.stub_script(python))
     policy, generated = check_bound_files(settings, policy, selection.name)
     payloads.update(generated)
     if profile is not None and profile.note_path:
@@ -416,7 +429,7 @@ def plan_for(settings, selection, policy, command: list[str], *, profile=None,
     payloads.update(base)
     abi = landlock_abi()
     plan = backend_plan(selection, policy, command, payloads, abi, keep_fds=keep_fds,
-                        terminal=terminal)
+                        terminal=terminal, python=python)
     check_required(plan, policy, settings, abi, agent=profile is not None, job=job)
     return policy, plan, denied
 

@@ -78,6 +78,23 @@ RACY_NS = 100_000_000    # files changed this recently are not trusted to show t
 # tick is that long, so is the window in which the next change can keep it.
 COARSE_RACY_NS = 2_000_000_000
 
+class _Unbound:
+    """A patched-in function that stays a plain callable where a class keeps
+    it as an attribute: a builtin (os.open) does not bind to an instance, a
+    Python function would. Python 3.9's pathlib keeps `open = os.open` on
+    its accessor class: imported for the first time during a compile, it
+    called the wrapper with the accessor as an extra first argument
+    (TypeError: open() takes at most 3 positional arguments; found by the
+    smoke set under 3.9, tests/integration/test_python_smoke.py)."""
+    __slots__ = ("call",)
+
+    def __init__(self, call):
+        self.call = call
+
+    def __call__(self, *args, **kwargs):
+        return self.call(*args, **kwargs)
+
+
 _OBSERVING = ("stat", "lstat", "listdir", "scandir", "readlink", "access", "open")
 _STARTING = ("posix_spawn", "posix_spawnp", "fork", "system", "execv", "execve")
 
@@ -331,13 +348,14 @@ class Recorder:
             def wrapper(*args, **kwargs):
                 self.give_up(f"a process started ({name})")
                 return real(*args, **kwargs)
-            return wrapper
+            return _Unbound(wrapper)
 
         real_open = builtins.open
 
-        def opening(file, *args, **kwargs):
+        def _opening(file, *args, **kwargs):
             note(file)
             return real_open(file, *args, **kwargs)
+        opening = _Unbound(_opening)
 
         patches = [(os, name, observing(name)) for name in _OBSERVING]
         patches += [(os, name, starting(os, name)) for name in _STARTING if hasattr(os, name)]
@@ -364,7 +382,7 @@ class Recorder:
                         del recorder.typed[me]
                     else:
                         recorder.typed[me] -= 1
-            return wrapper
+            return _Unbound(wrapper)
         patches += [(os.path, name, typed(getattr(os.path, name))) for name in _TYPED]
         for module, name, value in patches:
             self._saved.append((module, name, getattr(module, name)))

@@ -140,6 +140,28 @@ def _quoted(path: str) -> str:
     return shlex.quote(path)
 
 
+def enclosing_repository(project: str, home: str, parents, hidden=()) -> str | None:
+    """The top level of a git repository the project lies below (a `.git`
+    directory or file in a parent, the nearest), when the project has none
+    of its own and that top level would itself be an allowed project (below
+    an ALLOWED_PROJECT_PARENTS entry, not the home — a dotfiles repository
+    there is not the project's — and not hidden); else None. The sandbox
+    shows the project alone: git inside does not find that repository."""
+    if os.path.lexists(os.path.join(project, ".git")):
+        return None
+    home = os.path.realpath(home)
+    directory = os.path.dirname(project)
+    while directory != "/" and directory != home and not _is_within(home, directory):
+        if os.path.lexists(os.path.join(directory, ".git")):
+            allowed = any(_is_within(directory, p) and directory != p for p in parents)
+            if allowed and not any(_is_within(directory, h) or _is_within(h, directory)
+                                   for h in hidden):
+                return directory
+            return None
+        directory = os.path.dirname(directory)
+    return None
+
+
 def _existing(paths) -> tuple[str, ...]:
     return tuple(p for p in paths if os.path.lexists(p))
 
@@ -303,6 +325,15 @@ def resolve_policy(settings, ctx: LaunchContext, *, backend: str,
     project = resolve_project(settings, ctx, hidden)
     cwd_real = os.path.realpath(ctx.cwd)
     workdir = cwd_real if _is_within(cwd_real, project) else project
+    top = enclosing_repository(project, home, [os.path.realpath(p) for p in
+                                               settings.ALLOWED_PROJECT_PARENTS], hidden)
+    if top is not None:
+        warnings.append(
+            f"the project {project} lies inside the git repository {top}, which the sandbox "
+            f"does not show: git inside fails ('not a git repository'). To work on the "
+            f"repository, give its top level as the project: `agent-sandbox run "
+            f"--project-dir {top} …`, `agent-sandbox --project-dir {top} claude` (you still "
+            f"start in {workdir}).")
     denied = tuple(os.path.realpath(p) for p in settings.DENIED_WRITABLE_PATHS)
     origins = settings.origins
     denied_origin = settings.locks.get(

@@ -277,13 +277,35 @@ SUPERVISED_METADATA: tuple[str, ...] = (
 #: (6.17) are refused outright (EACCES): nothing needs them yet.
 FCHMODAT2 = 452
 REFUSED_BY_NUMBER: tuple[int, ...] = (463, 466, 469)
+#: The compat ABIs' own names for the metadata calls (i386's 32-bit uid
+#: calls, the 64-bit-time utimensat): refused there with the rest.
+COMPAT_METADATA: tuple[str, ...] = ("chown32", "lchown32", "fchown32", "utimensat_time64",
+                                    "fchmodat2")
+#: Refused on every non-native ABI (EACCES): every metadata and socket call
+#: the supervisor watches natively — it decodes only the native ABI — and
+#: the calls that could carry a unix or inet destination past it.
+COMPAT_REFUSED: tuple[str, ...] = SUPERVISED_CONNECT + SUPERVISED_METADATA + \
+    COMPAT_METADATA + ("socketcall", "sendmsg", "sendmmsg")
+#: The ioctls that change a file's attributes (chattr): FS_IOC_SETFLAGS
+#: (64- and 32-bit sizes) and FS_IOC_FSSETXATTR. Landlock does not judge
+#: ioctl on a descriptor opened read-only, so they are refused everywhere
+#: (EACCES) where the supervisor runs.
+ATTR_IOCTLS: tuple[int, ...] = (0x40086602, 0x40046602, 0x401C5820)
+#: Native AUDIT_ARCH values and the x32 syscall bit, for the hand-written
+#: prefix that refuses the numbered calls on every ABI.
+AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
+X32_SYSCALL_BIT = 0x40000000
 
 
 #: With NETWORK_MODE=allowlist or isolated: the only inet sockets are TCP's
 #: (every connect of which the supervisor judges), and no TCP Fast Open
-#: through sendmsg (its address is in memory, not in a register).
+#: through sendmsg (its address is in memory, not in a register). A stream
+#: socket's protocol must be 0 or IPPROTO_TCP (6): SCTP (132) connects by
+#: sendmsg's msg_name and setsockopt, and MPTCP (262) is refused too (it
+#: would pass the supervised connect(), but nothing needs it).
 INET_FAMILIES = (2, 10)                     # AF_INET, AF_INET6
 NON_STREAM_TYPES = (2, 3, 4, 5, 6, 10)      # DGRAM, RAW, RDM, SEQPACKET, DCCP, PACKET
+IPPROTO_TCP = 6
 MSG_FASTOPEN = 0x20000000
 
 #: Always where the supervisor runs: no unix datagram socket can be made
@@ -326,10 +348,14 @@ def compile_notify_filter(restrict_inet: bool = False) -> bytes:
         if arch != pyseccomp.Arch.NATIVE:
             f.add_arch(arch)
             f.remove_arch(pyseccomp.Arch.NATIVE)
-        for name in names + ("socketcall",):
+        native = arch == pyseccomp.Arch.NATIVE
+        for name in (names + ("socketcall",) if native else COMPAT_REFUSED):
             if pyseccomp.resolve_syscall(arch, name) < 0:
                 continue
-            act = refuse if name == "socketcall" else action
+            act = refuse if name == "socketcall" or not native else action
+            if not native:
+                f.add_rule(act, name)
+                continue
             if name == "sendto":
                 f.add_rule(act, name, pyseccomp.Arg(4, pyseccomp.NE, 0))
             else:
@@ -347,10 +373,18 @@ def compile_notify_filter(restrict_inet: bool = False) -> bytes:
                     f.add_rule(refuse, "socket",
                                pyseccomp.Arg(0, pyseccomp.MASKED_EQ, INT_MASK, family),
                                pyseccomp.Arg(1, pyseccomp.MASKED_EQ, SOCK_TYPE_MASK, kind))
+            for family in INET_FAMILIES:
+                # protocol (an int) above IPPROTO_TCP on all 64 bits: a value
+                # with its upper half set is refused too (fail closed).
+                f.add_rule(refuse, "socket",
+                           pyseccomp.Arg(0, pyseccomp.MASKED_EQ, INT_MASK, family),
+                           pyseccomp.Arg(2, pyseccomp.GT, IPPROTO_TCP))
             for name, position in (("sendmsg", 2), ("sendmmsg", 3)):
                 if pyseccomp.resolve_syscall(arch, name) >= 0:
                     f.add_rule(refuse, name, pyseccomp.Arg(position, pyseccomp.MASKED_EQ,
                                                            MSG_FASTOPEN, MSG_FASTOPEN))
+        for request in ATTR_IOCTLS:
+            f.add_rule(refuse, "ioctl", pyseccomp.Arg(1, pyseccomp.MASKED_EQ, INT_MASK, request))
         if arch == pyseccomp.Arch.NATIVE and pyseccomp.system_arch() in (
                 pyseccomp.Arch.X86_64, pyseccomp.Arch.AARCH64):
             f.add_rule(action, FCHMODAT2)
@@ -368,4 +402,40 @@ def compile_notify_filter(restrict_inet: bool = False) -> bytes:
     bpf = _export(f)
     if not bpf or len(bpf) % 8:
         raise RuntimeError(f"libseccomp produced an invalid BPF program ({len(bpf)} bytes)")
-    return bpf
+    return numbered_prefix() + bpf
+
+
+def numbered_prefix(machine: str | None = None) -> bytes:
+    """Classic BPF run before libseccomp's program: the calls libseccomp may
+    not name (setxattrat, removexattrat, file_setattr; fchmodat2 off the
+    native ABI) answer EACCES on every ABI — the native one, x32 (its numbers
+    carry X32_SYSCALL_BIT) and the 32-bit one (i386, arm: the same numbers
+    since 4.x's unified table). Everything else falls through to the rest."""
+    import struct
+
+    machine = machine or os.uname().machine
+    native = AUDIT_ARCH.get(machine)
+    if native is None:
+        return b""
+
+    def op(code, jt, jf, k):
+        return struct.pack("=HBBI", code, jt, jf, k & 0xFFFFFFFF)
+    LD_W_ABS, JEQ_K, JA, RET_K = 0x20, 0x15, 0x05, 0x06
+    refuse = 0x00050000 | errno.EACCES                       # SECCOMP_RET_ERRNO
+    native_numbers = list(REFUSED_BY_NUMBER)
+    if machine == "x86_64":
+        native_numbers += [X32_SYSCALL_BIT | n for n in REFUSED_BY_NUMBER + (FCHMODAT2,)]
+    compat_numbers = list(REFUSED_BY_NUMBER + (FCHMODAT2,))
+    # layout: ld arch; jeq native ? N : C; N: ld nr; jeq n.. -> R; ja END;
+    # C: ld nr; jeq n.. -> R; ja END; R: ret EACCES; END:
+    n_block = 1 + len(native_numbers) + 1
+    c_block = 1 + len(compat_numbers) + 1
+    out = [op(LD_W_ABS, 0, 0, 4), op(JEQ_K, 0, n_block, native)]
+    for numbers, after in ((native_numbers, c_block), (compat_numbers, 0)):
+        out.append(op(LD_W_ABS, 0, 0, 0))
+        for index, number in enumerate(numbers):
+            # jump to R: the rest of this block, then `after`
+            out.append(op(JEQ_K, len(numbers) - index + after, 0, number))
+        out.append(op(JA, 0, 0, after + 1))
+    out.append(op(RET_K, 0, 0, refuse))
+    return b"".join(out)

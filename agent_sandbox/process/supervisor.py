@@ -49,6 +49,12 @@ ID_VALID = 0x40082102      # SECCOMP_IOCTL_NOTIF_ID_VALID
 NOTIF = struct.Struct("=QIIiIQ6Q")
 RESP = struct.Struct("=QqiI")
 SYS_PIDFD_OPEN, SYS_OPENAT2, SYS_PIDFD_GETFD = 434, 437, 438
+PIDFD_THREAD = os.O_EXCL
+SYS_KCMP = {"x86_64": 312, "aarch64": 272, "riscv64": 272}.get(os.uname().machine, -1)
+KCMP_FILES = 2
+#: Workers for the calls that may block (connect, sendto): beyond these, a
+#: call waits in the queue for a free one (never answered unchecked).
+MAX_WORKERS = 16
 AT_FDCWD = -100
 AT_SYMLINK_NOFOLLOW, AT_EMPTY_PATH = 0x100, 0x1000
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -91,6 +97,12 @@ def syscall_names() -> dict[int, str]:
 NEVER = ("/run/munge", "/var/run/munge", "/run/slurm", "/var/run/slurm", "/run/slurmd",
          "/run/slurmctld", "/run/slurmdbd", "/var/run/slurmd", "/var/run/slurmctld",
          "/var/run/slurmdbd", "/var/spool/slurmd")
+
+
+#: Never metadata here (device nodes and kernel file systems), whatever the
+#: ruleset grants for writing; /dev/shm's files are the exception.
+NO_METADATA = ("/proc", "/sys", "/dev/pts", "/dev/tty", "/dev/null", "/dev/zero",
+               "/dev/full", "/dev/random", "/dev/urandom", "/dev/ptmx", "/dev/console")
 
 
 def _within(path: str, root: str) -> bool:
@@ -250,14 +262,29 @@ class Target:
         raise Refused(errno.ENAMETOOLONG)
 
     def pidfd(self) -> int:
+        """A pidfd of the notifying thread itself (PIDFD_THREAD, Linux 6.9),
+        so that pidfd_getfd takes its descriptor table — a thread that
+        unshared its files (CLONE_FILES) has another than its leader's.
+        Older kernels: the leader's, but only while the thread shares the
+        leader's table (kcmp KCMP_FILES), else EACCES."""
         if self._pidfd is None:
-            tgid = None
-            with open(f"/proc/{self.tid}/status", "rb") as handle:
-                for line in handle:
-                    if line.startswith(b"Tgid:"):
-                        tgid = int(line.split()[1])
-                        break
-            self._pidfd = self.own(_sys(SYS_PIDFD_OPEN, tgid, 0))
+            try:
+                self._pidfd = self.own(_sys(SYS_PIDFD_OPEN, self.tid, PIDFD_THREAD))
+            except OSError:
+                tgid = None
+                with open(f"/proc/{self.tid}/status", "rb") as handle:
+                    for line in handle:
+                        if line.startswith(b"Tgid:"):
+                            tgid = int(line.split()[1])
+                            break
+                if tgid != self.tid:
+                    try:
+                        same = _sys(SYS_KCMP, tgid, self.tid, KCMP_FILES, 0, 0) == 0
+                    except OSError:
+                        same = False
+                    if not same:
+                        raise Refused() from None
+                self._pidfd = self.own(_sys(SYS_PIDFD_OPEN, tgid, 0))
             self.valid()
         return self._pidfd
 
@@ -306,73 +333,123 @@ def _sockaddr_un(path: bytes) -> bytes:
     return struct.pack("=H", AF_UNIX) + path + b"\0"
 
 
-def sandbox_members(launcher: int) -> list[int]:
-    """The live descendants of `launcher` under the sandbox's restrictions
-    (no_new_privs, as process/reap.py tells them; never reaps anything: the
-    launcher's main thread waits for its children)."""
+def _status(pid: int) -> dict:
+    fields = {}
+    with open(f"/proc/{pid}/status", "rb") as handle:
+        for line in handle:
+            key, _, value = line.partition(b":")
+            fields[key] = value.strip()
+    return fields
+
+
+def sandbox_members(launcher: int, root: int | None = None) -> list[int]:
+    """The live processes of the sandbox: the helper `root` and its
+    descendants, and the orphans the launcher (a subreaper) adopted from
+    them (still in the helper's session) — each with no_new_privs and
+    seccomp filtering. The launcher's other children (the chaperon, the
+    egress proxy) never count, also when the launcher runs with
+    no_new_privs. Without `root`, every restricted descendant of the
+    launcher (the old rule, for callers that lack the helper's pid). Never
+    reaps anything (the launcher's main thread waits for its children)."""
     parents: dict[int, list[int]] = {}
+    sessions: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 with open(f"/proc/{name}/stat", "rb") as handle:
-                    parent = int(handle.read().rsplit(b")", 1)[1].split()[1])
+                    fields = handle.read().rsplit(b")", 1)[1].split()
+                parent, session = int(fields[1]), int(fields[3])
             except (OSError, IndexError, ValueError):
                 continue
             parents.setdefault(parent, []).append(int(name))
-    found, todo = [], list(parents.get(launcher, []))
+            sessions[int(name)] = session
+
+    def restricted(pid: int) -> bool:
+        try:
+            fields = _status(pid)
+        except OSError:
+            return False
+        return fields.get(b"NoNewPrivs") == b"1" and fields.get(b"Seccomp") == b"2"
+
+    if root:
+        todo = [root] + [pid for pid in parents.get(launcher, [])
+                         if pid != root and sessions.get(pid) == root]
+    else:
+        todo = list(parents.get(launcher, []))
+    found, seen = [], set()
     while todo:
         pid = todo.pop()
-        todo.extend(parents.get(pid, []))
-        try:
-            with open(f"/proc/{pid}/status", "rb") as handle:
-                if any(line.split() == [b"NoNewPrivs:", b"1"] for line in handle):
-                    found.append(pid)
-        except OSError:
+        if pid in seen:
             continue
+        seen.add(pid)
+        todo.extend(parents.get(pid, []))
+        if restricted(pid):
+            found.append(pid)
     return found
 
 
-def bound_sockets(dev: int, ino: int) -> list[int]:
-    """The inodes of the unix sockets bound to the socket file (dev, ino),
-    from the kernel (sock_diag, UDIAG_SHOW_VFS)."""
+class UnixSocket:
+    """One unix socket as the kernel's sock_diag reports it."""
+    __slots__ = ("ino", "name", "vfs")
+
+    def __init__(self, ino: int, name, vfs) -> None:
+        self.ino, self.name, self.vfs = ino, name, vfs
+
+
+def unix_sockets() -> list:
+    """Every unix socket of this network namespace with its exact bound
+    address (UNIX_DIAG_NAME: raw bytes, abstract ones with their leading
+    NUL) and the (dev, ino) of its socket file (UNIX_DIAG_VFS)."""
     import socket
 
     nlmsg = struct.Struct("=IHHII")
-    request = struct.pack("=BBHIIIII", AF_UNIX, 0, 0, 0xFFFFFFFF, 0, 0x2, 0xFFFFFFFF,
-                          0xFFFFFFFF)
+    request = struct.pack("=BBHIIIII", AF_UNIX, 0, 0, 0xFFFFFFFF, 0, 0x1 | 0x2, 0xFFFFFFFF,
+                          0xFFFFFFFF)        # UDIAG_SHOW_NAME | UDIAG_SHOW_VFS
     header = nlmsg.pack(nlmsg.size + len(request), 20, 0x301, 1, 0)  # SOCK_DIAG_BY_FAMILY, DUMP
     found = []
     with socket.socket(socket.AF_NETLINK, socket.SOCK_DGRAM, 4) as diag:  # NETLINK_SOCK_DIAG
         diag.sendall(header + request)
         while True:
-            data = diag.recv(1 << 16)
+            data = diag.recv(1 << 20)
+            if not data:
+                return found
             offset = 0
             while offset + nlmsg.size <= len(data):
                 length, kind = nlmsg.unpack_from(data, offset)[:2]
-                if kind in (3, 2):                                 # NLMSG_DONE, NLMSG_ERROR
+                if kind == 3:                                      # NLMSG_DONE
                     return found
+                if kind == 2 or length < nlmsg.size:               # NLMSG_ERROR
+                    raise Refused()
                 body = data[offset + nlmsg.size:offset + length]
                 sock_ino = struct.unpack_from("=I", body, 4)[0]
+                name = vfs = None
                 at = 16
                 while at + 4 <= len(body):
                     rta_len, rta_type = struct.unpack_from("=HH", body, at)
                     if rta_len < 4:
                         break
-                    if rta_type == 1 and rta_len >= 12:           # UNIX_DIAG_VFS
+                    if rta_type == 0:                             # UNIX_DIAG_NAME
+                        name = bytes(body[at + 4:at + rta_len])
+                    elif rta_type == 1 and rta_len >= 12:         # UNIX_DIAG_VFS
                         vfs_ino, vfs_dev = struct.unpack_from("=II", body, at + 4)
-                        if vfs_ino == ino and os.makedev(vfs_dev >> 20,
-                                                         vfs_dev & 0xFFFFF) == dev:
-                            found.append(sock_ino)
+                        vfs = (os.makedev(vfs_dev >> 20, vfs_dev & 0xFFFFF), vfs_ino)
                     at += (rta_len + 3) & ~3
+                found.append(UnixSocket(sock_ino, name, vfs))
                 offset += (length + 3) & ~3
-            if not data:
-                return found
+
+
+def bound_sockets(dev: int, ino: int) -> list:
+    """The unix sockets bound to the socket file (dev, ino), from the kernel
+    (sock_diag), each with the address it was bound to."""
+    return [sock for sock in unix_sockets() if sock.vfs == (dev, ino)]
 
 
 # ------------------------------------------------------------------ handlers
 class Supervisor:
-    def __init__(self, listener: int, rules: Rules, *, launcher: int | None = None) -> None:
+    def __init__(self, listener: int, rules: Rules, *, launcher: int | None = None,
+                 root: int | None = None) -> None:
         self.listener = listener
+        self.root = root
         self.rules = rules
         self.names = syscall_names()
         self.launcher = launcher or os.getpid()
@@ -381,23 +458,27 @@ class Supervisor:
 
         self.jobs = queue.SimpleQueue()
         self.idle = 0
+        self.workers = 0
         self.lock = threading.Lock()
 
     def _work(self) -> None:
         while True:
-            job = self.jobs.get()
-            self.answer(*job)
             with self.lock:
                 self.idle += 1
+            job = self.jobs.get()
+            with self.lock:
+                self.idle -= 1
+            self.answer(*job)
 
     def _dispatch(self, job) -> None:
-        """To a waiting worker, or a new one: a call that may block (a full
-        backlog, a TCP handshake) never holds up the loop or another call."""
+        """To a waiting worker, or a new one (at most MAX_WORKERS): a call
+        that may block (a full backlog, a TCP handshake) never holds up the
+        loop (the metadata calls); beyond the cap it waits for a worker."""
         with self.lock:
-            spare = self.idle > 0
-            if spare:
-                self.idle -= 1
-        if not spare:
+            start = self.idle - self.jobs.qsize() <= 0 and self.workers < MAX_WORKERS
+            if start:
+                self.workers += 1
+        if start:
             threading.Thread(target=self._work, daemon=True,
                              name="agent-sandbox-supervisor-call").start()
         self.jobs.put(job)
@@ -469,10 +550,7 @@ class Supervisor:
             obj = target.resolve(AT_FDCWD, path, follow=True)
             if not stat.S_ISSOCK(os.fstat(obj).st_mode):
                 raise Refused(errno.ECONNREFUSED)
-            real = real_path(obj)
-            if not self.rules.may_connect(real) and not (
-                    self.rules.may_write(real) and not self.rules.never(real)
-                    and self._bound_inside(obj)):
+            if not self._socket_allowed(obj, real_path(obj)):
                 raise Refused()
             return _sockaddr_un(b"/proc/self/fd/%d" % obj)
         if family in (AF_INET, AF_INET6):
@@ -492,26 +570,20 @@ class Supervisor:
 
     def _abstract(self, raw: bytes) -> bytes:
         """An abstract name: only one a process of this sandbox bound (the
-        supervisor's connect would pass Landlock's scoping otherwise)."""
-        name = "@" + raw[3:].decode("utf-8", "replace").replace("\0", "@")
-        inodes = set()
-        try:
-            with open("/proc/net/unix", "rb") as handle:
-                next(handle)
-                for line in handle:
-                    fields = line.split()
-                    if len(fields) >= 8 and fields[7].decode("utf-8", "replace") == name:
-                        inodes.add(b"socket:[" + fields[6] + b"]")
-        except OSError:
-            raise Refused() from None
-        if inodes and self._held_inside({i.decode() for i in inodes}):
+        supervisor's connect would pass Landlock's scoping otherwise),
+        compared byte for byte with the kernel's record of every socket's
+        address (sock_diag: /proc/net/unix prints names raw, so a name with
+        a space or a newline could pose as another's)."""
+        name = raw[2:]
+        inodes = {f"socket:[{sock.ino}]" for sock in unix_sockets() if sock.name == name}
+        if inodes and self._held_inside(inodes):
             return raw
         raise Refused()
 
     def _held_inside(self, links: set) -> bool:
         """Whether a process of this sandbox holds one of the sockets
         `links` ("socket:[INODE]")."""
-        for pid in sandbox_members(self.launcher):
+        for pid in sandbox_members(self.launcher, self.root):
             try:
                 for fd in os.listdir(f"/proc/{pid}/fd"):
                     if os.readlink(f"/proc/{pid}/fd/{fd}") in links:
@@ -520,13 +592,40 @@ class Supervisor:
                 continue
         return False
 
-    def _bound_inside(self, obj: int) -> bool:
-        """Whether the socket file `obj` is bound by a socket a process of
-        this sandbox holds (one it bound itself: a server it started in a
-        writable grant), by the kernel's unix_diag, never by name."""
+    def _socket_allowed(self, obj: int, real: str) -> bool:
+        """A socket file the sandbox may connect to: the egress proxy's; one
+        below an allowed root the sandbox cannot write (the chaperon's
+        directory: nothing can be linked there from inside); where the
+        sandbox may write, one bound by a socket a process of this sandbox
+        holds, or one below an allowed root ($TMPDIR, the project) that was
+        bound right there — its bound address (sock_diag, absolute) names
+        this very file and it has one link — so a hard link or a rename of
+        a socket from outside (the user's gpg-agent's) reaches nothing."""
+        rules = self.rules
+        if rules.never(real):
+            return False
+        if real in rules.socket_files:
+            return True
+        writable = rules.may_write(real)
+        roots = list(rules.sockets) + ([rules.project] if rules.project else [])
+        root = next((r for r in roots if _within(real, r)), None)
+        if root is not None and root != rules.project and not writable:
+            return True
+        if not writable:
+            return False
         st = os.fstat(obj)
-        inodes = {f"socket:[{ino}]" for ino in bound_sockets(st.st_dev, st.st_ino)}
-        return bool(inodes) and self._held_inside(inodes)
+        bound = bound_sockets(st.st_dev, st.st_ino)
+        if not bound:
+            return False
+        if self._held_inside({f"socket:[{sock.ino}]" for sock in bound}):
+            return True
+        if root is None or st.st_nlink != 1:
+            return False
+        for sock in bound:
+            name = os.fsdecode((sock.name or b"").split(b"\0", 1)[0])
+            if not name.startswith("/") or os.path.realpath(name) != real:
+                return False
+        return True
 
     def do_connect(self, target: Target, fd, address, length, *_):
         sock = target.getfd(fd)
@@ -554,7 +653,13 @@ class Supervisor:
         return target.resolve(dirfd, path, follow=follow)
 
     def _writable(self, fd: int) -> str:
-        if not self.rules.may_write(real_path(fd)):
+        """Metadata only on files and directories beneath the writable
+        grants — never a device node (a terminal of the user's), never
+        procfs or sysfs, whatever the ruleset lets the sandbox write."""
+        real = real_path(fd)
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) or any(
+                _within(real, root) for root in NO_METADATA) or not self.rules.may_write(real):
             raise Refused()
         return f"/proc/self/fd/{fd}"
 
@@ -700,7 +805,7 @@ def start(pid: int, report: int, rules: dict, on_failure) -> threading.Thread:
             listener = take_listener(pid, report)
             if listener is None:
                 return
-            Supervisor(listener, Rules(rules)).serve()
+            Supervisor(listener, Rules(rules), root=pid).serve()
         except BaseException as exc:   # noqa: BLE001 - any failure ends the sandbox
             on_failure(f"{type(exc).__name__}: {exc}")
         finally:

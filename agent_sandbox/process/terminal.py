@@ -24,6 +24,26 @@ outside) puts the outer terminal back in raw mode. The outer terminal's
 modes are restored in a `finally`, so on every exit path but the launcher's
 own SIGKILL.
 
+Ctrl-Z for a program that has no shell to come back to. A full-screen
+program run as the session's command (an agent: `agent-sandbox claude`)
+reads Ctrl-Z itself in raw mode and suspends itself as a shell's job would:
+it leaves raw mode and sends SIGTSTP to its process group. But that group
+is orphaned (the session's leader, its parent outside the session), so the
+kernel discards the stop, and the program waits for a SIGCONT that never
+comes: Claude Code printed "suspended", with no shell inside to type `fg`
+into. So the relay watches for it: when it passes a Ctrl-Z byte while the
+inner terminal has ISIG off (the program reads keys itself) and the inner
+foreground group is the session leader's own (no job-control shell in
+between: an inner bash's jobs are stopped by bash, and bash takes the
+terminal back), and within SUSPEND_WAIT the program turns ISIG back on (it
+left raw mode to suspend — an editor using Ctrl-Z as undo stays raw), the
+relay suspends the whole session: SIGSTOP to that group, the outer
+terminal's modes and title restored, then SIGTSTP to the launcher itself —
+the user's shell shows the job stopped. `fg` (SIGCONT) puts the outer
+terminal back in raw mode and sends SIGCONT to the group, and the program
+redraws. Where the launcher's own group cannot stop (no job control
+outside), the program is continued at once.
+
 The pure parts — the session's environment (prompt) and the title escape
 sequences — are plain functions; the loop is the thin shell around them.
 """
@@ -47,6 +67,9 @@ DEFAULT_PS1 = "\\u@\\h:\\w\\$ "
 PUSH_TITLE, POP_TITLE = b"\x1b[22;0t", b"\x1b[23;0t"   # xterm's title stack
 CHUNK = 65536
 DRAIN_SECONDS = 2.0   # after the backend exited: wait this long for the pty's last bytes
+SUSPEND_KEY = b"\x1a"   # Ctrl-Z
+SUSPEND_WAIT = 1.5      # seconds for the program to leave raw mode after a Ctrl-Z
+TIOCGSID = getattr(termios, "TIOCGSID", 0x5429)   # <asm-generic/ioctls.h>; not in termios
 
 
 def session_env(env: dict, prompt: str) -> dict:
@@ -180,7 +203,11 @@ def relay(pty: Pty, pid: int, *, title: str = "", stdin: int = 0, stdout: int = 
         tty.setraw(stdin, termios.TCSANOW)   # TCSANOW: keep what was typed ahead
         resize(None, None)                   # a resize before the handler was in place
         _write_all(stdout, start)
-        return _pump(pty, exit_watch, stdin, stdout)
+
+        def suspend(group: int) -> None:
+            _suspend(pty, group, stdin, stdout, saved, start, end)
+            resize(None, None)
+        return _pump(pty, exit_watch, stdin, stdout, suspend)
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -237,21 +264,34 @@ class ExitWatch:
         os.close(self.fd)
 
 
-def _pump(pty: Pty, exit_watch: ExitWatch, stdin: int, stdout: int) -> int:
+def _pump(pty: Pty, exit_watch: ExitWatch, stdin: int, stdout: int, suspend=None) -> int:
+    import time
+
     pidfd = exit_watch.fd
     os.set_blocking(pty.master, False)
     pending = b""             # keystrokes not yet taken by the pty
     slave_open = True         # False once no process inside holds the pty (EIO)
+    watch = None              # (group, deadline): a Ctrl-Z the program may suspend on
     while True:
         master = pty.master   # None once hung up
         readers = [pidfd] + ([master] if slave_open and master is not None else [])
         if master is not None and len(pending) < CHUNK:
             readers.append(stdin)
         writers = [master] if pending and master is not None else []
+        timeout = None
+        if watch is not None:
+            timeout = max(0.0, min(0.05, watch[1] - time.monotonic()))
         try:
-            ready, writable, _ = select.select(readers, writers, [])
+            ready, writable, _ = select.select(readers, writers, [], timeout)
         except OSError:       # the master was closed by a signal handler meanwhile
             continue
+        if watch is not None and master is not None:
+            if suspending(master, watch[0]):
+                _forward_available(master, stdout)
+                suspend(watch[0])
+                watch = None
+            elif time.monotonic() >= watch[1]:
+                watch = None
         if master in ready and not _forward_output(master, stdout):
             slave_open = False
         if stdin in ready:
@@ -261,6 +301,10 @@ def _pump(pty: Pty, exit_watch: ExitWatch, stdin: int, stdout: int) -> int:
                 data = b""
             if data:
                 pending += data
+                if suspend is not None and SUSPEND_KEY in data and master is not None:
+                    group = raw_leader_group(master)
+                    if group is not None:
+                        watch = (group, time.monotonic() + SUSPEND_WAIT)
             else:
                 pty.hang_up()   # the outer terminal is gone
         if writable and pending and pty.master is not None:
@@ -280,6 +324,70 @@ def _pump(pty: Pty, exit_watch: ExitWatch, stdin: int, stdout: int) -> int:
                 if pty.master is not None and slave_open:
                     _drain(pty.master, stdout)
                 return status
+
+
+def _inner_state(master: int):
+    """(ISIG on, foreground group, session) of the inner terminal, read
+    through the master (Linux answers these for the pty's slave), or None."""
+    import fcntl
+    import struct
+
+    try:
+        lflag = termios.tcgetattr(master)[3]
+        group = os.tcgetpgrp(master)
+        session = struct.unpack("i", fcntl.ioctl(master, TIOCGSID, bytes(4)))[0]
+    except (OSError, termios.error):
+        return None
+    return bool(lflag & termios.ISIG), group, session
+
+
+def raw_leader_group(master: int) -> int | None:
+    """The inner foreground group when a Ctrl-Z now goes to a program that
+    reads keys itself (ISIG off) and is the session's leader's group (no
+    job-control shell inside to take the terminal back), else None."""
+    state = _inner_state(master)
+    if state is None or state[0] or state[1] != state[2] or state[1] <= 0:
+        return None
+    return state[1]
+
+
+def suspending(master: int, group: int) -> bool:
+    """Whether the program of `group` left raw mode (ISIG back on) while
+    still in the foreground: it is suspending itself."""
+    state = _inner_state(master)
+    return state is not None and state[0] and state[1] == group
+
+
+def _suspend(pty: Pty, group: int, stdin: int, stdout: int, saved, start: bytes,
+             end: bytes) -> None:
+    """The whole session suspended to the user's shell, resumed by `fg`."""
+    try:
+        os.killpg(group, signal.SIGSTOP)
+    except OSError:
+        return                  # gone meanwhile: nothing to suspend
+    try:
+        termios.tcsetattr(stdin, termios.TCSADRAIN, saved)
+        _write_all(stdout, end)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stopped here until `fg` (SIGCONT)
+        tty.setraw(stdin, termios.TCSANOW)
+        _write_all(stdout, start)
+    finally:
+        try:
+            os.killpg(group, signal.SIGCONT)
+        except OSError:
+            pass
+
+
+def _forward_available(master: int, stdout: int) -> None:
+    """What the program wrote before suspending (its last frame)."""
+    for _ in range(64):
+        try:
+            data = os.read(master, CHUNK)
+        except OSError:
+            return
+        if not data:
+            return
+        _write_all(stdout, data)
 
 
 def _forward_output(master: int, stdout: int) -> bool:

@@ -238,7 +238,7 @@ class ChaperonSession:
             # Also for bwrap: one older than 0.5.0 cannot give a generated
             # file an executable mode (no --perms), so its view links the
             # stub here (backends/bwrap.py _without_perms).
-            _write_stubs(directory, cls.stub_script())
+            _write_stubs(directory, cls.stub_script(config["python"]))
             os.makedirs(staging, mode=0o700, exist_ok=True)
             # Opened now (not inheritable: nothing else started before the
             # chaperon gets it), so the FIFO has a reader from the first
@@ -333,11 +333,15 @@ class ChaperonSession:
                 registry.set_chaperon(record, self.pid)
 
     @staticmethod
-    def stub_script() -> bytes:
-        """The stub every Slurm name inside points to: the system python in
-        isolated mode, importing only our stdlib-only client code."""
+    def stub_script(python: str) -> bytes:
+        """The stub every Slurm name inside points to: the helper's
+        interpreter (`python`: backends/helperpython.py's choice for this
+        policy, shown read-only inside) in isolated mode, importing only our
+        stdlib-only client code."""
+        from agent_sandbox.backends.helperpython import shebang_line
+
         site = os.path.dirname(PACKAGE_DIR)
-        return ("#!/usr/bin/python3 -IS\n"
+        return (shebang_line(python) + "\n"
                 "import sys\n"
                 f"sys.path.insert(0, {site!r})\n"
                 "from stubs.client import main\n"
@@ -450,6 +454,9 @@ def handler_config(settings, policy, staging: str) -> dict:
         # pinned for every job and task, unless the admin allows weaker ones.
         "job_backend": None if settings.JOB_ALLOW_WEAKER_BACKEND else policy.backend,
         "launcher": [sys.executable, "-I", "-m", "agent_sandbox"],
+        # "python": the helper's interpreter (backends/helperpython.py) for
+        # the stubs, the job wrapper and jobstart — set by the compile once
+        # the policy is final (launch/run.py prepare; cli/app.py outside).
         "jobstart": helper_path("jobstart"),
         "home": policy.home, "user": policy.user, "overrides": _overrides(settings),
     }

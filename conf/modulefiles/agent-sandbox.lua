@@ -10,6 +10,9 @@ whatis("agent-sandbox @VERSION@: kernel-enforced sandbox for AI agents (admin co
 conflict("agent-sandbox")
 prepend_path("PATH", "@PREFIX@/venv/bin")
 prepend_path("MANPATH", "@MANDIR@")
+-- An empty element keeps man's own search path (a MANPATH of only our
+-- directory hides every other man page): the Tcl template's append-path {}.
+append_path("MANPATH", "")
 -- For users and scripts to find the site's settings; the launcher never reads
 -- it (its admin directory is fixed in the installed package, agent_sandbox/paths.py).
 setenv("AGENT_SANDBOX_ADMIN_CONFIG", "@ADMIN_DIR@/sandbox.conf")

@@ -10,6 +10,10 @@ module-whatis "agent-sandbox @VERSION@: kernel-enforced sandbox for AI agents (a
 conflict agent-sandbox
 prepend-path PATH @PREFIX@/venv/bin
 prepend-path MANPATH @MANDIR@
+# An empty element keeps man's own search path: a MANPATH of only our
+# directory (what prepend-path makes where MANPATH was unset) hides every
+# other man page ("No manual entry for ls"; seen with environment-modules 5.2).
+append-path MANPATH {}
 # For users and scripts to find the site's settings (cat $AGENT_SANDBOX_ADMIN_CONFIG).
 # The launcher never reads it: its admin directory is fixed in the installed
 # package (agent_sandbox/paths.py), so no environment can move the floors.

@@ -371,3 +371,277 @@ def test_a_datagram_socket_handed_in_reaches_nothing_outside(user, project, back
     else:
         assert result.returncode == 0, result.stderr
         assert "send failed" in result.stdout, result.stdout
+
+
+# ------------------------------------------------------------ the review's holes
+ABSTRACT = textwrap.dedent("""\
+    import socket, sys
+    name = sys.argv[1].encode()
+    # A name whose /proc/net/unix line starts with the outside server's name.
+    mine = socket.socket(socket.AF_UNIX)
+    mine.bind(b'\\0' + name + b' anything\\n00000000: 00000002 0 @' + name); mine.listen(1)
+    s = socket.socket(socket.AF_UNIX)
+    try:
+        s.connect(b'\\0' + name); s.sendall(b'x'); print('reached', s.recv(100))
+    except OSError as exc:
+        print('refused', type(exc).__name__)
+    """)
+
+
+def test_an_abstract_name_forged_in_proc_net_unix_reaches_nothing(user, project):
+    """The outside @NAME must not become connectable because a socket inside
+    is bound to b"\\0NAME anything" (/proc/net/unix prints names raw)."""
+    import subprocess
+    import sys
+
+    name = f"outside-{uuid.uuid4().hex[:8]}"
+    code = ("import socket, sys\ns = socket.socket(socket.AF_UNIX)\n"
+            "s.bind(b'\\0' + sys.argv[1].encode()); s.listen(8); print('up', flush=True)\n"
+            "while True:\n    c, _ = s.accept(); c.sendall(b'RAN-OUTSIDE'); c.close()\n")
+    server = subprocess.Popen([sys.executable, "-c", code, name], user=user.uid, group=user.gid,
+                              extra_groups=[], stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout.readline().strip() == "up"
+        result = user.sandbox("/usr/bin/python3", "-c", ABSTRACT, name,
+                              options=("--backend", "landlock"), cwd=project, env=user.env())
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith("refused"), result.stdout
+    finally:
+        server.kill()
+        server.wait(10)
+
+
+LINKED = textwrap.dedent("""\
+    import os, socket, sys
+    for how in ('link', 'rename'):
+        try:
+            (os.link if how == 'link' else os.rename)(sys.argv[1], how + '.sock')
+        except OSError as exc:
+            print(how, 'refused', exc.errno); continue
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(how + '.sock'); s.sendall(b'x'); print(how, 'reached', s.recv(100))
+        except OSError as exc:
+            print(how, 'refused', type(exc).__name__)
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_outside_socket_linked_into_the_project_is_unreachable(user, project, backend):
+    """A hard link (or a rename) of the user's gpg-agent socket into the
+    project: the socket is judged by where it was bound, not by its path."""
+    server = Server(user, user.home / f".gnupg-{uuid.uuid4().hex[:6]}" / "S.gpg-agent")
+    moved = project / "rename.sock"
+    try:
+        result = user.sandbox("/usr/bin/python3", "-c", LINKED, str(server.path),
+                              options=("--backend", backend), cwd=project,
+                              env=user.env(HOME_ACCESS="write"))
+        assert result.returncode == 0, result.stderr
+        assert "reached" not in result.stdout, result.stdout
+    finally:
+        server.close()
+        for path in (project / "link.sock", moved):
+            path.unlink(missing_ok=True)
+        __import__("shutil").rmtree(server.path.parent, ignore_errors=True)
+
+
+INT80 = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+long sys32(long nr, long a, long b, long c, long d, long e, long f);
+__asm__(".globl sys32\nsys32:\n push %rbx\n push %rbp\n mov 24(%rsp), %rbp\n"
+        " mov %rdi, %rax\n mov %rsi, %rbx\n mov %rdx, %r10\n mov %rcx, %rdx\n"
+        " mov %r10, %rcx\n mov %r8, %rsi\n mov %r9, %rdi\n int $0x80\n"
+        " pop %rbp\n pop %rbx\n movslq %eax, %rax\n ret\n");
+int main(int argc, char **argv) {
+    char *low = mmap(0, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_32BIT,
+                     -1, 0);
+    long path = (long)low, name = path + 2048, times = path + 3072, args = path + 3584;
+    strcpy(low, argv[1]); strcpy((char *)name, "user.pwned");
+    long long *t = (long long *)times; t[0] = 1; t[1] = 0; t[2] = 1; t[3] = 0;
+    unsigned int *x = (unsigned int *)args;     /* struct xattr_args */
+    *(long long *)x = name; x[2] = 1; x[3] = 0;
+    printf("chmod %ld\n", sys32(15, path, 0666, 0, 0, 0, 0));
+    printf("chown32 %ld\n", sys32(212, path, -1, -1, 0, 0, 0));
+    printf("lchown32 %ld\n", sys32(198, path, -1, -1, 0, 0, 0));
+    printf("utimensat_time64 %ld\n", sys32(412, -100, path, times, 0, 0, 0));
+    printf("fchmodat2 %ld\n", sys32(452, -100, path, 0666, 0, 0, 0));
+    printf("setxattrat %ld\n", sys32(463, -100, path, 0, name, args, 16));
+    return 0;
+}
+"""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_int_0x80_metadata_calls_are_refused(user, project, backend, tmp_path):
+    """i386's own metadata calls (chown32, lchown32, utimensat_time64) and
+    the numbered ones (fchmodat2, setxattrat) through int 0x80 from a 64-bit
+    program: none changes a read-only file."""
+    import shutil
+    import subprocess
+
+    if os.uname().machine != "x86_64":
+        pytest.fail("this test needs an x86_64 machine (int 0x80)")
+    gcc = shutil.which("gcc") or shutil.which("cc")
+    assert gcc, "gcc is missing: the test builds a small C program"
+    (tmp_path / "int80.c").write_text(INT80)
+    binary = project / "int80"
+    subprocess.run([gcc, "-O1", "-o", str(binary), str(tmp_path / "int80.c")], check=True)
+    os.chmod(binary, 0o755)
+    bashrc = user.home / ".bashrc"                    # read-only with HOME_ACCESS=read
+    if "user.pwned" in os.listxattr(bashrc):
+        os.removexattr(bashrc, "user.pwned")
+    before = (bashrc.stat().st_mode, bashrc.stat().st_mtime, bashrc.stat().st_uid)
+    result = user.sandbox(str(binary), str(bashrc), options=("--backend", backend),
+                          cwd=project, env=user.env(HOME_ACCESS="read"))
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split() for line in result.stdout.splitlines())
+    assert len(lines) == 6, result.stdout
+    after = (bashrc.stat().st_mode, bashrc.stat().st_mtime, bashrc.stat().st_uid)
+    assert after == before and "user.pwned" not in os.listxattr(bashrc), result.stdout
+    if backend == "landlock":      # bwrap and firejail may show a copy of the home
+        assert all(int(value) < 0 for value in lines.values()), result.stdout
+
+
+PTY = textwrap.dedent("""\
+    import os, sys
+    try:
+        os.chmod(sys.argv[1], 0o666); print('changed')
+    except OSError as exc:
+        print('refused', exc.errno)
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_users_other_terminal_keeps_its_mode(user, project, backend):
+    """/dev/pts is granted for writing (a terminal), never for metadata."""
+    import subprocess
+    import sys
+
+    code = ("import os, sys\nm, s = os.openpty()\nprint(os.ttyname(s), flush=True)\n"
+            "sys.stdin.read()\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], user=user.uid, group=user.gid,
+                              extra_groups=[], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        tty = holder.stdout.readline().strip()
+        before = os.stat(tty).st_mode
+        result = user.sandbox("/usr/bin/python3", "-c", PTY, tty, options=("--backend", backend),
+                              cwd=project, env=user.env())
+        assert result.returncode == 0, result.stderr
+        assert os.stat(tty).st_mode == before, result.stdout
+        assert result.stdout.startswith("refused"), result.stdout
+    finally:
+        holder.kill()
+        holder.wait(10)
+
+
+CHATTR = textwrap.dedent("""\
+    import fcntl, os, struct, sys
+    GET, SET, FSGET, FSSET = 0x80086601, 0x40086602, 0x801c581f, 0x401c5820
+    fd = os.open(sys.argv[1], os.O_RDONLY)
+    flags = struct.unpack('=i', fcntl.ioctl(fd, GET, b'\\0' * 4))[0]
+    try:
+        fcntl.ioctl(fd, SET, struct.pack('=i', flags | 0x40)); print('setflags done')
+    except OSError as exc:
+        print('setflags refused', exc.errno)
+    try:
+        attrs = bytearray(fcntl.ioctl(fd, FSGET, b'\\0' * 28))
+        attrs[0] |= 0x80                                   # FS_XFLAG_NODUMP
+        fcntl.ioctl(fd, FSSET, bytes(attrs)); print('fssetxattr done')
+    except OSError as exc:
+        print('fssetxattr refused', exc.errno)
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_chattr_ioctls_on_a_read_only_file_are_refused(user, project, backend):
+    """FS_IOC_SETFLAGS / FS_IOC_FSSETXATTR on an O_RDONLY descriptor of a
+    read-only file outside the writable grants (nodump)."""
+    import fcntl
+    import struct
+
+    bashrc = user.home / ".bashrc"
+
+    def flags():
+        fd = os.open(bashrc, os.O_RDONLY)
+        try:
+            return struct.unpack("=i", fcntl.ioctl(fd, 0x80086601, b"\0" * 4))[0]
+        finally:
+            os.close(fd)
+    before = flags()
+    try:
+        result = user.sandbox("/usr/bin/python3", "-c", CHATTR, str(bashrc),
+                              options=("--backend", backend), cwd=project,
+                              env=user.env(HOME_ACCESS="read"))
+        assert result.returncode == 0, result.stderr
+        assert flags() == before, result.stdout
+        if backend == "landlock":
+            assert "done" not in result.stdout, result.stdout
+    finally:
+        if flags() != before:
+            fd = os.open(bashrc, os.O_RDONLY)
+            fcntl.ioctl(fd, 0x40086602, struct.pack("=i", before))
+            os.close(fd)
+
+
+SCTP = textwrap.dedent("""\
+    import socket
+    for label, proto in (('sctp', 132), ('sctp-high', (1 << 32) | 132), ('mptcp', 262),
+                         ('tcp', 6), ('default', 0)):
+        try:
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM, proto).close()
+            print(label, 'made')
+        except (OSError, OverflowError) as exc:
+            print(label, 'refused', getattr(exc, 'errno', None))
+    """)
+
+
+@pytest.mark.parametrize("network", ["allowlist", "isolated"])
+def test_no_sctp_socket_past_the_supervisor(user, project, network):
+    """SCTP connects through sendmsg's msg_name and setsockopt, which the
+    supervisor does not see: only protocol 0 and IPPROTO_TCP are made."""
+    result = user.sandbox("/usr/bin/python3", "-c", SCTP, options=("--backend", "landlock"),
+                          cwd=project, env=user.env(NETWORK_MODE=network))
+    assert result.returncode == 0, result.stderr
+    lines = dict(line.split(" ", 1) for line in result.stdout.splitlines())
+    assert lines["sctp"] == "refused 13" and lines["mptcp"] == "refused 13", result.stdout
+    assert lines["tcp"] == "made" and lines["default"] == "made", result.stdout
+
+
+UNSHARED = textwrap.dedent("""\
+    import ctypes, os, sys, threading
+    libc = ctypes.CDLL(None, use_errno=True)
+    open('mine', 'w').close(); os.chmod('mine', 0o600)
+    number = os.open('mine', os.O_RDONLY)          # the leader's descriptor N
+    def thread():
+        # Its own descriptor table: N is now the read-only file.
+        assert libc.unshare(0x400) == 0            # CLONE_FILES
+        os.close(number)
+        assert os.open(sys.argv[1], os.O_RDONLY) == number
+        try:
+            os.fchmod(number, 0o644); print('done')
+        except OSError as exc:
+            print('refused', exc.errno)
+    t = threading.Thread(target=thread); t.start(); t.join()
+    print(oct(os.stat('mine').st_mode & 0o777))
+    """)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_thread_with_its_own_descriptor_table_is_judged_by_it(user, project, backend):
+    """fchmod(N) from a thread that unshared CLONE_FILES: the supervisor took
+    the leader's N (the project file) and changed it; it must judge the
+    thread's N (a read-only file) and refuse."""
+    bashrc = user.home / ".bashrc"
+    before = bashrc.stat().st_mode
+    result = user.sandbox("/usr/bin/python3", "-c", UNSHARED, str(bashrc),
+                          options=("--backend", backend), cwd=project,
+                          env=user.env(HOME_ACCESS="read"))
+    assert result.returncode == 0, result.stderr
+    assert bashrc.stat().st_mode == before, result.stdout
+    assert result.stdout.split()[-1] == "0o600", result.stdout   # the project file untouched
+    if backend == "landlock":
+        assert result.stdout.startswith("refused"), result.stdout

@@ -43,3 +43,42 @@ def test_the_same_interpreter_is_the_helpers_only_while_no_grant_writes_it(
     line = helper_line(planned.stdout)
     expected = os.path.realpath(launcher[0]) if helper == "copy" else "/usr/bin/python3"
     assert f"{expected} -I -S -c " in line, planned.stdout
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_stubs_and_a_job_start_on_the_chosen_interpreter(user, project, slurm_cluster,
+                                                             backend):
+    """Not /usr/bin/python3 whatever it is (RHEL 8's 3.6): the interpreter
+    the rule chose — here the user's own copy, shown read-only — is the
+    stubs' `#!` line inside, and the job wrapper's and jobstart's on the
+    node (the batch script Slurm holds), and both run."""
+    import subprocess
+
+    from tests.support.waiting import until
+
+    launcher = launcher_on(user, user.home / f"py-jobs-{backend}")   # one held by a job
+    copy = os.path.realpath(launcher[0])
+    if backend == "firejail":       # a firejail job joins by the install's own join interpreter
+        added = user.run([launcher[0], "-m", "agent_sandbox.cli.userinstall"], timeout=120)
+        assert added.returncode == 0, added.stdout + added.stderr
+    user.set_config("HOME_ACCESS=read\n")
+    inside = ('head -n 1 "$(command -v squeue)"; squeue -h -j 1 >/dev/null 2>&1; '
+              'squeue -h -u "$USER" -o %i >/dev/null && echo squeue-ran; '
+              f'sbatch --hold --parsable -o held-{backend}.out --wrap "echo job-ran"')
+    ran = user.run(launcher + ["run", "--backend", backend, "--", "sh", "-c", inside],
+                   cwd=project, timeout=120)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    first, said, job = ran.stdout.split("\n")[:3]
+    assert (first, said) == (f"#!{copy} -IS", "squeue-ran"), ran.stdout
+    try:
+        script = subprocess.run(["scontrol", "write", "batch_script", job, "-"],
+                                capture_output=True, text=True, timeout=30)
+        assert script.returncode == 0, script.stderr
+        assert script.stdout.startswith(f"#!{copy} -IS\n"), script.stdout[:200]
+        assert f"'--', {copy!r}, '-IS', " in script.stdout     # jobstart's, in the spec
+        assert subprocess.run(["scontrol", "release", job], timeout=30).returncode == 0
+        out = project / f"held-{backend}.out"
+        until(lambda: out.exists() and "job-ran" in out.read_text(), f"job {job} wrote "
+              f"{out}", timeout=90, interval=0.2)
+    finally:
+        subprocess.run(["scancel", job], timeout=30)

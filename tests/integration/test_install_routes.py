@@ -202,6 +202,57 @@ def test_install_sh_names_what_is_missing_where_it_knows_no_package_manager(tmp_
     assert "apt" not in result.stdout and not prefix.exists()
 
 
+def test_install_sh_on_a_python_36_names_the_route_and_installs_nothing(tmp_path):
+    """RHEL 8's and SLES 15's python3 is 3.6 (pyenv's 3.6 stands in): one
+    message — what, why, the distribution's newer Python or a module's — exit
+    1, before any package or file."""
+    old = Path(_pyenv_root()) / "versions/3.6.15/bin/python3.6"
+    assert os.access(old, os.X_OK), f"{old}: the stand-in for RHEL 8's python3 is missing"
+    prefix = tmp_path / "prefix"
+    result = subprocess.run(
+        [REPO / "scripts/install.sh"], capture_output=True, text=True, timeout=60,
+        env={"PATH": os.environ["PATH"], "AGENT_SANDBOX_PYTHON": str(old),
+             "AGENT_SANDBOX_PREFIX": str(prefix)})
+    assert result.returncode == 1, result
+    assert result.stderr.startswith(f"install.sh: {old} is Python 3.6.15 — agent-sandbox "
+                                    "needs Python 3.9 or newer"), result.stderr
+    for route in ("dnf install python3.11", "zypper install python311",
+                  "AGENT_SANDBOX_PYTHON=/usr/bin/python3.11", "a module's or conda's Python",
+                  "docs/install.md"):
+        assert route in result.stderr, route
+    assert result.stdout == "" and not prefix.exists()      # nothing installed, nothing written
+
+
+def test_pip_on_a_python_36_refuses_the_package_by_its_requires_python(tmp_path):
+    """What a user sees who tries anyway: pip (3.6's own, 18.1) reads
+    requires-python from the wheel and installs nothing (docs/install.md
+    quotes it)."""
+    tree = tmp_path / "src"
+    shutil.copytree(REPO, tree, ignore=shutil.ignore_patterns(
+        ".git", "tests", "benchmarks", "build", "*.egg-info", "__pycache__"))
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+                    "--no-build-isolation", "--no-index", "-w", tmp_path, tree], check=True,
+                   env={**os.environ, "PIP_CONFIG_FILE": os.devnull}, timeout=120)
+    (wheel,) = tmp_path.glob("agent_sandbox-*.whl")
+    old = Path(_pyenv_root()) / "versions/3.6.15/bin/python3.6"
+    subprocess.run([old, "-m", "venv", "--without-pip", tmp_path / "v36"], check=True,
+                   timeout=120)
+    (pip,) = (Path(_pyenv_root()) / "versions/3.6.15/lib/python3.6/ensurepip/_bundled").glob(
+        "pip-*.whl")                       # 3.6's own pip, run from its wheel (no install)
+    result = subprocess.run([tmp_path / "v36/bin/python", pip / "pip", "install", "--no-index",
+                             wheel],
+                            capture_output=True, text=True, timeout=120,
+                            env={"PATH": os.environ["PATH"], "PIP_CONFIG_FILE": os.devnull})
+    said = result.stdout + result.stderr
+    assert "agent-sandbox requires Python '>=3.9' but the running Python is 3.6.15" in said
+    assert not list((tmp_path / "v36/lib/python3.6/site-packages").glob("agent_sandbox*"))
+
+
+def _pyenv_root() -> str:
+    found = subprocess.run(["pyenv", "root"], capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else os.path.expanduser("~/.pyenv")
+
+
 def test_the_modulefile_templates_name_what_install_sh_fills_in():
     import re
 
@@ -210,6 +261,48 @@ def test_the_modulefile_templates_name_what_install_sh_fills_in():
         assert set(re.findall(r"@([A-Z_]+)@", text)) == {"PREFIX", "ADMIN_DIR", "VERSION",
                                                          "MANDIR"}, template
         assert "AGENT_SANDBOX_ADMIN_CONFIG" in text and "@PREFIX@/venv/bin" in text
+
+
+MODULECMD = os.environ.get("AGENT_SANDBOX_TEST_MODULECMD",
+                           "/usr/lib/x86_64-linux-gnu/modulecmd.tcl")   # environment-modules
+
+
+def test_module_load_puts_the_launcher_on_path_and_names_the_admin_file(tmp_path):
+    """The Tcl template as install.sh fills it in, under a real `module`
+    command (environment-modules' modulecmd.tcl, what `module load` evals):
+    the launcher first on PATH, AGENT_SANDBOX_ADMIN_CONFIG exported, the man
+    page found and man's own pages still found; `module unload` takes all
+    of it back."""
+    from tests.support.install import PREFIX
+
+    assert os.access(MODULECMD, os.R_OK), (
+        f"{MODULECMD} is missing — apt-get install environment-modules (scripts/install.sh "
+        "installs it with AGENT_SANDBOX_EXTRAS=test), or set AGENT_SANDBOX_TEST_MODULECMD")
+    files = tmp_path / "modulefiles"
+    (files / "agent-sandbox").mkdir(parents=True)
+    text = (REPO / "conf/modulefiles/agent-sandbox.tcl").read_text()
+    for name, value in (("PREFIX", PREFIX), ("ADMIN_DIR", "/etc/as-site"), ("VERSION", "0.1.0"),
+                        ("MANDIR", "/usr/local/share/man")):   # as install.sh fills it in
+        text = text.replace(f"@{name}@", value)
+    (files / "agent-sandbox/0.1.0").write_text(text)
+    script = (f'module() {{ eval "$(tclsh {MODULECMD} bash "$@")"; }}\n'
+              "module load agent-sandbox || exit 9\n"
+              'echo "launcher=$(command -v agent-sandbox)"\n'
+              'echo "admin=$AGENT_SANDBOX_ADMIN_CONFIG"\n'
+              'echo "manpath=$MANPATH"\n'
+              "module unload agent-sandbox\n"
+              'echo "after=$(command -v agent-sandbox || echo none) ${AGENT_SANDBOX_ADMIN_CONFIG-unset}"\n')
+    result = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True,
+                            text=True, timeout=60,
+                            env={"PATH": "/usr/bin:/bin", "MODULEPATH": str(files),
+                                 "HOME": str(tmp_path)})
+    assert result.returncode == 0, result
+    said = dict(line.split("=", 1) for line in result.stdout.splitlines())
+    assert said["launcher"] == f"{PREFIX}/venv/bin/agent-sandbox"
+    assert said["admin"] == "/etc/as-site/sandbox.conf"
+    # An empty element after ours: man still searches its own path.
+    assert said["manpath"].split(":") == ["/usr/local/share/man", ""], said["manpath"]
+    assert said["after"] == "none unset"
 
 
 @pytest.mark.parametrize("release, manager, packages", [

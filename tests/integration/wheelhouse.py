@@ -81,17 +81,39 @@ def build(source: Path, out: Path, extra=("pip",)) -> Path:
     tree = out / "src"
     shutil.copytree(source, tree, ignore=shutil.ignore_patterns(
         ".git", "tests", "benchmarks", "build", "*.egg-info", "__pycache__"))
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+    subprocess.run([_builder(), "-m", "pip", "wheel", "--quiet", "--no-deps",
                     "--no-build-isolation", "--no-index", "-w", str(out), str(tree)],
                    check=True, env={**os.environ, "PIP_CONFIG_FILE": os.devnull})
     shutil.rmtree(tree)
-    own = metadata.distribution("agent-sandbox")
+    (wheel,) = out.glob("agent_sandbox-*.whl")
     # The install's own requirements on this Python (tomli only below 3.11),
-    # no extra's.
-    wanted = [Requirement(r) for r in own.requires or ()]
+    # no extra's: from the wheel's metadata (this Python need not have the
+    # package installed: the smoke set runs on the tree, PYTHONPATH).
+    wanted = [Requirement(r) for r in _requires(wheel)]
     for dist in closure([r.name for r in wanted
                          if r.marker is None or r.marker.evaluate({"extra": ""})]
                         + list(extra)):
         repack(dist, out)
-    (wheel,) = out.glob("agent_sandbox-*.whl")
     return wheel
+
+
+def _builder() -> str:
+    """A Python that builds the (pure) wheel offline: the install's, whose
+    setuptools reads pyproject's [project] (a venv of 3.12+ has no
+    setuptools, 3.9's ensurepip brings one too old, 58: it builds
+    UNKNOWN-0.0.0); this one where there is no install."""
+    from tests.support.install import PREFIX
+
+    builder = f"{PREFIX}/venv/bin/python"
+    return builder if os.access(builder, os.X_OK) else sys.executable
+
+
+def _requires(wheel: Path) -> list:
+    """Requires-Dist of a wheel's METADATA."""
+    from email.parser import Parser
+
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist()
+                    if n.endswith(".dist-info/METADATA") and n.count("/") == 1)
+        meta = Parser().parsestr(archive.read(name).decode())
+    return meta.get_all("Requires-Dist") or []

@@ -44,7 +44,7 @@ def context(state_dir: str, project_dir: str, binaries: dict[str, str], *,
         "slurm_scope": scope, "slurm_binaries": binaries, "log_level": "info",
         "retain_days": 1, "allowed_partitions": [], "max_jobs": 0, "allow_mail": False,
         "backend": "bwrap", "fixed_mount_points": True, "launcher": ["/bin/false"],
-        "jobstart": "/bin/false",
+        "jobstart": "/bin/false", "python": "/usr/bin/python3",
         "home": os.path.dirname(project_dir), "user": user, "overrides": {},
     }
     os.makedirs(config["staging_dir"], mode=0o700, exist_ok=True)

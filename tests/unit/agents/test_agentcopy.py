@@ -152,8 +152,13 @@ def test_a_session_copy_round_trip(tmp_path, capsys):
     assert not os.path.exists(f"{home}/.claude/hooks")
     assert not os.path.exists(root) and not os.path.exists(record)
     err = capsys.readouterr().err
-    assert "kept the session's choices" in err and "model" in err
+    # What was kept goes to the session's log only (issue 36: the end of a
+    # session names only the drops that matter).
+    assert "kept the session's choices" not in err
     assert "dropped the session's changes" in err and "hooks" in err
+    logged = _logged(home)
+    assert {"file": "~/.claude/settings.json", "kept": ["model"], "dropped": ["hooks"],
+            "dropped_inert": []}.items() <= logged[0].items()
     assert f"{home}/.claude/hooks" in err or "~/.claude/hooks" in err
 
 
@@ -278,10 +283,13 @@ def test_only_allow_listed_new_entries_go_back_and_both_are_reported(tmp_path, c
     agentcopy.finish(record)
     assert sorted(os.listdir(f"{home}/.claude")) == ["history.jsonl"]
     err = capsys.readouterr().err
-    assert "kept what the session made at ~/.claude/history.jsonl" in err
+    assert "kept what the session made" not in err          # in the log (issue 36)
+    assert any(r.get("moved") == ["~/.claude/history.jsonl"] for r in _logged(home))
     dropped = err[err.index("dropped what the session made"):]
+    assert dropped.count("\n") == 1                         # one line, the rest logged
+    refused = next(r["refused"] for r in _logged(home) if "refused" in r)
     for name in (".config.json", ".env", "rules", "projects"):
-        assert f"~/.claude/{name}" in dropped
+        assert f"~/.claude/{name}" in refused
     assert "shell-snapshots" not in err                    # scratch: dropped quietly
 
 
@@ -341,3 +349,14 @@ def test_a_copy_whose_directory_became_a_link_is_neither_merged_nor_removed(tmp_
     with pytest.raises(PolicyError, match=r"agent-sandbox-run/agents is a symlink"):
         agentcopy.start(spec, claude_session_policy(home)._replace(session_id="s2"))
 
+
+
+def _logged(home: str) -> list:
+    """The agent-settings records of the sessions' logs under `home`."""
+    import glob
+
+    records = []
+    for path in sorted(glob.glob(f"{home}/.local/state/agent-sandbox/chaperon/agent_*.log")):
+        with open(path) as handle:
+            records += [json.loads(line) for line in handle if line.strip()]
+    return records

@@ -157,3 +157,21 @@ def test_a_compile_records_what_the_choice_reads(home):
     assert helperpython.SYSTEM_PYTHON in seen                    # access, realpath
     assert sys.executable in seen or os.path.realpath(sys.executable) in seen
     assert os.path.dirname(os.__file__) in seen
+
+
+@pytest.mark.parametrize("python", ["/usr/bin/python3", "/opt/python3.11/bin/python3.11"])
+def test_the_stubs_and_the_job_wrapper_name_the_chosen_interpreter_in_their_first_line(python):
+    from agent_sandbox.services.chaperon import ChaperonSession
+
+    assert helperpython.shebang_line(python) == f"#!{python} -IS"
+    assert ChaperonSession.stub_script(python).startswith(f"#!{python} -IS\n".encode())
+
+
+@pytest.mark.parametrize("python", ["/home/a b/py/bin/python3.12", "/opt/py\t/bin/python3",
+                                    "/opt/py\n/bin/python3", "python3",
+                                    "/opt/" + "x" * 120 + "/bin/python3"])
+def test_an_interpreter_a_first_line_cannot_name_is_a_refusal(python):
+    with pytest.raises(PolicyError) as refused:
+        helperpython.shebang_line(python)
+    assert refused.value.exit_code == SETUP_FAILED
+    assert "CHAPERON=false" in str(refused.value) and "#!" in str(refused.value)

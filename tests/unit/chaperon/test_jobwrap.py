@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,9 +17,15 @@ from chaperon.jobwrap import launch_argv, wrapper_script
 JOBSTART = str(Path(__file__).resolve().parents[3] / "agent_sandbox" / "helper" / "jobstart.py")
 
 
-def config(launcher, backend="bwrap"):
+# The session's helper interpreter (backends/helperpython.py): here the
+# interpreter running the tests, so the wrapper is started through its `#!`
+# line, by the kernel, as Slurm starts it.
+PYTHON = os.path.realpath(sys.executable)
+
+
+def config(launcher, backend="bwrap", python=PYTHON):
     return {"launcher": launcher, "jobstart": JOBSTART, "job_backend": backend,
-            "overrides": {}, "job_session": "s2"}
+            "overrides": {}, "job_session": "s2", "python": python}
 
 
 @pytest.fixture
@@ -36,7 +43,8 @@ def run_wrapper(layout, launcher, backend="bwrap", env=None):
                           outputs=[("logs/%j.out", f"{stage}/%j.out")])
     wrapper = stage / "wrapper"
     wrapper.write_text(text)
-    return subprocess.run(["/usr/bin/python3", "-IS", str(wrapper)], capture_output=True,
+    wrapper.chmod(0o700)
+    return subprocess.run([str(wrapper)], capture_output=True,
                           text=True, env={"SLURM_JOB_ID": "42", "PATH": "/usr/bin:/bin",
                                           **(env or {})},
                           timeout=30)
@@ -45,8 +53,19 @@ def run_wrapper(layout, launcher, backend="bwrap", env=None):
 def test_the_backend_is_pinned_unless_weaker_ones_are_allowed():
     assert launch_argv(config(["L"]), "/p", "/j.py", "/s.json") == [
         "L", "run", "--job", "--job-shared", "--backend", "bwrap", "--project-dir", "/p", "--",
-        "/usr/bin/python3", "-IS", "/j.py", "/s.json"]
+        PYTHON, "-IS", "/j.py", "/s.json"]
     assert "--backend" not in launch_argv(config(["L"], backend=None), "/p", "/j.py", "/s")
+
+
+@pytest.mark.parametrize("python", ["/usr/bin/python3", "/opt/site/python3.11/bin/python3.11"])
+def test_the_wrapper_and_jobstart_run_on_the_sessions_helper_interpreter(python):
+    """Not /usr/bin/python3 whatever it is (RHEL 8's 3.6): the helper rule's
+    choice, which the compile put in the chaperon's config (issue 29)."""
+    text = wrapper_script(config=config(["L"], python=python), project_dir="/p",
+                          spec_path="/s.json", outputs=[])
+    assert text.splitlines()[0] == f"#!{python} -IS"
+    assert launch_argv(config(["L"], python=python), "/p", "/j.py", "/s")[-4:] == [
+        python, "-IS", "/j.py", "/s"]
 
 
 def test_the_launcher_is_told_the_submitting_session_whatever_the_environment(layout):

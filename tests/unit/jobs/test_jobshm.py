@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 
 import pytest
 
@@ -33,6 +34,11 @@ def test_the_key_is_read_only_from_a_jobstart_launchs_spec(tmp_path):
     assert jobshm.spec_key(["/usr/bin/python3", "-IS", "/elsewhere/jobstart.py", str(spec)]) \
         is None
     assert jobshm.spec_key(launch + ["more"]) is None
+    # The helper rule's other candidate, this launcher's own Python (issue 29);
+    # no other interpreter makes a job's launch.
+    own = [os.path.realpath(sys.executable)] + launch[1:]
+    assert jobshm.spec_key(own) == KEY
+    assert jobshm.spec_key(["/tmp/python3"] + launch[1:]) is None
     spec.write_text(json.dumps({"workdir": "/p", "tmp_key": "../../etc"}))
     assert jobshm.spec_key(launch) is None
     link = tmp_path / "link.json"

@@ -81,9 +81,11 @@ def test_the_declared_order():
     # The chaperon and the egress proxy before the holder is told of them;
     # registered before the git snapshot; the subreaper last, so its sweep is
     # the first undo (before the git check's report and the unregistering).
+    # The agent's placeholder keys are approved once the egress plan holds
+    # this session's (issue 36).
     assert [s.name for s in lifecycle.SERVICES] == [
-        "chaperon", "egress", "job shm", "job holder", "announce", "registry", "git check",
-        "subreaper"]
+        "chaperon", "egress", "agent keys", "job shm", "job holder", "announce", "registry", "git check",
+        "home writes", "subreaper"]
     assert all(isinstance(s, Service) for s in lifecycle.SERVICES)
 
 

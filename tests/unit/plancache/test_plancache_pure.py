@@ -422,3 +422,23 @@ def test_a_stat_in_another_thread_during_a_type_question_stays_metadata(tmp_path
         os.path.isdir(tmp_path / "g")
     assert (str(tmp_path / "f"), META) in recorder.seen
     assert (str(tmp_path / "g"), TYPE) in recorder.seen
+
+
+def test_a_class_that_keeps_a_patched_call_as_its_attribute_still_calls_it(tmp_path):
+    """Python 3.9's pathlib keeps `open = os.open` on its accessor class: a
+    pathlib first imported while a compile records got the wrapper, which a
+    Python function would bind to the instance (TypeError: open() takes at
+    most 3 positional arguments) — every launch of a 3.9 install failed
+    (the smoke set under 3.9, tests/integration/test_python_smoke.py)."""
+    target = tmp_path / "f"
+    target.write_text("x")
+    with Recorder() as recorder:
+        class Accessor:        # made while recording, as pathlib's was
+            open = os.open
+            stat = os.stat
+            listdir = os.listdir
+        fd = Accessor().open(str(target), os.O_RDONLY)
+        os.close(fd)
+        assert Accessor().stat(str(target)).st_size == 1
+        assert Accessor().listdir(str(tmp_path)) == ["f"]
+    assert any(str(target) == key[0] for key in recorder.seen)

@@ -196,3 +196,128 @@ def test_a_failing_supervisor_kills_the_sandbox(capfd):
             sandbox.kill()
             sandbox.wait()
     assert "the landlock supervisor failed" in capfd.readouterr().err
+
+
+def _run_prefix(program: bytes, arch: int, nr: int):
+    """Run the hand-written prefix (ld/jeq/ja/ret only) on (arch, nr):
+    the value it returns, or None where it falls through to libseccomp's."""
+    ops = [struct.unpack_from("=HBBI", program, at) for at in range(0, len(program), 8)]
+    pc, acc = 0, 0
+    while pc < len(ops):
+        code, jt, jf, k = ops[pc]
+        if code == 0x20:
+            acc = {4: arch, 0: nr}[k]
+        elif code == 0x15:
+            pc += jt if acc == k else jf
+        elif code == 0x05:
+            pc += k
+        elif code == 0x06:
+            return k
+        else:
+            raise AssertionError(f"unexpected op {code:#x}")
+        pc += 1
+    return None
+
+
+@pytest.mark.parametrize("machine", ["x86_64", "aarch64"])
+def test_the_numbered_calls_are_refused_on_every_abi(machine):
+    """setxattrat, removexattrat, file_setattr on every ABI (x32's carry the
+    syscall bit), fchmodat2 off the native one; nothing else is touched."""
+    from agent_sandbox.policy.seccomp import AUDIT_ARCH, numbered_prefix
+
+    prefix = numbered_prefix(machine)
+    native = AUDIT_ARCH[machine]
+    compat = 0x40000003 if machine == "x86_64" else 0x40000028     # i386, arm
+    refuse = 0x00050000 | errno.EACCES
+    for number in (463, 466, 469):
+        assert _run_prefix(prefix, native, number) == refuse
+        assert _run_prefix(prefix, compat, number) == refuse
+    assert _run_prefix(prefix, compat, 452) == refuse
+    assert _run_prefix(prefix, native, 452) is None          # notified natively
+    if machine == "x86_64":
+        for number in (452, 463, 466, 469):
+            assert _run_prefix(prefix, native, 0x40000000 | number) == refuse
+    for number in (0, 1, 42, 90, 462, 464, 470):
+        assert _run_prefix(prefix, native, number) is None
+        assert _run_prefix(prefix, compat, number) is None
+
+
+def test_metadata_is_never_granted_on_devices_or_proc(home):
+    """/dev/pts, /dev/tty, /dev/null and /proc are writable, never a place for
+    chmod; the project and $TMPDIR are."""
+    policy, plan = _supervised_plan(home)
+    writable = plan.supervise["writable"]
+    assert policy.project_dir in writable
+    for path in writable:
+        assert not path.startswith(("/proc", "/sys", "/dev/pts")), writable
+        assert not path.startswith("/dev/") or path.startswith("/dev/shm"), writable
+
+
+CHILD = textwrap.dedent("""\
+    import sys, time
+    sys.path.insert(0, sys.argv[1])
+    import sandbox_exec
+    sandbox_exec._landlock().no_new_privs()
+    if sys.argv[2] == 'filter':
+        sandbox_exec.load_seccomp(sys.stdin.buffer.read())
+    print('ready', flush=True)
+    time.sleep(60)
+    """)
+
+
+def test_sandbox_members_are_the_helpers_tree_under_its_filter():
+    """A launcher running with no_new_privs: its other children (the
+    chaperon, the egress proxy) have NoNewPrivs 1 too and never count as
+    inside; the helper's tree under its seccomp filter does."""
+    from agent_sandbox.paths import HELPER_DIR
+    from agent_sandbox.policy.seccomp import compile_filter
+    from agent_sandbox.process.supervisor import sandbox_members
+
+    bpf = compile_filter(["kexec_load"])
+    children = []
+    try:
+        for kind in ("filter", "nnp"):
+            child = subprocess.Popen([sys.executable, "-c", CHILD, HELPER_DIR, kind],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+            child.stdin.write(bpf)
+            child.stdin.close()
+            assert child.stdout.readline().strip() == b"ready"
+            children.append(child)
+        helper, chaperon = children
+        import os
+
+        assert sandbox_members(os.getpid(), helper.pid) == [helper.pid]
+        assert chaperon.pid not in sandbox_members(os.getpid())
+    finally:
+        for child in children:
+            child.kill()
+            child.wait(10)
+
+
+def test_blocking_calls_share_a_bounded_pool_of_workers():
+    """Each blocking connect started a thread of its own: 40 calls that wait
+    now use at most MAX_WORKERS threads, the rest wait their turn and are all
+    answered."""
+    import threading
+
+    from agent_sandbox.process import supervisor as sup
+
+    gate, done = threading.Event(), []
+    lock = threading.Lock()
+    supervisor = sup.Supervisor(-1, Rules({}))
+
+    def answer(*job):
+        gate.wait(10)
+        with lock:
+            done.append(job)
+    supervisor.answer = answer
+    before = threading.active_count()
+    for number in range(40):
+        supervisor._dispatch((number,))
+    assert threading.active_count() - before <= sup.MAX_WORKERS
+    gate.set()
+    for _ in range(100):
+        if len(done) == 40:
+            break
+        __import__("time").sleep(0.05)
+    assert sorted(done) == [(n,) for n in range(40)]
