@@ -10,6 +10,9 @@
 #   platform-root.sh run SUITE [--state DIR] [--ro HOST:INSIDE]... -- COMMAND...
 #                                       COMMAND as root inside the root
 #
+# AGENT_SANDBOX_ROOT_EXTRA="PKG ...": a root with these packages too (another
+# cache key; every command of one root needs the same value).
+#
 # SUITE: bullseye (Debian 11: Python 3.9, bubblewrap 0.4.1, firejail 0.9.64,
 # util-linux 2.36), trixie (13), sid — any suite debootstrap knows.
 #
@@ -42,6 +45,12 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 # backends' programs (landlock needs none), libseccomp for pyseccomp, the
 # CA bundle; useradd (passwd) and setpriv (util-linux) are in every root.
 packages=(python3 python3-venv bubblewrap firejail util-linux libseccomp2 ca-certificates passwd)
+# More packages for a root with a purpose, space-separated, part of the
+# cache key (a root with them is another root): scripts/slurm-root-cluster.sh
+# asks for "slurmctld slurmd slurm-client sackd" (issue 32: Slurm 24.11 on trixie).
+extra=${AGENT_SANDBOX_ROOT_EXTRA:-}
+read -r -a extra_packages <<< "$extra"
+packages+=("${extra_packages[@]}")
 # Bump when the way a root is made changes (the key's other part).
 format=1
 
@@ -88,7 +97,7 @@ build() {
         rm -rf "$tmp/var/cache/apt/archives"/*.deb "$tmp/var/lib/apt/lists"/*_Packages
         # The root's own facts, read by the tests without entering it.
         chroot "$tmp" dpkg-query -W -f='${Package} ${Version}\n' \
-            python3 bubblewrap firejail util-linux > "$tmp/.versions"
+            python3 bubblewrap firejail util-linux "${extra_packages[@]}" > "$tmp/.versions"
         touch "$tmp/.complete"
         mv "$tmp" "$root"
         echo "platform-root.sh: $suite made in $((SECONDS - started)) s: $root" >&2

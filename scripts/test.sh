@@ -38,6 +38,12 @@ stop_slurm() {
         echo "test.sh: scripts/slurm-multinode.sh stop failed" >&2
         if ((rc == 0)); then rc=1; fi
     fi
+    # The Slurm 24.11 root's cluster (tests/integration/test_slurm_root.py stops
+    # it itself; this covers a killed run). Only what its start started.
+    if ! "$repo/scripts/slurm-root-cluster.sh" stop trixie; then
+        echo "test.sh: scripts/slurm-root-cluster.sh stop failed" >&2
+        if ((rc == 0)); then rc=1; fi
+    fi
     if ! "$repo/scripts/slurm-cluster.sh" stop; then
         echo "test.sh: scripts/slurm-cluster.sh stop failed" >&2
         if ((rc == 0)); then rc=1; fi
@@ -56,6 +62,12 @@ trap stop_slurm EXIT
 for suite in ${AGENT_SANDBOX_TEST_PLATFORM_SUITES:-bullseye}; do
     "$repo/scripts/platform-root.sh" build "$suite" >/dev/null
 done
+# Slurm 24.11 with auth/slurm and sackd (tests/integration/test_slurm_root.py,
+# issue 32): a Debian 13 root with slurmctld, slurmd, slurm-client and sackd
+# (about 3 minutes cold, cached after); the test module starts and stops its
+# cluster (scripts/slurm-root-cluster.sh).
+AGENT_SANDBOX_ROOT_EXTRA="slurmctld slurmd slurm-client sackd" \
+    "$repo/scripts/platform-root.sh" build trixie >/dev/null
 
 rc=0
 # The smoke set (tests/integration/test_python_smoke.py) runs below, with the

@@ -203,6 +203,33 @@ def _guarded_state(policy: Policy) -> tuple[str, ...]:
                  and not is_hidden(p.path, policy.hidden))
 
 
+def _grant_around(r: Rules, path: str, masks: tuple[str, ...]) -> None:
+    """A read-only system tree minus Slurm's configuration directories
+    (slurm.key, slurm.jwks, munge's key beside slurm.conf; issue 32), which
+    bwrap and firejail mask: the tree entry by entry around them. A symlink
+    entry gets no rule (the kernel checks its target's), and none is resolved
+    here: /etc/mtab -> /proc/self/mounts would make every compile differ
+    (the plan cache records what a compile resolves)."""
+    inside = tuple(m for m in masks if m != path and m.startswith(path.rstrip("/") + "/"))
+    if path in masks:
+        return
+    if not inside or os.path.islink(path) or not os.path.isdir(path):
+        r.grant(path, ll.READ)
+        return
+    try:
+        names = sorted(os.listdir(path))
+    except OSError:
+        return
+    for name in names:
+        entry = os.path.join(path, name)
+        if entry in masks or os.path.islink(entry):
+            continue
+        if any(m.startswith(entry + "/") for m in inside):
+            _grant_around(r, entry, masks)
+        else:
+            r.grant(entry, ll.READ)
+
+
 def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
     """The filesystem rules, in the order they are listed in --dry-run."""
     config_tree = user_config_dir(policy.home)
@@ -212,7 +239,7 @@ def rules(policy: Policy, *, tmpdir: str | None) -> list[tuple[int, str]]:
         readonly += (staging,)
     r = Rules(policy.hidden, readonly)
     for path in policy.system_readonly:
-        r.grant(path, ll.READ)
+        _grant_around(r, path, tuple(policy.slurm_masks))
     r.grant("/proc", PROC)
     for path in DEVICES:
         r.grant(path, ll.DEVICE | (ll.READ_DIR if path == "/dev/pts" else 0))

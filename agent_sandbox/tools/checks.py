@@ -244,6 +244,74 @@ class Item(NamedTuple):
     data: dict | None = None
 
 
+# auth/slurm (23.11+) with sackd: its sockets, and the configless cache it keeps
+# (24.11 auth_slurm.so); the key files lie beside slurm.conf.
+SACK_SOCKETS = ("/run/slurm/sack.socket", "/run/slurmctld/sack.socket",
+                "/run/slurmdbd/sack.socket")
+SACK_CACHE = "/run/slurm/conf"
+AUTH_KEYS = ("slurm.key", "slurm.jwks")
+
+
+def auth_types_from_conf(text: str) -> list[str]:
+    """AuthType and AuthAltTypes of slurm.conf (the last setting wins, as in
+    Slurm); auth/munge when AuthType is not set (Slurm's default)."""
+    main, alt = "auth/munge", []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        key, sep, value = line.partition("=")
+        if not sep:
+            continue
+        key = key.strip().lower()
+        if key == "authtype" and value.strip():
+            main = value.strip()
+        elif key == "authalttypes":
+            alt = [v.strip() for v in value.split(",") if v.strip()]
+    return [main] + [a for a in alt if a != main]
+
+
+def auth_item(settings, policy, environ) -> Item:
+    """The site's Slurm authentication (AuthType from the config the launcher
+    can read) and every one of its paths on this host — munge's and sackd's
+    sockets, slurm.key/slurm.jwks beside slurm.conf, the configless cache —
+    checked against what the sandbox shows: none may lie under a shown tree
+    (bwrap and firejail show no /run and mask the configuration directories;
+    landlock leaves those directories out and its supervisor refuses the
+    sockets). Cheap: a few stat() calls, no probe launch."""
+    site = (policy.slurm_conf if policy is not None else None) or environ.get("SLURM_CONF", "")
+    conf = next((c for c in [site] + list(SLURM_CONFS) if c and os.path.isfile(c)), "")
+    plugins = auth_types_from_conf(_read(conf)) if conf else []
+    paths = list(MUNGE_SOCKETS) + list(SACK_SOCKETS) + [SACK_CACHE]
+    if conf:
+        paths += munge_sockets_from_conf(_read(conf))
+        paths += [os.path.join(os.path.dirname(conf), name) for name in AUTH_KEYS]
+    found = [p for p in dict.fromkeys(paths) if os.path.lexists(p)]
+    data = {"plugins": plugins, "conf": conf, "paths": found}
+    if not conf:
+        return Item("slurm auth", GO, "no slurm.conf readable here (configless or no Slurm): "
+                    "no auth plugin named", data=data)
+    from agent_sandbox.policy.resolve import _is_within
+
+    visible = []
+    if policy is not None:
+        roots = list(policy.system_readonly) + [policy.project_dir] + list(policy.extra_writable)
+        masks = list(policy.slurm_masks)
+        for path in found:
+            real = os.path.realpath(path)
+            under = [r for r in roots if _is_within(real, r)]
+            if under and not any(_is_within(real, m) for m in masks):
+                visible.append((path, under[0]))
+    data["visible"] = [p for p, _ in visible]
+    if visible:
+        path, root = visible[0]
+        return Item("slurm auth", NOGO, f"{' + '.join(plugins)}: {path} lies under {root}, "
+                    "which the sandbox shows: slurm.boundary does not hold",
+                    f"remove {root} from READONLY_MOUNTS / EXTRA_WRITABLE_PATHS, or keep "
+                    "Slurm's sockets below /run and its keys beside slurm.conf", data=data)
+    shown = ", ".join(found) if found else "none present"
+    return Item("slurm auth", GO, f"{' + '.join(plugins)} ({conf}); its paths unreachable "
+                f"inside ({shown})", data=data)
+
+
 def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
     candidates = list(MUNGE_SOCKETS)
     # No policy when no backend resolved one (doctor's any_policy).
@@ -283,7 +351,9 @@ def munge_item(settings, policy, slurm_present: bool, environ) -> Item:
     private = [n for n in AUTO_ORDER if TRAITS[n].mount_namespace]
     shared = [n for n in AUTO_ORDER
               if not TRAITS[n].mount_namespace and n in settings.ALLOWED_BACKENDS]
-    reachable = f"; reachable on {' and '.join(shared)}" if shared else ""
+    # No mount view (landlock): its supervisor refuses connect() to munge's
+    # and sackd's sockets wherever Landlock runs (process/supervisor.py NEVER).
+    reachable = (f"; refused by the supervisor on {' and '.join(shared)}" if shared else "")
     return Item("munge", GO, f"{socket}: unreachable inside on {' and '.join(private)} "
                 f"(private /run){reachable}", data={"sockets": found})
 

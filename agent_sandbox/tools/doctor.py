@@ -30,7 +30,7 @@ from agent_sandbox.names import BACKENDS
 from agent_sandbox import __version__
 from agent_sandbox.paths import helper_module
 from agent_sandbox.tools.checks import (GAPS, GO, NOGO, Item, _read, _run, _sysctls,
-                                        chaperon_pipes_item, fs_item, munge_item,
+                                        auth_item, chaperon_pipes_item, fs_item, munge_item,
                                         seccomp_check, slurm_item, slurm_site_item,
                                         userns_check,
                                         version_line)
@@ -486,6 +486,8 @@ def gather(project_dir: str | None, environ) -> Report:
 
     slurm, slurm_present = slurm_item(settings, any_policy, environ)
     items.append(munge_item(settings, any_policy, slurm_present, environ))
+    if slurm_present:
+        items.append(auth_item(settings, any_policy, environ))
     items.append(slurm)
     items.append(slurm_site_item(any_policy, environ, slurm_present))
 

@@ -201,6 +201,12 @@ def normalise(text: str, home: Home, program: str) -> str:
     text = re.sub(r"(?<![0-9a-f])[0-9a-f]{12}(?![0-9a-f])", "<id>", text)
     # (landlock's relay: a free port of the host's loopback, chosen per launch)
     text = re.sub(r"(?<=127\.0\.0\.1:)\d+|(?<=--relay )\d+", "<port>", text)
+    # (landlock grants /etc entry by entry around Slurm's configuration
+    # directories, issue 32: the host's /etc entries come and go — one line,
+    # and the rule count, which follows them)
+    text = re.sub(r"(?m)(?:^  ro +/etc/[^/\n]+\n)+",
+                  "  ro         /etc/<each entry but Slurm's>\n", text)
+    text = re.sub(r"Landlock rules \(\d+\):", "Landlock rules (<n>):", text)
     # (the chaperon's session directory: the id and a nonce)
     return re.sub(r"<id>-[0-9a-f]{8}(?![0-9a-f])", "<id>-<nonce>", text)
 

@@ -12,6 +12,8 @@ showed).
     platform_smoke.py dry-run BACKEND
     platform_smoke.py pty BACKEND
     platform_smoke.py allowlist BACKEND
+    platform_smoke.py shell SCRIPT
+    platform_smoke.py sandbox BACKEND SCRIPT
 """
 import json
 import os
@@ -182,6 +184,15 @@ def main(argv):
         result = pty_session(argv[2])
     elif case == "allowlist":
         result = allowlist(argv[2])
+    elif case == "shell":
+        # A shell script as the user in the project, outside the sandbox
+        # (the control of tests/integration/test_slurm_root.py).
+        result = user_run(["/bin/sh", "-c", argv[2]], timeout=240)
+    elif case == "sandbox":
+        # A shell script as the user through `agent-sandbox run` (issue 32:
+        # the chaperon against the root's own Slurm).
+        result = user_run([LAUNCHER, "run", "--backend", argv[2], "--", "/bin/sh", "-c",
+                           argv[3]], timeout=240)
     else:
         raise SystemExit("platform_smoke.py: unknown case " + case)
     json.dump(result, sys.stdout)

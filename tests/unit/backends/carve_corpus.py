@@ -167,6 +167,12 @@ def record() -> dict:
                     case = {}
                     for name in ("bwrap", "firejail", "landlock"):
                         policy = resolve_policy(settings, ctx, backend=name)
+                        if name == "landlock":
+                            # Landlock grants /etc entry by entry around the
+                            # host's /etc/slurm (issue 32): every file made in
+                            # /etc would change the record. The home's carving
+                            # is what this corpus is about.
+                            policy = policy._replace(slurm_masks=())
                         case[name] = {str(abi): _record_plan(
                             name, plan(name, policy, abi, _payloads()), abi) for abi in ABIS}
                     # (its name holds a digest of the project's path, which

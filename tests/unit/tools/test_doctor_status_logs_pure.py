@@ -458,3 +458,11 @@ def test_doctor_reads_the_slurm_site_from_show_config():
     assert checks.slurm_site({}, "/site/slurm.conf", lambda p: False)["configless"] is False
     assert checks.slurm_site({"JobContainerType": "job_container/none"}, None,
                              lambda p: True)["namespace_type"] is None
+
+
+def test_auth_types_from_slurm_conf():
+    # Slurm's default is munge; the last setting wins; the alternatives follow.
+    assert checks.auth_types_from_conf("ClusterName=x\n") == ["auth/munge"]
+    conf = ("AuthType=auth/munge\n# AuthType=auth/none\nauthtype=auth/slurm\n"
+            "AuthAltTypes=auth/jwt,auth/slurm\n")
+    assert checks.auth_types_from_conf(conf) == ["auth/slurm", "auth/jwt"]
