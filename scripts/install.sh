@@ -129,7 +129,10 @@ missing=()
 if ! "$python" -c "import sys, venv, ensurepip; sys.exit(sys.version_info < tuple(map(int, '$min_python'.split('.'))))" 2>/dev/null; then
     missing+=("a Python >= $min_python with venv and ensurepip at $python (RHEL 8: dnf install python3.11, then AGENT_SANDBOX_PYTHON=/usr/bin/python3.11; SLES 15: zypper install python311; Debian/Ubuntu: python3-venv)")
 fi
-if ! ldconfig -p 2>/dev/null | grep -q 'libseccomp\.so\.2'; then
+# grep reads all of ldconfig's output (no -q): with pipefail, a grep that
+# stops at the first match can leave ldconfig to die of SIGPIPE and the
+# check to fail with the library present (seen once).
+if ! ldconfig -p 2>/dev/null | grep 'libseccomp\.so\.2' >/dev/null; then
     missing+=("libseccomp (libseccomp2 on Debian/SUSE, libseccomp on RHEL)")
 fi
 if ! command -v bwrap >/dev/null && ! command -v firejail >/dev/null; then
