@@ -499,6 +499,12 @@ def load_notify(bpf: bytes, report: int) -> None:
                 number, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, fprog),
                 "seccomp")
     except OSError as exc:
+        if exc.errno == 16:            # EBUSY: a listener exists above (Linux allows one)
+            raise SetupError("cannot load the supervisor's seccomp filter — another seccomp "
+                             "supervisor already watches this process (a container runtime's, "
+                             "or a test's kernel simulation), and Linux allows only one: "
+                             "Landlock's supervisor cannot run under it. Use the bwrap or "
+                             "firejail backend here") from None
         raise SetupError(f"cannot load the supervisor's seccomp filter — {exc.strerror}") \
             from None
     del program
