@@ -436,22 +436,8 @@ def _close_all_but(keep: list[int]) -> None:
 
 
 def load_seccomp(bpf: bytes) -> None:
-    import _ctypes
-    import _struct
-
     landlock = _landlock()
-    if not bpf or len(bpf) % 8:
-        raise SetupError(f"the seccomp program is malformed ({len(bpf)} bytes)")
-
-    class Byte(_ctypes._SimpleCData):
-        _type_ = "B"
-
-    class Program(_ctypes.Array):
-        _type_ = Byte
-        _length_ = len(bpf)
-
-    program = Program.from_buffer_copy(bpf)
-    fprog = _struct.pack("@HP", len(bpf) // 8, _ctypes.addressof(program))
+    fprog, program = _fprog(bpf)    # `program` keeps the array fprog points into alive
     _, prctl, c_long, get_errno = landlock._bind()
     if prctl(c_long(PR_SET_SECCOMP), c_long(SECCOMP_MODE_FILTER), fprog, c_long(0),
              c_long(0)) != 0:
